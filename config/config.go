@@ -1,0 +1,324 @@
+// Package config reads rebound's configuration from REBOUND_* environment
+// variables into one Config and validates it as a whole.
+//
+// Every problem is reported at once, each naming the variable, the value
+// and what is allowed, so an operator fixes a manifest in one pass. Nothing
+// here connects anywhere: main exits with status 2 on a config error before
+// it dials the broker.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+
+	"github.com/rebound-mq/rebound/headers"
+	"github.com/rebound-mq/rebound/policy"
+)
+
+// Prefix starts the name of every variable rebound reads.
+const Prefix = "REBOUND_"
+
+// QueueType is the type of the queues rebound declares.
+type QueueType string
+
+// Queue types.
+const (
+	Classic QueueType = "classic"
+	Quorum  QueueType = "quorum"
+)
+
+// Config is rebound's whole configuration. Field tags name the variable
+// without the REBOUND_ prefix.
+type Config struct {
+	AMQPURL     string `env:"AMQP_URL" envDefault:"amqp://guest:guest@localhost:5672/"`
+	AMQPURLFile string `env:"AMQP_URL_FILE"`
+	TLSCAFile   string `env:"TLS_CA_FILE"`
+	TLSCertFile string `env:"TLS_CERT_FILE"`
+	TLSKeyFile  string `env:"TLS_KEY_FILE"`
+
+	InboxQueue         string    `env:"INBOX_QUEUE" envDefault:"rebound.inbox"`
+	DeadLetterExchange string    `env:"DEAD_LETTER_EXCHANGE" envDefault:"rebound.dlx"`
+	DelayExchange      string    `env:"DELAY_EXCHANGE" envDefault:"rebound.delay"`
+	DelayQueuePrefix   string    `env:"DELAY_QUEUE_PREFIX" envDefault:"rebound.delay."`
+	ParkingQueue       string    `env:"PARKING_QUEUE" envDefault:"rebound.parked"`
+	QueueType          QueueType `env:"QUEUE_TYPE" envDefault:"classic"`
+
+	Backoff          policy.Backoff  `env:"BACKOFF" envDefault:"exponential"`
+	MinDelay         time.Duration   `env:"MIN_DELAY" envDefault:"1s"`
+	MaxDelay         time.Duration   `env:"MAX_DELAY" envDefault:"1h"`
+	Multiplier       float64         `env:"MULTIPLIER" envDefault:"2"`
+	Jitter           policy.Jitter   `env:"JITTER" envDefault:"full"`
+	JitterFactor     float64         `env:"JITTER_FACTOR" envDefault:"0.5"`
+	JitterMax        time.Duration   `env:"JITTER_MAX" envDefault:"1s"`
+	ImmediateRetries int             `env:"IMMEDIATE_RETRIES" envDefault:"0"`
+	MaxRetries       int             `env:"MAX_RETRIES" envDefault:"10"`
+	MaxDuration      time.Duration   `env:"MAX_DURATION" envDefault:"24h"`
+	Deadline         policy.Deadline `env:"DEADLINE" envDefault:"clamp"`
+
+	Prefetch       int           `env:"PREFETCH" envDefault:"256"`
+	ConfirmTimeout time.Duration `env:"CONFIRM_TIMEOUT" envDefault:"30s"`
+	ShutdownGrace  time.Duration `env:"SHUTDOWN_GRACE" envDefault:"20s"`
+	HTTPAddr       string        `env:"HTTP_ADDR" envDefault:":9464"`
+	LogLevel       string        `env:"LOG_LEVEL" envDefault:"info"`
+	LogFormat      string        `env:"LOG_FORMAT" envDefault:"json"`
+
+	HeaderRetryCount    string `env:"HEADER_RETRY_COUNT" envDefault:"x-retry-count"`
+	HeaderTaskStartedAt string `env:"HEADER_TASK_STARTED_AT" envDefault:"x-task-started-at"`
+	HeaderLastDelay     string `env:"HEADER_LAST_DELAY" envDefault:"x-retry-last-delay-ms"`
+	HeaderOriginQueue   string `env:"HEADER_ORIGIN_QUEUE" envDefault:"x-retry-origin-queue"`
+	HeaderNonRetryable  string `env:"HEADER_NON_RETRYABLE" envDefault:"x-retry-non-retryable"`
+	HeaderError         string `env:"HEADER_ERROR" envDefault:"x-retry-error"`
+	HeaderParkedReason  string `env:"HEADER_PARKED_REASON" envDefault:"x-retry-parked-reason"`
+	HeaderParkedAt      string `env:"HEADER_PARKED_AT" envDefault:"x-retry-parked-at"`
+}
+
+// FieldError is one invalid variable: its full name, the value found and
+// what is allowed.
+type FieldError struct {
+	Variable string
+	Value    string
+	Allowed  string
+}
+
+func (e FieldError) Error() string {
+	return fmt.Sprintf("%s=%q: %s", e.Variable, e.Value, e.Allowed)
+}
+
+// Error lists every problem found in one configuration.
+type Error struct {
+	Problems []FieldError
+}
+
+func (e *Error) Error() string {
+	lines := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		lines[i] = "  " + p.Error()
+	}
+	return fmt.Sprintf("invalid configuration (%d problems):\n%s", len(e.Problems), strings.Join(lines, "\n"))
+}
+
+// Load reads the configuration from environ (os.Environ form, KEY=VALUE)
+// and validates it. It reads the file named by REBOUND_AMQP_URL_FILE, if
+// set. A non-nil error is always an *Error.
+func Load(environ []string) (Config, error) {
+	vars := env.ToMap(environ)
+	var c Config
+	var problems []FieldError
+	failed := map[string]bool{} // variables that did not parse: skip their checks
+	err := env.ParseWithOptions(&c, env.Options{Environment: vars, Prefix: Prefix})
+	var agg env.AggregateError
+	if errors.As(err, &agg) {
+		for _, e := range agg.Errors {
+			var pe env.ParseError
+			if !errors.As(e, &pe) {
+				problems = append(problems, FieldError{Variable: "?", Value: "", Allowed: e.Error()})
+				continue
+			}
+			name := Prefix + fieldVariable(pe.Name)
+			failed[name] = true
+			problems = append(problems, FieldError{Variable: name, Value: vars[name], Allowed: allowedForType(pe.Type)})
+		}
+	} else if err != nil {
+		return c, &Error{Problems: []FieldError{{Variable: Prefix + "*", Allowed: err.Error()}}}
+	}
+	if c.AMQPURLFile != "" {
+		b, err := os.ReadFile(c.AMQPURLFile)
+		if err != nil {
+			problems = append(problems, FieldError{Variable: Prefix + "AMQP_URL_FILE", Value: c.AMQPURLFile, Allowed: "a readable file holding the broker URL: " + err.Error()})
+		} else {
+			c.AMQPURL = strings.TrimSpace(string(b))
+		}
+	}
+	for _, p := range c.validate() {
+		if !failed[p.Variable] {
+			problems = append(problems, p)
+		}
+	}
+	if len(problems) > 0 {
+		return c, &Error{Problems: problems}
+	}
+	return c, nil
+}
+
+// fieldVariable maps a Config field name to its variable name (no prefix).
+func fieldVariable(field string) string {
+	f, ok := reflect.TypeFor[Config]().FieldByName(field)
+	if !ok {
+		return field
+	}
+	return f.Tag.Get("env")
+}
+
+func allowedForType(t reflect.Type) string {
+	switch t {
+	case reflect.TypeFor[time.Duration]():
+		return "a Go duration such as 500ms, 90s or 24h"
+	case reflect.TypeFor[int]():
+		return "a whole number"
+	case reflect.TypeFor[float64]():
+		return "a number"
+	}
+	return "a value of type " + t.String()
+}
+
+// validate checks values and combinations. It does not touch the network.
+func (c Config) validate() []FieldError {
+	var ps []FieldError
+	add := func(variable string, value any, allowed string) {
+		ps = append(ps, FieldError{Variable: Prefix + variable, Value: fmt.Sprint(value), Allowed: allowed})
+	}
+	oneOf := func(variable string, value string, allowed []string) {
+		if !slices.Contains(allowed, value) {
+			add(variable, value, "one of "+strings.Join(allowed, ", "))
+		}
+	}
+	oneOf("BACKOFF", string(c.Backoff), names(policy.Backoffs))
+	oneOf("JITTER", string(c.Jitter), names(policy.Jitters))
+	oneOf("DEADLINE", string(c.Deadline), names(policy.Deadlines))
+	oneOf("QUEUE_TYPE", string(c.QueueType), []string{string(Classic), string(Quorum)})
+	oneOf("LOG_LEVEL", c.LogLevel, []string{"debug", "info", "warn", "error"})
+	oneOf("LOG_FORMAT", c.LogFormat, []string{"json", "console"})
+
+	if c.AMQPURL == "" {
+		add("AMQP_URL", "", "an amqp:// or amqps:// URL")
+	} else if u, err := url.Parse(c.AMQPURL); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
+		// The value may hold a password: never echo it back.
+		add("AMQP_URL", Redact(c.AMQPURL), "an amqp:// or amqps:// URL")
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		add("TLS_CERT_FILE", c.TLSCertFile, "set together with REBOUND_TLS_KEY_FILE (both or neither)")
+	}
+
+	if c.MinDelay <= 0 {
+		add("MIN_DELAY", c.MinDelay, "a duration above 0")
+	}
+	if c.MaxDelay <= 0 {
+		add("MAX_DELAY", c.MaxDelay, "a duration above 0")
+	}
+	if c.MinDelay > 0 && c.MaxDelay > 0 && c.MinDelay > c.MaxDelay {
+		add("MIN_DELAY", c.MinDelay, fmt.Sprintf("at most REBOUND_MAX_DELAY (%s)", c.MaxDelay))
+	}
+	if c.Backoff == policy.Exponential && !(c.Multiplier > 1) {
+		add("MULTIPLIER", c.Multiplier, "a number above 1")
+	}
+	if c.Jitter == policy.ProportionalJitter && !(c.JitterFactor >= 0 && c.JitterFactor <= 1) {
+		add("JITTER_FACTOR", c.JitterFactor, "a number from 0 to 1 with proportional jitter")
+	}
+	if c.Jitter == policy.GaussianJitter && !(c.JitterFactor >= 0 && c.JitterFactor <= 1) {
+		add("JITTER_FACTOR", c.JitterFactor, "a number from 0 to 1 with gaussian jitter")
+	}
+	if c.JitterMax < 0 {
+		add("JITTER_MAX", c.JitterMax, "a duration of 0 or more")
+	}
+	if c.ImmediateRetries < 0 {
+		add("IMMEDIATE_RETRIES", c.ImmediateRetries, "a whole number of 0 or more")
+	}
+	if c.MaxRetries < 0 {
+		add("MAX_RETRIES", c.MaxRetries, "a whole number of 0 or more (0 = no limit by count)")
+	}
+	if c.MaxDuration < 0 {
+		add("MAX_DURATION", c.MaxDuration, "a duration of 0 or more (0 = no budget)")
+	}
+	if c.MaxRetries == 0 && c.MaxDuration == 0 {
+		add("MAX_RETRIES", c.MaxRetries, "above 0 when REBOUND_MAX_DURATION is 0: one limit is needed or retrying never ends")
+	}
+	if c.Backoff.Fitted() && c.MaxRetries < 2 {
+		add("MAX_RETRIES", c.MaxRetries, fmt.Sprintf("2 or more with REBOUND_BACKOFF=%s (the curve is fitted over the retry count)", c.Backoff))
+	}
+	if c.Prefetch < 1 || c.Prefetch > 65535 {
+		add("PREFETCH", c.Prefetch, "a whole number from 1 to 65535")
+	}
+	if c.ConfirmTimeout <= 0 {
+		add("CONFIRM_TIMEOUT", c.ConfirmTimeout, "a duration above 0")
+	}
+	if c.ShutdownGrace < 0 {
+		add("SHUTDOWN_GRACE", c.ShutdownGrace, "a duration of 0 or more")
+	}
+	for variable, name := range map[string]string{
+		"INBOX_QUEUE": c.InboxQueue, "DEAD_LETTER_EXCHANGE": c.DeadLetterExchange,
+		"DELAY_EXCHANGE": c.DelayExchange, "DELAY_QUEUE_PREFIX": c.DelayQueuePrefix,
+		"PARKING_QUEUE": c.ParkingQueue,
+	} {
+		if name == "" || len(name) > 200 || strings.HasPrefix(name, "amq.") {
+			add(variable, name, "a non-empty name of at most 200 bytes not starting with amq.")
+		}
+	}
+	hs := c.HeaderNames()
+	seen := map[string]string{}
+	for variable, name := range map[string]string{
+		"HEADER_RETRY_COUNT": hs.RetryCount, "HEADER_TASK_STARTED_AT": hs.TaskStartedAt,
+		"HEADER_LAST_DELAY": hs.LastDelay, "HEADER_ORIGIN_QUEUE": hs.OriginQueue,
+		"HEADER_NON_RETRYABLE": hs.NonRetryable, "HEADER_ERROR": hs.Error,
+		"HEADER_PARKED_REASON": hs.ParkedReason, "HEADER_PARKED_AT": hs.ParkedAt,
+	} {
+		switch {
+		case name == "" || len(name) > 128:
+			add(variable, name, "a header name of 1 to 128 bytes")
+		case name == "x-death" || strings.HasPrefix(name, "x-first-death-") || strings.HasPrefix(name, "x-last-death-"):
+			add(variable, name, "a header name RabbitMQ does not own")
+		case seen[name] != "":
+			add(variable, name, "a header name no other REBOUND_HEADER_* variable uses (REBOUND_"+seen[name]+" does)")
+		}
+		seen[name] = variable
+	}
+	// Map iteration above is unordered; keep reports stable for people and tests.
+	slices.SortStableFunc(ps, func(a, b FieldError) int { return strings.Compare(a.Variable, b.Variable) })
+	return ps
+}
+
+func names[T ~string](values []T) []string {
+	out := make([]string, len(values))
+	for i, v := range values {
+		out[i] = string(v)
+	}
+	return out
+}
+
+// Policy returns the retry policy the configuration describes.
+func (c Config) Policy() policy.Policy {
+	return policy.Policy{
+		Backoff:          c.Backoff,
+		MinDelay:         c.MinDelay,
+		MaxDelay:         c.MaxDelay,
+		Multiplier:       c.Multiplier,
+		Jitter:           c.Jitter,
+		JitterFactor:     c.JitterFactor,
+		JitterMax:        c.JitterMax,
+		ImmediateRetries: c.ImmediateRetries,
+		MaxRetries:       c.MaxRetries,
+		MaxDuration:      c.MaxDuration,
+		Deadline:         c.Deadline,
+	}
+}
+
+// HeaderNames returns the header names the configuration selects.
+func (c Config) HeaderNames() headers.Names {
+	return headers.Names{
+		RetryCount:    c.HeaderRetryCount,
+		TaskStartedAt: c.HeaderTaskStartedAt,
+		LastDelay:     c.HeaderLastDelay,
+		OriginQueue:   c.HeaderOriginQueue,
+		NonRetryable:  c.HeaderNonRetryable,
+		Error:         c.HeaderError,
+		ParkedReason:  c.HeaderParkedReason,
+		ParkedAt:      c.HeaderParkedAt,
+	}
+}
+
+// Redact returns the URL with any password replaced, for logs and errors.
+// A value that does not parse as a URL is hidden whole.
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "<unparseable URL>"
+	}
+	return u.Redacted()
+}
