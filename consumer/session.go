@@ -1,0 +1,331 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.uber.org/zap"
+
+	"github.com/rebound-mq/rebound/headers"
+	"github.com/rebound-mq/rebound/policy"
+	"github.com/rebound-mq/rebound/republisher"
+)
+
+// session is one connection generation. Everything in it is discarded
+// when it ends.
+type session struct {
+	*Sidecar
+	pub      *republisher.Publisher
+	acks     *acker
+	rng      policy.Rand
+	problems []headers.Problem // reused between deliveries
+}
+
+// session connects, declares the topology, consumes the inbox and handles
+// deliveries until ctx is cancelled (then it drains and returns nil) or
+// something fails (then it returns why).
+func (s *Sidecar) session(ctx context.Context) error {
+	s.beat()
+	consConn, err := s.dial(ctx, "consume")
+	if err != nil {
+		return err
+	}
+	defer consConn.Close()
+	pubConn, err := s.dial(ctx, "publish")
+	if err != nil {
+		return err
+	}
+
+	if err := s.declare(pubConn); err != nil {
+		pubConn.Close()
+		return err
+	}
+	pub, err := republisher.New(pubConn, s.opt.Topology, s.opt.Prefetch, s.opt.ConfirmTimeout)
+	if err != nil {
+		pubConn.Close()
+		return err
+	}
+	defer func() {
+		pubConn.Close()
+		<-pub.Done() // the publisher's goroutine ends once its channel is closed
+	}()
+
+	consCh, err := consConn.Channel()
+	if err != nil {
+		return fmt.Errorf("open consume channel: %w", err)
+	}
+	if err := consCh.Qos(s.opt.Prefetch, 0, false); err != nil {
+		return fmt.Errorf("set prefetch: %w", err)
+	}
+	closed := consCh.NotifyClose(make(chan *amqp.Error, 1))
+	cancelled := consCh.NotifyCancel(make(chan string, 1))
+	consumerTag := fmt.Sprintf("rebound-%x", s.opt.NewRand().Float64())
+	deliveries, err := consCh.Consume(s.opt.Topology.InboxQueue, consumerTag, false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", s.opt.Topology.InboxQueue, err)
+	}
+
+	acks := newAcker(consCh, s.opt.Prefetch, func(settled, inflight int) {
+		s.m.InFlight.Set(float64(inflight))
+		s.beat()
+	})
+	stopAcks := make(chan struct{})
+	ackErr := make(chan error, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ackErr <- acks.run(stopAcks)
+	}()
+	defer func() {
+		close(stopAcks)
+		wg.Wait()
+		s.m.InFlight.Set(0)
+	}()
+
+	ss := &session{Sidecar: s, pub: pub, acks: acks, rng: s.opt.NewRand()}
+	s.setReady(true)
+	s.log.Info("consuming", zap.String("inbox", s.opt.Topology.InboxQueue), zap.Int("prefetch", s.opt.Prefetch))
+
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			ss.drain(consCh, consumerTag)
+			return nil
+		case d, ok := <-deliveries:
+			if !ok {
+				return errors.New("inbox deliveries stopped")
+			}
+			if err := ss.waitWhileBlocked(ctx); err != nil {
+				return err
+			}
+			if ctx.Err() != nil {
+				// Shutting down: leave d unacked, the broker requeues it.
+				ss.drain(consCh, consumerTag)
+				return nil
+			}
+			if err := ss.handle(d); err != nil {
+				return err
+			}
+		case tag := <-cancelled:
+			return fmt.Errorf("broker cancelled consumer %s (inbox %s deleted?)", tag, s.opt.Topology.InboxQueue)
+		case err := <-closed:
+			if err == nil {
+				return errors.New("consume channel closed")
+			}
+			return fmt.Errorf("consume channel closed: %w", err)
+		case <-pub.Done():
+			return pub.Err()
+		case err := <-ackErr:
+			return err
+		case <-tick.C:
+			s.beat()
+			s.setBlocked(pub.Blocked())
+		}
+	}
+}
+
+// declare declares the fixed topology on a channel of its own, so that a
+// declaration error (which closes the channel) cannot hurt publishing.
+func (s *Sidecar) declare(conn *amqp.Connection) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open declare channel: %w", err)
+	}
+	defer ch.Close()
+	if err := s.opt.Topology.Declare(ch); err != nil {
+		return fmt.Errorf("declare topology: %w", err)
+	}
+	return nil
+}
+
+// waitWhileBlocked holds new work while a resource alarm blocks publishing.
+func (ss *session) waitWhileBlocked(ctx context.Context) error {
+	for ss.pub.Blocked() {
+		ss.setBlocked(true)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ss.pub.Done():
+			return ss.pub.Err()
+		case <-time.After(100 * time.Millisecond):
+			ss.beat()
+		}
+	}
+	ss.setBlocked(false)
+	// After a run of failed publishes (nacks, returns), slow down instead
+	// of spinning on requeued deliveries.
+	if n := ss.acks.failStreak.Load(); n > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(min(time.Duration(n)*50*time.Millisecond, 2*time.Second)):
+		}
+	}
+	return nil
+}
+
+// drain stops consuming and waits, up to the shutdown grace, for the
+// copies already published to be confirmed and their deliveries acked.
+// Deliveries not acked by then are requeued by the broker when the
+// connection closes.
+func (ss *session) drain(consCh *amqp.Channel, consumerTag string) {
+	ss.setReady(false)
+	if err := consCh.Cancel(consumerTag, false); err != nil {
+		ss.log.Warn("cancel consumer", zap.Error(err))
+	}
+	deadline := time.NewTimer(ss.opt.ShutdownGrace)
+	defer deadline.Stop()
+	for {
+		n := ss.acks.inflight.Load()
+		if n == 0 {
+			ss.log.Info("drained: every published copy confirmed and acked")
+			return
+		}
+		select {
+		case <-deadline.C:
+			ss.log.Warn("shutdown grace over; leaving deliveries unacked for the broker to requeue",
+				zap.Int64("unacked", n), zap.Duration("grace", ss.opt.ShutdownGrace))
+			return
+		case <-ss.pub.Done():
+			ss.log.Warn("publisher stopped while draining; leaving deliveries unacked", zap.Error(ss.pub.Err()))
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// handle decides what to do with one delivery and publishes its copy.
+// The delivery is settled by the acker once the copy's outcome is known.
+func (ss *session) handle(d amqp.Delivery) error {
+	ss.m.Received.Inc()
+	ss.received.Add(1)
+	if d.Redelivered {
+		ss.m.Redelivered.Inc()
+	}
+	now := ss.opt.Now()
+	var state headers.State
+	state, ss.problems = ss.opt.Codec.Decode(d.Headers, d.Timestamp, now, ss.problems[:0])
+	if len(ss.problems) > 0 {
+		ss.reportProblems(d, ss.problems)
+	}
+
+	decision, err := ss.decide(state, now)
+	if err != nil {
+		return err
+	}
+	msg := copyOf(d)
+	dest := republisher.Destination{RoutingKey: state.Origin}
+	switch {
+	case !decision.Retry:
+		msg.Headers = ss.opt.Codec.Park(d.Headers, state, decision.Reason, now)
+		dest = republisher.Destination{RoutingKey: ss.opt.Topology.ParkingQueue}
+	case decision.Delay == 0:
+		msg.Headers = ss.opt.Codec.Retry(d.Headers, state, 0)
+	default:
+		msg.Headers = ss.opt.Codec.Retry(d.Headers, state, decision.Delay)
+		dest.Exchange = ss.opt.Topology.DelayExchange
+		dest.Delay = decision.Delay
+	}
+	if dest.Delay > 0 {
+		msg.Headers[republisher.DelayRouteHeader] = decision.Delay.Milliseconds()
+	} else {
+		delete(msg.Headers, republisher.DelayRouteHeader)
+	}
+
+	if ce := ss.log.Check(zap.DebugLevel, "decision"); ce != nil {
+		ce.Write(zap.String("message_id", d.MessageId), zap.String("origin", state.Origin),
+			zap.Int("retries", state.Retries), zap.Bool("retry", decision.Retry),
+			zap.Duration("delay", decision.Delay), zap.String("reason", string(decision.Reason)))
+	}
+
+	tag := d.DeliveryTag
+	ss.acks.add(tag)
+	err = ss.pub.Publish(context.Background(), dest, msg, func(o republisher.Outcome, latency time.Duration) {
+		ss.record(decision, o, latency)
+		ss.acks.resolve(tag, o == republisher.Confirmed)
+	})
+	if err != nil {
+		ss.acks.resolve(tag, false)
+		return err
+	}
+	return nil
+}
+
+// decide applies the policy, parking messages whose origin is unknown or
+// does not exist: their copy would otherwise be dropped by the broker when
+// its delay ends.
+func (ss *session) decide(state headers.State, now time.Time) (policy.Decision, error) {
+	if state.Origin == "" {
+		return policy.Decision{Reason: policy.UnknownOrigin}, nil
+	}
+	exists, err := ss.pub.OriginExists(state.Origin)
+	if err != nil {
+		return policy.Decision{}, fmt.Errorf("check origin queue %s: %w", state.Origin, err)
+	}
+	if !exists {
+		ss.log.Warn("origin queue does not exist; parking", zap.String("origin", state.Origin))
+		return policy.Decision{Reason: policy.UnknownOrigin}, nil
+	}
+	return ss.opt.Policy.Decide(state.State, now, ss.rng), nil
+}
+
+// record counts a copy's outcome. It runs on the publisher's goroutine.
+func (ss *session) record(decision policy.Decision, o republisher.Outcome, latency time.Duration) {
+	if o != republisher.Confirmed {
+		ss.m.PublishFailures.WithLabelValues(o.String()).Inc()
+		ss.failed.Add(1)
+		return
+	}
+	ss.m.ConfirmLatency.Observe(latency.Seconds())
+	switch {
+	case !decision.Retry:
+		ss.m.Parked.WithLabelValues(string(decision.Reason)).Inc()
+		ss.parked.Add(1)
+	case decision.Delay == 0:
+		ss.m.Retried.WithLabelValues("immediate").Inc()
+		ss.retried.Add(1)
+	default:
+		ss.m.Retried.WithLabelValues("delayed").Inc()
+		ss.m.RetryDelay.Observe(decision.Delay.Seconds())
+		ss.retried.Add(1)
+	}
+}
+
+// reportProblems logs a delivery's unreadable headers once, with its
+// message id, and counts each. Labels are header names rebound reads, a
+// bounded set.
+func (ss *session) reportProblems(d amqp.Delivery, problems []headers.Problem) {
+	fields := make([]string, len(problems))
+	for i, p := range problems {
+		fields[i] = p.String()
+		ss.m.InvalidHeaders.WithLabelValues(p.Header).Inc()
+	}
+	ss.log.Warn("unreadable headers treated as absent",
+		zap.String("message_id", d.MessageId), zap.Strings("problems", fields))
+}
+
+// copyOf returns the publishing for d's copy: body and properties kept,
+// except expiration (it would cut the delay short, or expire a parked
+// message) and user id (the broker refuses a publish whose user id is not
+// the connection's own user, and rebound's user is not the producer's).
+func copyOf(d amqp.Delivery) amqp.Publishing {
+	return amqp.Publishing{
+		ContentType:     d.ContentType,
+		ContentEncoding: d.ContentEncoding,
+		DeliveryMode:    d.DeliveryMode,
+		Priority:        d.Priority,
+		CorrelationId:   d.CorrelationId,
+		ReplyTo:         d.ReplyTo,
+		MessageId:       d.MessageId,
+		Timestamp:       d.Timestamp,
+		Type:            d.Type,
+		AppId:           d.AppId,
+		Body:            d.Body,
+	}
+}

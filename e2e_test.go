@@ -1,0 +1,343 @@
+package main
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// End-to-end tests of the retry loop: the real program runs in-process
+// against a real RabbitMQ; a test consumer on the application queue
+// rejects every message, so RabbitMQ dead-letters it to rebound.
+
+type arrival struct {
+	at time.Time
+	d  amqp.Delivery
+}
+
+// rejector consumes a queue, records every delivery and rejects it without
+// requeue. It reconnects when its connection is closed under it.
+type rejector struct {
+	mu       sync.Mutex
+	arrivals []arrival
+	stop     context.CancelFunc
+	done     chan struct{}
+}
+
+func (e *testEnv) rejectAll(queue string) *rejector {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &rejector{stop: cancel, done: make(chan struct{})}
+	url := e.vars["REBOUND_AMQP_URL"]
+	go func() {
+		defer close(r.done)
+		for ctx.Err() == nil {
+			r.consume(ctx, url, queue)
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	e.t.Cleanup(func() { cancel(); <-r.done })
+	return r
+}
+
+func (r *rejector) consume(ctx context.Context, url, queue string) {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	_ = ch.Qos(500, 0, false)
+	deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
+	if err != nil {
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case d, ok := <-deliveries:
+			if !ok {
+				return
+			}
+			r.mu.Lock()
+			r.arrivals = append(r.arrivals, arrival{at: time.Now(), d: d})
+			r.mu.Unlock()
+			_ = d.Nack(false, false)
+		}
+	}
+}
+
+func (r *rejector) seen() []arrival {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]arrival(nil), r.arrivals...)
+}
+
+// parked waits until the parking queue holds at least want messages and
+// has stopped growing, then takes them all off it.
+func (e *testEnv) parked(want int, timeout time.Duration) []amqp.Delivery {
+	e.t.Helper()
+	queue := e.vars["REBOUND_PARKING_QUEUE"]
+	deadline := time.Now().Add(timeout)
+	last, stableSince := -1, time.Now()
+	for time.Now().Before(deadline) {
+		n := e.queueLen(queue)
+		if n != last {
+			last, stableSince = n, time.Now()
+		}
+		if n >= want && time.Since(stableSince) > 500*time.Millisecond {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var out []amqp.Delivery
+	for {
+		d, ok, err := e.ch.Get(queue, true)
+		if err != nil {
+			e.t.Fatalf("get from %s: %v", queue, err)
+		}
+		if !ok {
+			return out
+		}
+		out = append(out, d)
+	}
+}
+
+func (e *testEnv) queueLen(queue string) int {
+	e.t.Helper()
+	ch, err := e.conn.Channel()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil {
+		return 0
+	}
+	return q.Messages
+}
+
+func header(t *testing.T, d amqp.Delivery, name string) any {
+	t.Helper()
+	return d.Headers[name]
+}
+
+func TestLoopRetriesWithBackoffThenParks(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, map[string]string{
+		"REBOUND_BACKOFF": "exponential", "REBOUND_MIN_DELAY": "300ms", "REBOUND_MULTIPLIER": "2", "REBOUND_MAX_RETRIES": "3",
+	})
+	e.startInProcess()
+	r := e.rejectAll(e.app)
+	sent := time.Now().Truncate(time.Second)
+	e.publish(amqp.Publishing{
+		MessageId: "m-1", CorrelationId: "c-1", ContentType: "application/json", ContentEncoding: "utf-8",
+		Type: "order.created", AppId: "orders", ReplyTo: "replies", Priority: 3, DeliveryMode: amqp.Persistent,
+		Timestamp: sent, Expiration: "600000",
+		Headers: amqp.Table{"app-header": "kept", "tenant": int64(42), "x-retry-error": "db down"},
+		Body:    []byte(`{"order":1}`),
+	})
+	parked := e.parked(1, 30*time.Second)
+	if len(parked) != 1 {
+		t.Fatalf("parked %d messages, want 1", len(parked))
+	}
+	arrivals := r.seen()
+	if len(arrivals) != 4 {
+		t.Fatalf("application saw the message %d times, want 4 (first attempt and 3 retries)", len(arrivals))
+	}
+	wantDelays := []time.Duration{300 * time.Millisecond, 600 * time.Millisecond, 1200 * time.Millisecond}
+	for i, want := range wantDelays {
+		got := arrivals[i+1].at.Sub(arrivals[i].at)
+		// The lower bound is the contract (a retry never comes early); the
+		// upper bound only catches a delay queue that was skipped or stuck.
+		if got < want-50*time.Millisecond || got > want+3*time.Second {
+			t.Errorf("retry %d came back after %s, want about %s", i+1, got, want)
+		}
+		if c := header(t, arrivals[i+1].d, "x-retry-count"); c != int64(i+1) {
+			t.Errorf("retry %d: x-retry-count = %#v, want int64(%d)", i+1, c, i+1)
+		}
+		if ld := header(t, arrivals[i+1].d, "x-retry-last-delay-ms"); ld != want.Milliseconds() {
+			t.Errorf("retry %d: x-retry-last-delay-ms = %#v, want %d", i+1, ld, want.Milliseconds())
+		}
+		if q := e.queueLen(e.prefix + "delay." + strconv.FormatInt(want.Milliseconds(), 10)); q != 0 {
+			t.Errorf("delay queue for %s holds %d messages, want 0", want, q)
+		}
+	}
+	for _, d := range append([]amqp.Delivery{parked[0]}, arrivals[1].d, arrivals[3].d) {
+		if d.MessageId != "m-1" || d.CorrelationId != "c-1" || d.ContentType != "application/json" || d.ContentEncoding != "utf-8" ||
+			d.Type != "order.created" || d.AppId != "orders" || d.ReplyTo != "replies" || d.Priority != 3 ||
+			d.DeliveryMode != amqp.Persistent || !d.Timestamp.Equal(sent) || string(d.Body) != `{"order":1}` {
+			t.Errorf("properties or body not preserved: %+v", d)
+		}
+		if d.Expiration != "" {
+			t.Errorf("expiration %q carried into a copy, want none", d.Expiration)
+		}
+		if d.Headers["app-header"] != "kept" || d.Headers["tenant"] != int64(42) || d.Headers["x-retry-error"] != "db down" {
+			t.Errorf("application headers not preserved: %v", d.Headers)
+		}
+		if d.Headers["x-retry-origin-queue"] != e.app {
+			t.Errorf("x-retry-origin-queue = %#v, want %q", d.Headers["x-retry-origin-queue"], e.app)
+		}
+	}
+	p := parked[0]
+	if p.Headers["x-retry-parked-reason"] != "max-retries" || p.Headers["x-retry-count"] != int64(3) {
+		t.Errorf("parked headers: reason %#v count %#v, want max-retries and 3", p.Headers["x-retry-parked-reason"], p.Headers["x-retry-count"])
+	}
+	if at, ok := p.Headers["x-retry-parked-at"].(int64); !ok || at < sent.UnixMilli() {
+		t.Errorf("x-retry-parked-at = %#v, want Unix ms after the publish", p.Headers["x-retry-parked-at"])
+	}
+	if started, ok := p.Headers["x-task-started-at"].(int64); !ok || started != sent.UnixMilli() {
+		t.Errorf("x-task-started-at = %#v, want the timestamp property %d", p.Headers["x-task-started-at"], sent.UnixMilli())
+	}
+	if got := e.metric(`rebound_messages_parked_total{reason="max-retries"}`); got != "1" {
+		t.Errorf("parked metric = %q, want 1", got)
+	}
+	if got := e.metric(`rebound_messages_retried_total{kind="delayed"}`); got != "3" {
+		t.Errorf("retried metric = %q, want 3", got)
+	}
+}
+
+func TestParksWhenBudgetIsSpent(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, map[string]string{"REBOUND_MAX_DURATION": "1h"})
+	e.startInProcess()
+	r := e.rejectAll(e.app)
+	e.publish(amqp.Publishing{MessageId: "old", Headers: amqp.Table{"x-task-started-at": time.Now().Add(-2 * time.Hour).UnixMilli()}})
+	parked := e.parked(1, 30*time.Second)
+	if len(parked) != 1 || parked[0].Headers["x-retry-parked-reason"] != "max-duration" {
+		t.Fatalf("parked %v, want one message parked for max-duration", parked)
+	}
+	if n := len(r.seen()); n != 1 {
+		t.Errorf("application saw the message %d times, want 1", n)
+	}
+}
+
+func TestImmediateRetriesComeStraightBack(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, map[string]string{
+		"REBOUND_IMMEDIATE_RETRIES": "2", "REBOUND_MAX_RETRIES": "3", "REBOUND_MIN_DELAY": "1500ms", "REBOUND_BACKOFF": "constant",
+	})
+	e.startInProcess()
+	r := e.rejectAll(e.app)
+	e.publish(amqp.Publishing{MessageId: "quick"})
+	if parked := e.parked(1, 30*time.Second); len(parked) != 1 {
+		t.Fatalf("parked %d, want 1", len(parked))
+	}
+	a := r.seen()
+	if len(a) != 4 {
+		t.Fatalf("application saw the message %d times, want 4", len(a))
+	}
+	for i := 1; i <= 2; i++ {
+		if gap := a[i].at.Sub(a[i-1].at); gap > time.Second {
+			t.Errorf("immediate retry %d took %s, want well under the 1.5s delay", i, gap)
+		}
+	}
+	if gap := a[3].at.Sub(a[2].at); gap < 1450*time.Millisecond {
+		t.Errorf("first delayed retry came after %s, want at least 1.5s", gap)
+	}
+	if _, ok := a[1].d.Headers["x-death"]; !ok {
+		t.Errorf("immediate retry lost the x-death header")
+	}
+}
+
+func TestNonRetryableIsParkedAtOnce(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, nil)
+	e.startInProcess()
+	r := e.rejectAll(e.app)
+	e.publish(amqp.Publishing{MessageId: "poison", Headers: amqp.Table{"x-retry-non-retryable": true, "x-retry-error": "bad schema"}})
+	parked := e.parked(1, 30*time.Second)
+	if len(parked) != 1 || parked[0].Headers["x-retry-parked-reason"] != "non-retryable" || parked[0].Headers["x-retry-error"] != "bad schema" {
+		t.Fatalf("parked %v, want the message parked as non-retryable with its error", parked)
+	}
+	if n := len(r.seen()); n != 1 {
+		t.Errorf("application saw the message %d times, want 1", n)
+	}
+}
+
+func TestUnknownOrMissingOriginIsParked(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, nil)
+	e.startInProcess()
+	inbox := e.vars["REBOUND_INBOX_QUEUE"]
+	ctx := context.Background()
+	// Published straight to the inbox: no x-death, no origin header.
+	if err := e.ch.PublishWithContext(ctx, "", inbox, false, false, amqp.Publishing{MessageId: "nowhere"}); err != nil {
+		t.Fatal(err)
+	}
+	// An origin that names a queue that does not exist: the copy would be
+	// dropped by the broker when its delay ends.
+	if err := e.ch.PublishWithContext(ctx, "", inbox, false, false, amqp.Publishing{
+		MessageId: "gone", Headers: amqp.Table{"x-retry-origin-queue": e.prefix + "no-such-queue"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	parked := e.parked(2, 30*time.Second)
+	if len(parked) != 2 {
+		t.Fatalf("parked %d, want 2", len(parked))
+	}
+	for _, p := range parked {
+		if p.Headers["x-retry-parked-reason"] != "unknown-origin" {
+			t.Errorf("%s parked for %#v, want unknown-origin", p.MessageId, p.Headers["x-retry-parked-reason"])
+		}
+	}
+	if got := e.metric(`rebound_messages_parked_total{reason="unknown-origin"}`); got != "2" {
+		t.Errorf("parked metric = %q, want 2", got)
+	}
+}
+
+func TestGarbageHeadersAreCountedAndRepaired(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, map[string]string{"REBOUND_MAX_RETRIES": "1", "REBOUND_MIN_DELAY": "100ms"})
+	e.startInProcess()
+	r := e.rejectAll(e.app)
+	e.publish(amqp.Publishing{MessageId: "junk", Headers: amqp.Table{
+		"x-retry-count": "banana", "x-task-started-at": "yesterday", "x-retry-last-delay-ms": int64(-5),
+	}})
+	parked := e.parked(1, 30*time.Second)
+	if len(parked) != 1 {
+		t.Fatalf("parked %d, want 1", len(parked))
+	}
+	a := r.seen()
+	if len(a) != 2 {
+		t.Fatalf("application saw the message %d times, want 2 (garbage count read as 0, one retry)", len(a))
+	}
+	retry := a[1].d
+	if retry.Headers["x-retry-count"] != int64(1) {
+		t.Errorf("repaired x-retry-count = %#v, want int64(1)", retry.Headers["x-retry-count"])
+	}
+	if started, ok := retry.Headers["x-task-started-at"].(int64); !ok || started <= 0 {
+		t.Errorf("repaired x-task-started-at = %#v, want Unix ms", retry.Headers["x-task-started-at"])
+	}
+	for _, h := range []string{"x-retry-count", "x-task-started-at", "x-retry-last-delay-ms"} {
+		if got := e.metric(`rebound_invalid_headers_total{header="` + h + `"}`); got != "1" {
+			t.Errorf("invalid header metric for %s = %q, want 1", h, got)
+		}
+	}
+}
+
+func TestQuorumQueuesLoop(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, map[string]string{"REBOUND_QUEUE_TYPE": "quorum", "REBOUND_MAX_RETRIES": "2", "REBOUND_MIN_DELAY": "200ms"})
+	e.startInProcess()
+	r := e.rejectAll(e.app)
+	for i := range 20 {
+		e.publish(amqp.Publishing{MessageId: strconv.Itoa(i), DeliveryMode: amqp.Persistent})
+	}
+	if parked := e.parked(20, 60*time.Second); len(parked) != 20 {
+		t.Fatalf("parked %d, want 20", len(parked))
+	}
+	if n := len(r.seen()); n != 60 {
+		t.Errorf("application saw %d deliveries, want 60 (20 messages, 3 attempts each)", n)
+	}
+}

@@ -1,0 +1,364 @@
+// Package republisher publishes rebound's copies to the broker and reports,
+// for each one, whether the broker took responsibility for it.
+//
+// Every publish is mandatory and confirmed. The outcome of a publish is
+// delivered exactly once to the callback given to Publish: Confirmed only
+// when the broker acked the copy and did not return it. Returns and acks
+// arrive on two notification channels; a basic.return always precedes the
+// basic.ack of the same message on the wire, and the Publisher reads both
+// in one goroutine from an unbuffered return channel, so a returned copy is
+// never reported Confirmed. Callbacks run on that goroutine and must not
+// block.
+//
+// A Publisher belongs to one connection generation. When its channel or
+// connection closes, or a confirm does not come within the timeout, every
+// pending publish is reported Closed or TimedOut and Done is closed; the
+// owner then discards the Publisher and builds a new one on a new
+// connection.
+package republisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Outcome is what became of one publish.
+type Outcome int
+
+// Outcomes. Only Confirmed means the copy is safely on the broker.
+const (
+	Confirmed Outcome = iota
+	Nacked            // the broker refused it (basic.nack)
+	Returned          // unroutable: no queue took it (basic.return)
+	TimedOut          // no confirm within the timeout
+	Closed            // the channel or connection died first
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Confirmed:
+		return "confirmed"
+	case Nacked:
+		return "nack"
+	case Returned:
+		return "return"
+	case TimedOut:
+		return "timeout"
+	case Closed:
+		return "closed"
+	}
+	return fmt.Sprintf("outcome(%d)", int(o))
+}
+
+// Destination says where a copy goes.
+type Destination struct {
+	Exchange   string
+	RoutingKey string
+	// Delay is the delay queue the copy goes through, 0 for none. The
+	// queue is declared on first use.
+	Delay time.Duration
+}
+
+// routeKey identifies a destination as a basic.return describes it.
+type routeKey struct {
+	exchange, routingKey string
+	delayMs              int64
+}
+
+func (d Destination) key() routeKey {
+	return routeKey{d.Exchange, d.RoutingKey, d.Delay.Milliseconds()}
+}
+
+type pending struct {
+	route    routeKey
+	sent     time.Time
+	returned bool
+	done     func(Outcome, time.Duration)
+}
+
+// Publisher publishes on one channel in confirm mode. Publish may be called
+// from one goroutine at a time; Blocked, Done and Err from any.
+type Publisher struct {
+	conn    *amqp.Connection
+	ch      *amqp.Channel
+	topo    Topology
+	timeout time.Duration
+	now     func() time.Time
+
+	declMu   sync.Mutex // guards declCh and the declared/origin caches
+	declCh   *amqp.Channel
+	declared map[int64]bool
+	origins  map[string]time.Time // origin queue -> when it was last seen to exist
+
+	mu      sync.Mutex // guards pending and blocked
+	pending map[uint64]*pending
+	blocked bool
+
+	done chan struct{}
+	err  error // set before done is closed
+}
+
+// New opens a confirming channel on conn. window is the most publishes
+// that can be pending at once (rebound's prefetch); the confirmation
+// buffer is sized from it so the library never waits on rebound.
+func New(conn *amqp.Connection, topo Topology, window int, confirmTimeout time.Duration) (*Publisher, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open publish channel: %w", err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		return nil, fmt.Errorf("enable publisher confirms: %w", err)
+	}
+	declCh, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open declare channel: %w", err)
+	}
+	p := &Publisher{
+		conn: conn, ch: ch, declCh: declCh, topo: topo, timeout: confirmTimeout, now: time.Now,
+		declared: map[int64]bool{}, origins: map[string]time.Time{},
+		pending: map[uint64]*pending{}, done: make(chan struct{}),
+	}
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, window+16))
+	// Unbuffered on purpose: the library hands over a return before it
+	// processes the ack that follows it, so the loop sees it first.
+	returns := ch.NotifyReturn(make(chan amqp.Return))
+	blocks := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
+	go p.loop(confirms, returns, blocks)
+	return p, nil
+}
+
+// Done is closed when the Publisher can no longer publish; Err says why.
+func (p *Publisher) Done() <-chan struct{} { return p.done }
+
+// Err is the reason the Publisher stopped; valid once Done is closed.
+func (p *Publisher) Err() error { return p.err }
+
+// Blocked reports whether the broker has blocked the connection for a
+// resource alarm. While blocked, publishes would wait in the socket.
+func (p *Publisher) Blocked() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.blocked
+}
+
+// Pending returns how many publishes await their outcome.
+func (p *Publisher) Pending() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.pending)
+}
+
+// Publish sends msg to dest with the mandatory flag. done is called once,
+// from the Publisher's goroutine, with the outcome and the time from
+// publish to outcome; it must not block. When Publish returns an error,
+// done is not called and nothing was sent.
+func (p *Publisher) Publish(ctx context.Context, dest Destination, msg amqp.Publishing, done func(Outcome, time.Duration)) error {
+	if dest.Delay > 0 {
+		if err := p.ensureDelayQueue(dest.Delay); err != nil {
+			return err
+		}
+	}
+	entry := &pending{route: dest.key(), sent: p.now(), done: done}
+	// The sequence number is read and registered before the frame is sent:
+	// the confirm may otherwise arrive before the entry exists. Publish is
+	// not called concurrently, so nothing else takes the number meanwhile.
+	seq := p.ch.GetNextPublishSeqNo()
+	p.mu.Lock()
+	p.pending[seq] = entry
+	p.mu.Unlock()
+	if err := p.ch.PublishWithContext(ctx, dest.Exchange, dest.RoutingKey, true, false, msg); err != nil {
+		p.mu.Lock()
+		delete(p.pending, seq)
+		p.mu.Unlock()
+		return fmt.Errorf("publish to %q with routing key %q: %w", dest.Exchange, dest.RoutingKey, err)
+	}
+	return nil
+}
+
+func (p *Publisher) loop(confirms <-chan amqp.Confirmation, returns <-chan amqp.Return, blocks <-chan amqp.Blocking) {
+	tick := time.NewTicker(p.tickInterval())
+	defer tick.Stop()
+	for {
+		select {
+		case r, ok := <-returns:
+			if ok {
+				p.markReturned(r)
+			} else {
+				returns = nil
+			}
+		case c, ok := <-confirms:
+			if !ok {
+				p.stop(Closed, errors.New("publish channel closed"))
+				return
+			}
+			p.resolve(c)
+		case b, ok := <-blocks:
+			if ok {
+				p.setBlocked(b.Active)
+			} else {
+				blocks = nil
+			}
+		case <-tick.C:
+			if p.overdue() {
+				p.stop(TimedOut, fmt.Errorf("no publisher confirm within %s", p.timeout))
+				_ = p.ch.Close()
+				// Drain until the library closes the confirmation channel.
+				for range confirms {
+				}
+				return
+			}
+		}
+	}
+}
+
+func (p *Publisher) tickInterval() time.Duration {
+	return min(max(p.timeout/4, 10*time.Millisecond), time.Second)
+}
+
+func (p *Publisher) markReturned(r amqp.Return) {
+	key := routeKey{exchange: r.Exchange, routingKey: r.RoutingKey}
+	if ms, ok := r.Headers[DelayRouteHeader].(int64); ok && r.Exchange == p.topo.DelayExchange {
+		key.delayMs = ms
+		// The delay queue or its binding is gone: declare it again next time.
+		p.declMu.Lock()
+		delete(p.declared, ms)
+		p.declMu.Unlock()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// A return does not name its sequence number. Every copy still pending
+	// for the same destination is treated as returned: at worst a copy that
+	// did arrive is published again (a duplicate), never the reverse.
+	for _, e := range p.pending {
+		if e.route == key {
+			e.returned = true
+		}
+	}
+}
+
+func (p *Publisher) resolve(c amqp.Confirmation) {
+	p.mu.Lock()
+	e, ok := p.pending[c.DeliveryTag]
+	delete(p.pending, c.DeliveryTag)
+	p.mu.Unlock()
+	if !ok {
+		return
+	}
+	outcome := Confirmed
+	switch {
+	case !c.Ack:
+		outcome = Nacked
+	case e.returned:
+		outcome = Returned
+	}
+	e.done(outcome, p.now().Sub(e.sent))
+}
+
+func (p *Publisher) setBlocked(active bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.blocked = active
+	if !active {
+		// Confirms legitimately stall while blocked; restart their clocks.
+		now := p.now()
+		for _, e := range p.pending {
+			e.sent = now
+		}
+	}
+}
+
+func (p *Publisher) overdue() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.blocked {
+		return false
+	}
+	now := p.now()
+	for _, e := range p.pending {
+		if now.Sub(e.sent) > p.timeout {
+			return true
+		}
+	}
+	return false
+}
+
+// stop reports every pending publish with outcome and closes Done.
+func (p *Publisher) stop(outcome Outcome, err error) {
+	p.mu.Lock()
+	left := p.pending
+	p.pending = map[uint64]*pending{}
+	p.mu.Unlock()
+	now := p.now()
+	for _, e := range left {
+		e.done(outcome, now.Sub(e.sent))
+	}
+	p.err = err
+	close(p.done)
+}
+
+// ensureDelayQueue declares the delay queue for d once per Publisher.
+func (p *Publisher) ensureDelayQueue(d time.Duration) error {
+	p.declMu.Lock()
+	defer p.declMu.Unlock()
+	ms := d.Milliseconds()
+	if p.declared[ms] {
+		return nil
+	}
+	if err := p.withDeclareChannel(func(ch *amqp.Channel) error { return p.topo.DeclareDelayQueue(ch, d) }); err != nil {
+		return err
+	}
+	p.declared[ms] = true
+	return nil
+}
+
+// originRecheck is how long a queue seen to exist is trusted to still exist.
+const originRecheck = time.Minute
+
+// OriginExists reports whether queue exists on the broker, checking at most
+// once a minute per queue. A copy sent towards a queue that does not exist
+// would be dropped by the broker when its delay ends.
+func (p *Publisher) OriginExists(queue string) (bool, error) {
+	p.declMu.Lock()
+	defer p.declMu.Unlock()
+	now := p.now()
+	if seen, ok := p.origins[queue]; ok && now.Sub(seen) < originRecheck {
+		return true, nil
+	}
+	err := p.withDeclareChannel(func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		return err
+	})
+	var amqpErr *amqp.Error
+	switch {
+	case err == nil:
+		p.origins[queue] = now
+		return true, nil
+	case errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound:
+		delete(p.origins, queue)
+		return false, nil
+	case errors.As(err, &amqpErr) && amqpErr.Code == amqp.AccessRefused:
+		// Not allowed to look: assume it exists, as the broker would
+		// have before this check was added.
+		p.origins[queue] = now
+		return true, nil
+	}
+	return false, err
+}
+
+// withDeclareChannel runs f on the declare channel, replacing the channel
+// when f's error closed it (a 404 or 406 does).
+func (p *Publisher) withDeclareChannel(f func(*amqp.Channel) error) error {
+	if p.declCh.IsClosed() {
+		ch, err := p.conn.Channel()
+		if err != nil {
+			return fmt.Errorf("reopen declare channel: %w", err)
+		}
+		p.declCh = ch
+	}
+	return f(p.declCh)
+}
