@@ -33,9 +33,9 @@ func brokerURL() string {
 
 // dialBroker connects to the test broker, or skips the test when none is
 // reachable, unless CI or REBOUND_REQUIRE_BROKER is set: then it fails.
-func dialBroker(t testing.TB) *amqp.Connection {
+func dialBroker(t testing.TB, url string) *amqp.Connection {
 	t.Helper()
-	conn, err := amqp.Dial(brokerURL())
+	conn, err := amqp.Dial(url)
 	if err != nil {
 		if os.Getenv("CI") != "" || os.Getenv("REBOUND_REQUIRE_BROKER") != "" {
 			t.Fatalf("RabbitMQ required (CI or REBOUND_REQUIRE_BROKER set) but not reachable: %v", err)
@@ -67,7 +67,11 @@ var unsafeName = regexp.MustCompile(`[^a-zA-Z0-9]+`)
 
 func newTestEnv(t *testing.T, overrides map[string]string) *testEnv {
 	t.Helper()
-	conn := dialBroker(t)
+	url := brokerURL()
+	if u, ok := overrides["REBOUND_AMQP_URL"]; ok {
+		url = u
+	}
+	conn := dialBroker(t, url)
 	ch, err := conn.Channel()
 	if err != nil {
 		t.Fatal(err)
@@ -111,13 +115,13 @@ func (e *testEnv) environ() []string {
 
 // cleanup deletes every queue and exchange with the test's prefix.
 func (e *testEnv) cleanup() {
-	conn, err := amqp.Dial(brokerURL())
+	conn, err := amqp.Dial(e.vars["REBOUND_AMQP_URL"])
 	if err != nil {
 		return
 	}
 	defer conn.Close()
 	names := []string{e.app, e.vars["REBOUND_INBOX_QUEUE"], e.vars["REBOUND_PARKING_QUEUE"]}
-	if out, err := exec.Command("rabbitmqctl", "-q", "list_queues", "name", "--no-table-headers").Output(); err == nil {
+	if out, err := exec.Command("rabbitmqctl", "-q", "list_queues", "-p", e.vhost(), "name", "--no-table-headers").Output(); err == nil {
 		for _, name := range strings.Fields(string(out)) {
 			if strings.HasPrefix(name, e.prefix+"delay.") {
 				names = append(names, name)
@@ -136,6 +140,15 @@ func (e *testEnv) cleanup() {
 			ch.Close()
 		}
 	}
+}
+
+// vhost is the virtual host of the env's broker URL.
+func (e *testEnv) vhost() string {
+	u, err := amqp.ParseURI(e.vars["REBOUND_AMQP_URL"])
+	if err != nil || u.Vhost == "" {
+		return "/"
+	}
+	return u.Vhost
 }
 
 func freeAddr(t testing.TB) string {
