@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -350,4 +351,37 @@ func TestNoLossOnSIGTERMWithFullWindow(t *testing.T) {
 	}
 	e.startBinary(bin)
 	e.account(n, 0, 3*time.Minute)
+}
+
+// TestNoLossUnderMemoryAlarm raises a memory alarm while messages flow.
+// Not parallel: the alarm blocks publishing on the whole broker.
+func TestNoLossUnderMemoryAlarm(t *testing.T) {
+	e := newTestEnv(t, fastLoop)
+	e.rejectAll(e.app)
+	e.startInProcess()
+	const n = 2000
+	e.publishNumbered(n)
+	rabbitmqctl(t, "-q", "set_vm_memory_high_watermark", "0")
+	restore := func() { _ = exec.Command("rabbitmqctl", "-q", "set_vm_memory_high_watermark", "0.4").Run() }
+	t.Cleanup(restore)
+
+	deadline := time.Now().Add(15 * time.Second)
+	for e.metric("rebound_connection_blocked") != "1" && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := e.metric("rebound_connection_blocked"); got != "1" {
+		t.Fatalf("rebound_connection_blocked = %q during the alarm, want 1", got)
+	}
+	if resp, err := http.Get("http://" + e.http + "/readyz"); err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("/readyz during the alarm: %v %v, want 503", resp, err)
+	}
+	if resp, err := http.Get("http://" + e.http + "/healthz"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("/healthz during the alarm: %v %v, want 200 (an alarm is not a wedge)", resp, err)
+	}
+	time.Sleep(2 * time.Second)
+	restore()
+	e.account(n, 0, 3*time.Minute)
+	if got := e.metric("rebound_connection_blocked"); got != "0" {
+		t.Errorf("rebound_connection_blocked = %q after the alarm, want 0", got)
+	}
 }
