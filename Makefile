@@ -1,23 +1,29 @@
-# rebound: the two quick-start commands are `make run` and `make test`.
+# rebound. Quick start: `make demo` and `make test` (see README.md).
 SHELL := /bin/bash
 export PATH := $(PATH):/usr/local/go/bin:$(HOME)/go/bin
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
 GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: run test build lint broker
+.PHONY: demo run test build lint broker bench
 
-# Runs rebound against the local broker, starting (or installing) RabbitMQ first.
+# The demo: rebound plus an application that fails every message.
+demo: broker build
+	./scripts/demo.sh
+
+# Runs rebound alone against the local broker, in the foreground.
 run: broker build
-	./bin/rebound schedule
 	./bin/rebound run
 
-# The whole test suite against a real RabbitMQ: formatting, vet, staticcheck, race tests.
+# The whole test suite against a real RabbitMQ: formatting, vet,
+# staticcheck, race-enabled tests, and the Kubernetes manifest checks.
 test: broker lint
 	go test $(GO_TEST_FLAGS) ./...
+	@if [ -f deploy/validate/go.mod ]; then cd deploy/validate && go vet ./... && go test -count=1 ./...; fi
 
 build:
 	@./scripts/ensure-go.sh
-	CGO_ENABLED=0 go build -trimpath -o bin/rebound .
+	CGO_ENABLED=0 go build -trimpath -ldflags "-X main.version=$(VERSION)" -o bin/rebound .
 
 lint:
 	@./scripts/ensure-go.sh
@@ -28,3 +34,7 @@ lint:
 
 broker:
 	@./scripts/ensure-rabbitmq.sh
+
+# Throughput against RabbitMQ's Shovel and a naive consumer; rewrites BENCHMARKS.md.
+bench: broker
+	go run ./bench

@@ -7,6 +7,7 @@
 //
 //	rebound [run]     run the sidecar
 //	rebound schedule  print the delay schedule the configured policy produces
+//	rebound config check  validate the configuration without connecting
 //
 // Configuration comes from REBOUND_* environment variables; see README.md.
 package main
@@ -61,6 +62,7 @@ const usage = `usage: rebound [command]
 commands:
   run        run the retry sidecar (the default)
   schedule   print the delay schedule the configured policy produces
+  config     check the configuration without connecting (rebound config check)
 
 Each command takes -h. Configuration comes from REBOUND_* environment variables.`
 
@@ -75,6 +77,8 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		return runSidecar(ctx, rest, environ, stdout, stderr)
 	case "schedule":
 		return runSchedule(rest, environ, stdout, stderr)
+	case "config":
+		return runConfig(rest, environ, stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(stdout, usage)
 		return nil

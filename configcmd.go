@@ -1,0 +1,41 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/rebound-mq/rebound/config"
+)
+
+// runConfig implements `rebound config check`: validate the environment's
+// configuration without connecting anywhere, for CI and for manifests.
+func runConfig(args, environ []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("config check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: rebound config check\n\nValidates the REBOUND_* environment like the sidecar does at start,\nwithout connecting. Exit status 2 and every problem when it is invalid.")
+	}
+	if len(args) == 0 || args[0] != "check" {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			fs.Usage()
+			return nil
+		}
+		return usageError{"usage: rebound config check"}
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return usageError{err.Error()}
+	}
+	cfg, err := config.Load(environ)
+	if err != nil {
+		return err
+	}
+	p := cfg.Policy()
+	fmt.Fprintf(stdout, "configuration OK: broker %s, inbox %s, %s backoff %s..%s, %s jitter, max retries %d, max duration %s, %s queues\n",
+		config.Redact(cfg.AMQPURL), cfg.InboxQueue, p.Backoff, p.MinDelay, p.MaxDelay, p.Jitter, p.MaxRetries, p.MaxDuration, cfg.QueueType)
+	return nil
+}
