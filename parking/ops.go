@@ -1,0 +1,320 @@
+package parking
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Listing is what List found.
+type Listing struct {
+	Scanned  int       // messages read from the queue
+	Matched  int       // messages that matched the filter, limit aside
+	Messages []Message // matches, at most the filter's limit
+}
+
+// List reads every message once and returns the matching ones, leaving
+// them all in the queue.
+func (q Queue) List(ctx context.Context, f Filter, now time.Time) (l Listing, err error) {
+	r, err := q.open()
+	if err != nil {
+		return l, err
+	}
+	defer func() {
+		if cerr := r.close(); err == nil {
+			err = cerr
+		}
+	}()
+	for {
+		d, ok, err := r.next(ctx)
+		if err != nil || !ok {
+			return l, errors.Join(err, ctx.Err())
+		}
+		l.Scanned++
+		m := q.Decode(d, now)
+		if !f.Match(m, now) {
+			continue
+		}
+		l.Matched++
+		if f.Limit == 0 || len(l.Messages) < f.Limit {
+			l.Messages = append(l.Messages, m)
+		}
+	}
+}
+
+// Purge removes the matching messages (at most the filter's limit) and
+// returns how many it read and removed.
+func (q Queue) Purge(ctx context.Context, f Filter, now time.Time) (scanned, removed int, err error) {
+	r, err := q.open()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() {
+		if cerr := r.close(); err == nil {
+			err = cerr
+		}
+	}()
+	for f.Limit == 0 || removed < f.Limit {
+		d, ok, err := r.next(ctx)
+		if err != nil || !ok {
+			return scanned, removed, errors.Join(err, ctx.Err())
+		}
+		scanned++
+		if !f.Match(q.Decode(d, now), now) {
+			continue
+		}
+		if err := r.ack(d); err != nil {
+			return scanned, removed, err
+		}
+		removed++
+	}
+	return scanned, removed, nil
+}
+
+// Kept is a matching message a replay left parked, and why.
+type Kept struct {
+	Message Message
+	Why     string
+}
+
+// Why a matching message was not replayed.
+const (
+	WhyUnknownOrigin = "unknown origin queue"
+	WhyOriginMissing = "origin queue does not exist"
+	WhyReturned      = "returned by the broker: origin queue not routable"
+	WhyNacked        = "broker refused the copy (nack)"
+	WhyUnconfirmed   = "copy not confirmed in time (it may have been delivered too)"
+	WhyInterrupted   = "interrupted before the copy was confirmed (it may have been delivered too)"
+)
+
+// ReplayResult is what Replay did.
+type ReplayResult struct {
+	Scanned  int    // messages read from the queue
+	Matched  int    // matches acted on (at most the limit)
+	Replayed int    // confirmed back in their origin queue and removed from the parking queue (or, dry run, would be)
+	Kept     []Kept // matches left parked
+}
+
+// replayBatch is how many copies are in flight before Replay waits for
+// their confirms.
+const replayBatch = 256
+
+type inFlight struct {
+	d  amqp.Delivery
+	m  Message
+	dc *amqp.DeferredConfirmation
+}
+
+// Replay sends each matching message back to its origin queue through the
+// default exchange (mandatory, with publisher confirms), with the retry
+// state reset by Codec.Replay as of now, and removes the parked copy only
+// once the broker has confirmed the new one and not returned it. A message
+// whose origin is unknown or missing stays parked and is reported in Kept.
+// With dryRun nothing is published or removed; Replayed counts what would
+// be.
+func (q Queue) Replay(ctx context.Context, f Filter, now time.Time, dryRun bool) (res ReplayResult, err error) {
+	r, err := q.open()
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		if cerr := r.close(); err == nil {
+			err = cerr
+		}
+	}()
+	exists := q.existence()
+	defer exists.close()
+
+	var pub *amqp.Channel
+	var returns chan amqp.Return
+	if !dryRun {
+		if pub, err = q.Conn.Channel(); err != nil {
+			return res, fmt.Errorf("open publishing channel: %w", err)
+		}
+		defer pub.Close()
+		if err := pub.Confirm(false); err != nil {
+			return res, fmt.Errorf("enable publisher confirms: %w", err)
+		}
+		// Every copy in a batch can come back: room for all, so the
+		// library's reader never blocks on this channel.
+		returns = pub.NotifyReturn(make(chan amqp.Return, replayBatch))
+	}
+	var batch []inFlight
+	for f.Limit == 0 || res.Matched < f.Limit {
+		d, ok, err := r.next(ctx)
+		if err != nil {
+			return res, err
+		}
+		if !ok {
+			break
+		}
+		res.Scanned++
+		m := q.Decode(d, now)
+		if !f.Match(m, now) {
+			continue
+		}
+		res.Matched++
+		if m.Origin == "" {
+			res.Kept = append(res.Kept, Kept{m, WhyUnknownOrigin})
+			continue
+		}
+		found, err := exists.check(m.Origin)
+		if err != nil {
+			return res, err
+		}
+		if !found {
+			res.Kept = append(res.Kept, Kept{m, WhyOriginMissing})
+			continue
+		}
+		if dryRun {
+			res.Replayed++
+			continue
+		}
+		dc, err := pub.PublishWithDeferredConfirmWithContext(ctx, "", m.Origin, true, false, q.replayCopy(d, now))
+		if err != nil {
+			res.Kept = append(res.Kept, Kept{m, WhyInterrupted})
+			break
+		}
+		batch = append(batch, inFlight{d: d, m: m, dc: dc})
+		if len(batch) == replayBatch {
+			if err := q.settle(r, batch, returns, &res); err != nil {
+				return res, err
+			}
+			batch = batch[:0]
+		}
+	}
+	// A cancelled ctx ends reading, but what was published is still
+	// settled, so an interrupted replay leaves few duplicates behind.
+	if len(batch) > 0 {
+		if err := q.settle(r, batch, returns, &res); err != nil {
+			return res, err
+		}
+	}
+	return res, ctx.Err()
+}
+
+// settle waits for the batch's confirms and acks each parked delivery
+// whose copy was confirmed and not returned.
+func (q Queue) settle(r *reader, batch []inFlight, returns <-chan amqp.Return, res *ReplayResult) error {
+	timeout := q.ConfirmTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	// Not the caller's context: on interrupt, copies already sent are
+	// still confirmed and their parked originals removed.
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	acked := make([]bool, len(batch))
+	unknownFrom := len(batch) // copies from here on have an unknown fate
+	var waitErr error
+	for i, p := range batch {
+		ok, err := p.dc.WaitContext(ctx)
+		if err != nil {
+			waitErr, unknownFrom = err, i
+			break
+		}
+		acked[i] = ok
+	}
+	// amqp091-go hands a basic.return to the NotifyReturn channel before
+	// it reads the confirm that follows it, so once the batch is confirmed
+	// every return for it is waiting here. A return carries no publish
+	// sequence number: every copy of the batch to a returned routing key
+	// stays parked (a copy that got through is then a duplicate, never a
+	// loss).
+	returned := map[string]bool{}
+	for drained := false; !drained; {
+		select {
+		case ret := <-returns:
+			returned[ret.RoutingKey] = true
+		default:
+			drained = true
+		}
+	}
+	for i, p := range batch {
+		switch {
+		case i >= unknownFrom:
+			res.Kept = append(res.Kept, Kept{p.m, WhyUnconfirmed})
+		case !acked[i]:
+			res.Kept = append(res.Kept, Kept{p.m, WhyNacked})
+		case returned[p.m.Origin]:
+			res.Kept = append(res.Kept, Kept{p.m, WhyReturned})
+		default:
+			if err := r.ack(p.d); err != nil {
+				return err
+			}
+			res.Replayed++
+		}
+	}
+	if waitErr != nil {
+		return fmt.Errorf("wait for confirms: %w", waitErr)
+	}
+	return nil
+}
+
+// replayCopy is the publishing sent back to the origin queue: body and
+// properties kept, retry state reset, except the user id (the broker
+// refuses one that is not the connection's own user) and expiration
+// (rebound never parks a message with one).
+func (q Queue) replayCopy(d amqp.Delivery, now time.Time) amqp.Publishing {
+	return amqp.Publishing{
+		Headers:         q.Codec.Replay(d.Headers, now),
+		ContentType:     d.ContentType,
+		ContentEncoding: d.ContentEncoding,
+		DeliveryMode:    d.DeliveryMode,
+		Priority:        d.Priority,
+		CorrelationId:   d.CorrelationId,
+		ReplyTo:         d.ReplyTo,
+		MessageId:       d.MessageId,
+		Timestamp:       d.Timestamp,
+		Type:            d.Type,
+		AppId:           d.AppId,
+		Body:            d.Body,
+	}
+}
+
+// queueCheck remembers which origin queues exist. A passive declare of a
+// missing queue closes its channel, so checks run on a channel of their
+// own, reopened after each miss.
+type queueCheck struct {
+	conn  *amqp.Connection
+	ch    *amqp.Channel
+	known map[string]bool
+}
+
+func (q Queue) existence() *queueCheck {
+	return &queueCheck{conn: q.Conn, known: map[string]bool{}}
+}
+
+func (c *queueCheck) check(queue string) (bool, error) {
+	if found, ok := c.known[queue]; ok {
+		return found, nil
+	}
+	if c.ch == nil {
+		ch, err := c.conn.Channel()
+		if err != nil {
+			return false, fmt.Errorf("open channel: %w", err)
+		}
+		c.ch = ch
+	}
+	_, err := c.ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	var aerr *amqp.Error
+	switch {
+	case err == nil:
+		c.known[queue] = true
+	case errors.As(err, &aerr) && aerr.Code == amqp.NotFound:
+		c.known[queue] = false
+		c.ch = nil // closed by the broker
+	default:
+		return false, fmt.Errorf("check origin queue %s: %w", queue, err)
+	}
+	return c.known[queue], nil
+}
+
+func (c *queueCheck) close() {
+	if c.ch != nil {
+		_ = c.ch.Close()
+	}
+}

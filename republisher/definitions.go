@@ -1,0 +1,120 @@
+package republisher
+
+import (
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Definitions is a RabbitMQ definitions document, the JSON that
+// `rabbitmqctl import_definitions` and the management API load. It holds
+// only the parts rebound needs; RabbitMQ imports it into the virtual host
+// named in each entry.
+type Definitions struct {
+	Exchanges []ExchangeDefinition `json:"exchanges"`
+	Queues    []QueueDefinition    `json:"queues"`
+	Bindings  []BindingDefinition  `json:"bindings"`
+	Policies  []PolicyDefinition   `json:"policies"`
+}
+
+// ExchangeDefinition is one exchange in a definitions document.
+type ExchangeDefinition struct {
+	Name       string     `json:"name"`
+	VHost      string     `json:"vhost"`
+	Type       string     `json:"type"`
+	Durable    bool       `json:"durable"`
+	AutoDelete bool       `json:"auto_delete"`
+	Internal   bool       `json:"internal"`
+	Arguments  amqp.Table `json:"arguments"`
+}
+
+// QueueDefinition is one queue in a definitions document.
+type QueueDefinition struct {
+	Name       string     `json:"name"`
+	VHost      string     `json:"vhost"`
+	Durable    bool       `json:"durable"`
+	AutoDelete bool       `json:"auto_delete"`
+	Arguments  amqp.Table `json:"arguments"`
+}
+
+// BindingDefinition is one binding of a queue to an exchange.
+type BindingDefinition struct {
+	Source          string     `json:"source"`
+	VHost           string     `json:"vhost"`
+	Destination     string     `json:"destination"`
+	DestinationType string     `json:"destination_type"`
+	RoutingKey      string     `json:"routing_key"`
+	Arguments       amqp.Table `json:"arguments"`
+}
+
+// PolicyDefinition is one policy in a definitions document.
+type PolicyDefinition struct {
+	VHost      string     `json:"vhost"`
+	Name       string     `json:"name"`
+	Pattern    string     `json:"pattern"`
+	ApplyTo    string     `json:"apply-to"`
+	Definition amqp.Table `json:"definition"`
+	Priority   int        `json:"priority"`
+}
+
+// Definitions describes the topology in vhost as a definitions document:
+// the exchanges, fixed queues and bindings Declare declares (all durable,
+// same arguments), plus the delay queue and binding of each delay given.
+// Delay queues are otherwise declared by the sidecar on first use, since
+// with jitter the set of delays is not known in advance.
+//
+// Policies is empty: application queues are the operator's; see
+// DeadLetterPolicy.
+func (t Topology) Definitions(vhost string, delays ...time.Duration) Definitions {
+	defs := Definitions{
+		Exchanges: []ExchangeDefinition{},
+		Queues:    []QueueDefinition{},
+		Bindings:  []BindingDefinition{},
+		Policies:  []PolicyDefinition{},
+	}
+	for _, e := range t.Exchanges() {
+		defs.Exchanges = append(defs.Exchanges, ExchangeDefinition{
+			Name: e.Name, VHost: vhost, Type: e.Kind, Durable: true, Arguments: amqp.Table{},
+		})
+	}
+	queue := func(q Queue) {
+		defs.Queues = append(defs.Queues, QueueDefinition{Name: q.Name, VHost: vhost, Durable: true, Arguments: nonNil(q.Args)})
+	}
+	binding := func(b Binding) {
+		defs.Bindings = append(defs.Bindings, BindingDefinition{
+			Source: b.Exchange, VHost: vhost, Destination: b.Queue, DestinationType: "queue",
+			RoutingKey: b.Key, Arguments: nonNil(b.Args),
+		})
+	}
+	for _, q := range t.Queues() {
+		queue(q)
+	}
+	for _, b := range t.Bindings() {
+		binding(b)
+	}
+	for _, d := range delays {
+		q, b := t.DelayQueue(d)
+		queue(q)
+		binding(b)
+	}
+	return defs
+}
+
+// DeadLetterPolicy returns a policy that makes every queue of vhost whose
+// name matches pattern dead-letter to the topology's dead-letter exchange:
+// the one setting application queues need to use rebound, without
+// redeclaring them with an x-dead-letter-exchange argument (an argument
+// set on the queue takes precedence over the policy).
+func (t Topology) DeadLetterPolicy(vhost, name, pattern string) PolicyDefinition {
+	return PolicyDefinition{
+		VHost: vhost, Name: name, Pattern: pattern, ApplyTo: "queues",
+		Definition: amqp.Table{"dead-letter-exchange": t.DeadLetterExchange},
+	}
+}
+
+func nonNil(t amqp.Table) amqp.Table {
+	if t == nil {
+		return amqp.Table{}
+	}
+	return t
+}
