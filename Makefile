@@ -19,6 +19,7 @@ run: broker build
 # staticcheck, race-enabled tests, and the Kubernetes manifest checks.
 test: broker lint
 	go test $(GO_TEST_FLAGS) ./...
+	REBOUND_TEST_BROKER_RESTART=1 go test $(GO_TEST_FLAGS) -run 'TestNoLossWhenBrokerRestarts' .
 	@if [ -f deploy/validate/go.mod ]; then cd deploy/validate && go vet ./... && go test -count=1 ./...; fi
 
 build:

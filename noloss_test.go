@@ -385,3 +385,49 @@ func TestNoLossUnderMemoryAlarm(t *testing.T) {
 		t.Errorf("rebound_connection_blocked = %q after the alarm, want 0", got)
 	}
 }
+
+func TestInboxDeletedIsReestablishedWithoutSpinning(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, fastLoop)
+	e.rejectAll(e.app)
+	e.startInProcess()
+	if _, err := e.ch.QueueDelete(e.vars["REBOUND_INBOX_QUEUE"], false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	// The broker cancels rebound's consumer; rebound must come back,
+	// declare the inbox again and carry on, backing off between attempts.
+	deadline := time.Now().Add(20 * time.Second)
+	for e.freshQueueLen(e.vars["REBOUND_INBOX_QUEUE"]) < 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second)
+	reconnects, _ := strconv.Atoi(e.metric("rebound_reconnects_total"))
+	if reconnects < 1 || reconnects > 3 {
+		t.Errorf("rebound_reconnects_total = %d two seconds after the inbox came back, want 1 to 3 (no spinning)", reconnects)
+	}
+	const n = 200
+	e.publishNumbered(n)
+	e.account(n, 0, time.Minute)
+}
+
+// TestNoLossWhenBrokerRestarts stops and starts the broker application
+// while messages flow. It disturbs every test using the broker, so it only
+// runs when asked: `make test` runs it on its own after the rest.
+func TestNoLossWhenBrokerRestarts(t *testing.T) {
+	if os.Getenv("REBOUND_TEST_BROKER_RESTART") == "" {
+		t.Skip("restarts the broker; set REBOUND_TEST_BROKER_RESTART=1 (make test does, in a step of its own)")
+	}
+	e := newTestEnv(t, with(fastLoop, "REBOUND_MIN_DELAY", "200ms"))
+	e.rejectAll(e.app)
+	e.startInProcess()
+	const n = 3000
+	e.publishNumbered(n)
+	for _, pause := range []time.Duration{time.Second, 5 * time.Second} {
+		time.Sleep(300 * time.Millisecond)
+		rabbitmqctl(t, "-q", "stop_app")
+		time.Sleep(pause)
+		rabbitmqctl(t, "-q", "start_app")
+		rabbitmqctl(t, "-q", "await_startup")
+	}
+	e.account(n, 0, 3*time.Minute)
+}
