@@ -1,0 +1,489 @@
+package headers
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Decode reads the state. timestamp is the message's timestamp property
+// (zero when absent); now is the caller's clock (Decode reads none).
+// Problems are appended to buf (pass buf[:0] to reuse it).
+//
+// Decode never fails: a header that cannot be read is reported as a Problem
+// and treated as absent, so the message still moves on with a valid state.
+// A header whose value is AMQP void (nil) counts as absent and is not a
+// Problem. Every header Decode knows is checked, even one another header
+// makes unnecessary, so a broken producer shows up in the metrics early.
+//
+// The task start is the task-start header, else the timestamp property,
+// else the oldest time in x-death, else now; the timestamp property is
+// skipped silently when it is before 2000 or too far in the future, since
+// it is the producer's property, not rebound's header. The origin is the
+// origin header, else the queue of the newest x-death entry, else
+// x-first-death-queue.
+//
+// The returned StartedAt is in UTC and has no monotonic clock reading.
+func (c Codec) Decode(h amqp.Table, timestamp, now time.Time, buf []Problem) (State, []Problem) {
+	d := decoding{now: now, skew: c.MaxFutureSkew, problems: buf}
+	n := c.Names
+	var s State
+
+	if v := h[n.RetryCount]; v != nil {
+		s.Retries = d.count(n.RetryCount, v)
+	}
+
+	start, haveStart := time.Time{}, false
+	if v := h[n.TaskStartedAt]; v != nil {
+		var why string
+		if start, why = d.instant(v); why != "" {
+			d.report(n.TaskStartedAt, why, v)
+		} else {
+			haveStart = true
+		}
+	}
+
+	if v := h[n.LastDelay]; v != nil {
+		s.LastDelay = d.lastDelay(n.LastDelay, v)
+	}
+
+	if v := h[n.NonRetryable]; v != nil {
+		s.NonRetryable = d.flag(n.NonRetryable, v)
+	}
+
+	if v := h[n.OriginQueue]; v != nil {
+		q, why := queueName(v)
+		if why != "" {
+			d.report(n.OriginQueue, why, v)
+		}
+		s.Origin = q
+	}
+
+	var deathQueue string
+	var oldestDeath time.Time
+	if v := h[XDeath]; v != nil {
+		deathQueue, oldestDeath = d.xDeath(v)
+	}
+
+	var firstDeathQueue string
+	if v := h[XFirstDeathQueue]; v != nil {
+		q, why := queueName(v)
+		if why != "" {
+			d.report(XFirstDeathQueue, why, v)
+		}
+		firstDeathQueue = q
+	}
+
+	if s.Origin == "" {
+		s.Origin = deathQueue
+	}
+	if s.Origin == "" {
+		s.Origin = firstDeathQueue
+	}
+
+	switch {
+	case haveStart:
+	case !timestamp.IsZero() && d.plausible(timestamp) == "":
+		start = timestamp
+	case !oldestDeath.IsZero():
+		start = oldestDeath
+	default:
+		start = now
+	}
+	s.StartedAt = start.UTC()
+
+	return s, d.problems
+}
+
+// decoding holds what the readers of one Decode call share.
+type decoding struct {
+	now      time.Time
+	skew     time.Duration
+	problems []Problem
+}
+
+// report records a header that could not be read. It is the only place
+// that formats, so reading a valid message allocates nothing.
+func (d *decoding) report(header, why string, v any) {
+	d.problems = append(d.problems, Problem{Header: header, Reason: why + ", got " + describe(v)})
+}
+
+func (d *decoding) count(name string, v any) int {
+	n, why := integer(v)
+	switch {
+	case why != "":
+	case n < 0:
+		why = "negative"
+	case n > MaxRetryCount:
+		why = "above " + strconv.Itoa(MaxRetryCount)
+	default:
+		return int(n)
+	}
+	d.report(name, why, v)
+	return 0
+}
+
+func (d *decoding) lastDelay(name string, v any) time.Duration {
+	ms, why := integer(v)
+	switch {
+	case why != "":
+	case ms < 0:
+		why = "negative"
+	case ms > MaxLastDelay.Milliseconds():
+		why = "above " + MaxLastDelay.String()
+	default:
+		return time.Duration(ms) * time.Millisecond
+	}
+	d.report(name, why, v)
+	return 0
+}
+
+// flag reads a boolean the way people and other languages' clients write
+// one: an AMQP boolean, 0 or 1, or a word.
+func (d *decoding) flag(name string, v any) bool {
+	switch v := v.(type) {
+	case bool:
+		return v
+	case string:
+		if b, ok := word(v); ok {
+			return b
+		}
+	case []byte:
+		if b, ok := word(string(v)); ok {
+			return b
+		}
+	default:
+		if n, why := integer(v); why == "" && (n == 0 || n == 1) {
+			return n == 1
+		}
+	}
+	d.report(name, "not a boolean", v)
+	return false
+}
+
+func word(s string) (value, ok bool) {
+	s = strings.TrimSpace(s)
+	for _, t := range [...]string{"true", "1", "yes"} {
+		if strings.EqualFold(s, t) {
+			return true, true
+		}
+	}
+	for _, f := range [...]string{"false", "0", "no"} {
+		if strings.EqualFold(s, f) {
+			return false, true
+		}
+	}
+	return false, false
+}
+
+// instant reads a point in time: Unix milliseconds in any number form, an
+// AMQP timestamp, or an RFC 3339 string. It does not report, so x-death
+// entries can use it too.
+func (d *decoding) instant(v any) (time.Time, string) {
+	var t time.Time
+	switch v := v.(type) {
+	case time.Time:
+		t = v
+	case string:
+		return d.instantText(v)
+	case []byte:
+		return d.instantText(string(v))
+	default:
+		ms, why := integer(v)
+		if why != "" {
+			return time.Time{}, why
+		}
+		if ms < minTimeMs {
+			if ms >= minTimeMs/1000 {
+				return time.Time{}, "before 2000-01-01 (Unix seconds instead of milliseconds?)"
+			}
+			return time.Time{}, "before 2000-01-01"
+		}
+		t = time.UnixMilli(ms)
+	}
+	if why := d.plausible(t); why != "" {
+		return time.Time{}, why
+	}
+	return t, ""
+}
+
+func (d *decoding) instantText(s string) (time.Time, string) {
+	s = strings.TrimSpace(s)
+	if len(s) > maxText {
+		return time.Time{}, "neither Unix milliseconds nor RFC 3339"
+	}
+	if digits(s) {
+		ms, why := integerText(s)
+		if why != "" {
+			return time.Time{}, why
+		}
+		return d.instant(ms)
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, "neither Unix milliseconds nor RFC 3339"
+	}
+	if why := d.plausible(t); why != "" {
+		return time.Time{}, why
+	}
+	return t, ""
+}
+
+// plausible says what is wrong with t as a task start, or "".
+func (d *decoding) plausible(t time.Time) string {
+	if t.UnixMilli() < minTimeMs {
+		return "before 2000-01-01"
+	}
+	if t.After(d.now.Add(d.skew)) {
+		return "more than " + d.skew.String() + " in the future"
+	}
+	return ""
+}
+
+// xDeath reads the queue of the newest entry and the oldest time of all
+// entries. RabbitMQ keeps x-death newest first and moves an entry to the
+// front when the same queue dead-letters the message again, so the first
+// entry is always where the message just died. An entry keeps the time of
+// its first death, so the oldest time is the minimum over all entries, not
+// the time of the last one. Only the first malformation is reported: one
+// broken x-death is one Problem.
+func (d *decoding) xDeath(v any) (newestQueue string, oldest time.Time) {
+	entries, ok := v.([]any)
+	if !ok {
+		d.report(XDeath, "not an array", v)
+		return "", time.Time{}
+	}
+	if len(entries) == 0 {
+		d.problems = append(d.problems, Problem{Header: XDeath, Reason: "empty array"})
+		return "", time.Time{}
+	}
+	bad := ""
+	for i, e := range entries {
+		entry, ok := e.(amqp.Table)
+		if !ok {
+			if bad == "" {
+				bad = fmt.Sprintf("entry %d is not a table, got %s", i, describe(e))
+			}
+			continue
+		}
+		if q, why := queueName(entry["queue"]); why != "" {
+			if bad == "" {
+				bad = fmt.Sprintf("entry %d queue: %s, got %s", i, why, describe(entry["queue"]))
+			}
+		} else if i == 0 {
+			newestQueue = q
+		}
+		if t, why := d.instant(entry["time"]); why != "" {
+			if bad == "" {
+				bad = fmt.Sprintf("entry %d time: %s, got %s", i, why, describe(entry["time"]))
+			}
+		} else if oldest.IsZero() || t.Before(oldest) {
+			oldest = t
+		}
+		if r, ok := entry["reason"]; ok {
+			if _, ok := r.(string); !ok && bad == "" {
+				bad = fmt.Sprintf("entry %d reason: not a string, got %s", i, describe(r))
+			}
+		}
+	}
+	if bad != "" {
+		d.problems = append(d.problems, Problem{Header: XDeath, Reason: bad})
+	}
+	return newestQueue, oldest
+}
+
+// queueName reads a queue name. RabbitMQ writes long strings; other
+// clients sometimes send byte arrays.
+func queueName(v any) (string, string) {
+	var q string
+	switch v := v.(type) {
+	case string:
+		q = v
+	case []byte:
+		q = string(v)
+	case nil:
+		return "", "missing"
+	default:
+		return "", "not a string"
+	}
+	if q == "" {
+		return "", "empty"
+	}
+	if len(q) > MaxQueueName {
+		return "", "longer than " + strconv.Itoa(MaxQueueName) + " bytes"
+	}
+	return q, ""
+}
+
+// maxText is longer than any number or RFC 3339 time a reader accepts.
+const maxText = 64
+
+// integer reads a whole number from any AMQP number type amqp091-go
+// decodes (plus Go's int, uint and uint64, which Go code puts in tables),
+// an integral float or decimal, or a decimal string. why is "" on success
+// and a constant otherwise, so the happy path does not allocate.
+func integer(v any) (n int64, why string) {
+	switch v := v.(type) {
+	case int64:
+		return v, ""
+	case int32:
+		return int64(v), ""
+	case int16:
+		return int64(v), ""
+	case int8:
+		return int64(v), ""
+	case int:
+		return int64(v), ""
+	case uint8:
+		return int64(v), ""
+	case uint16:
+		return int64(v), ""
+	case uint32:
+		return int64(v), ""
+	case uint:
+		return unsigned(uint64(v))
+	case uint64:
+		return unsigned(v)
+	case float64:
+		return whole(v)
+	case float32:
+		return whole(float64(v))
+	case amqp.Decimal:
+		return decimal(v)
+	case string:
+		return integerText(v)
+	case []byte:
+		return integerText(string(v))
+	case nil:
+		return 0, "missing"
+	}
+	return 0, "not a number"
+}
+
+func unsigned(u uint64) (int64, string) {
+	if u > math.MaxInt64 {
+		return 0, "out of range"
+	}
+	return int64(u), ""
+}
+
+func whole(f float64) (int64, string) {
+	switch {
+	case math.IsNaN(f) || math.IsInf(f, 0):
+		return 0, "not a finite number"
+	case f != math.Trunc(f):
+		return 0, "not a whole number"
+	case f < math.MinInt64 || f >= math.MaxInt64:
+		return 0, "out of range"
+	}
+	return int64(f), ""
+}
+
+// decimal reads an AMQP decimal, Value / 10^Scale, when it is whole.
+func decimal(d amqp.Decimal) (int64, string) {
+	if d.Value == 0 || d.Scale == 0 {
+		return int64(d.Value), ""
+	}
+	// |Value| < 10^10, so a non-zero value with a larger scale is a fraction.
+	if d.Scale > 9 {
+		return 0, "not a whole number"
+	}
+	p := int64(1)
+	for range d.Scale {
+		p *= 10
+	}
+	if int64(d.Value)%p != 0 {
+		return 0, "not a whole number"
+	}
+	return int64(d.Value) / p, ""
+}
+
+func integerText(s string) (int64, string) {
+	s = strings.TrimSpace(s)
+	switch {
+	case s == "":
+		return 0, "empty string"
+	case len(s) > maxText:
+		// Not worth parsing: strconv would copy all of it into its error.
+		return 0, "not a decimal number"
+	}
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return n, ""
+	}
+	// "3.0" and "1e3" are whole numbers written by someone's float
+	// formatting; hexadecimal, "Inf" and the like are not decimal text.
+	if !floatText(s) {
+		return 0, "not a decimal number"
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, "out of range"
+	}
+	return whole(f)
+}
+
+// digits reports whether s is an optionally signed run of ASCII digits.
+func digits(s string) bool {
+	if s != "" && (s[0] == '-' || s[0] == '+') {
+		s = s[1:]
+	}
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// floatText reports whether s looks like a decimal float: digits, signs,
+// one point and exponents only.
+func floatText(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9', c == '+', c == '-', c == '.', c == 'e', c == 'E':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// describe renders a value for a Problem: its type and, for scalars, the
+// value, cut short so a huge header never ends up whole in a log line.
+func describe(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "void"
+	case string:
+		return "string " + quote(v)
+	case []byte:
+		return "bytes " + quote(string(v))
+	case []any:
+		return "array of " + strconv.Itoa(len(v))
+	case amqp.Table:
+		return "table of " + strconv.Itoa(len(v))
+	case time.Time:
+		return "timestamp " + v.UTC().Format(time.RFC3339)
+	}
+	s := fmt.Sprintf("%T %v", v, v)
+	if len(s) > 2*maxQuoted {
+		s = s[:2*maxQuoted] + "..."
+	}
+	return s
+}
+
+const maxQuoted = 40
+
+func quote(s string) string {
+	if len(s) <= maxQuoted {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(s[:maxQuoted]) + fmt.Sprintf("... (%d bytes)", len(s))
+}

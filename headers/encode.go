@@ -1,0 +1,168 @@
+package headers
+
+import (
+	"maps"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/rebound-mq/rebound/policy"
+)
+
+// The writers below return a new table and never modify h, which is the
+// delivery's own header table. The copy is shallow: nested arrays and
+// tables (x-death among them) are shared with h, and neither side may
+// modify them.
+//
+// Numbers are written as int64 (an AMQP long), never as Go int, which
+// amqp091-go encodes in 32 bits. Every rebound header a writer leaves in
+// the table is rewritten from the decoded state, so a header that Decode
+// could not read never travels on with the copy.
+
+// Retry returns the headers for the copy scheduled after delay: a new table
+// with every header of h kept as is, plus count = s.Retries+1, task start =
+// s.StartedAt, last delay = delay (ms), origin = s.Origin. s is what Decode
+// returned for h.
+//
+// The delay is written in whole milliseconds, clamped to [0, MaxLastDelay],
+// and the count is capped at MaxRetryCount, so the next Decode accepts
+// both. When s.Origin is "" the origin header is dropped if it cannot be
+// read. The non-retryable header is rewritten as a boolean when h has one.
+// Parked reason and parked-at are dropped: a copy on its way back to its
+// queue is not parked.
+func (c Codec) Retry(h amqp.Table, s State, delay time.Duration) amqp.Table {
+	n := c.Names
+	out := clone(h)
+	out[n.RetryCount] = retryCount(s.Retries + 1)
+	putInt64(out, n.TaskStartedAt, s.StartedAt.UnixMilli())
+	out[n.LastDelay] = clampDelay(delay).Milliseconds()
+	c.putOrigin(out, s.Origin)
+	c.putNonRetryable(out, s.NonRetryable)
+	delete(out, n.ParkedReason)
+	delete(out, n.ParkedAt)
+	return out
+}
+
+// Park returns the headers for the parked copy: every header of h kept,
+// count = s.Retries, task start, origin (when known), parked reason and
+// parked-at (Unix ms). s is what Decode returned for h.
+//
+// The origin is what `rebound parked` replays to, so it is written even
+// when it came from x-death. The last delay and non-retryable headers are
+// rewritten from s when h has them.
+func (c Codec) Park(h amqp.Table, s State, reason policy.Reason, at time.Time) amqp.Table {
+	n := c.Names
+	out := clone(h)
+	out[n.RetryCount] = retryCount(s.Retries)
+	putInt64(out, n.TaskStartedAt, s.StartedAt.UnixMilli())
+	if _, ok := h[n.LastDelay]; ok || s.LastDelay > 0 {
+		putInt64(out, n.LastDelay, clampDelay(s.LastDelay).Milliseconds())
+	}
+	c.putOrigin(out, s.Origin)
+	c.putNonRetryable(out, s.NonRetryable)
+	out[n.ParkedReason] = string(reason)
+	out[n.ParkedAt] = at.UnixMilli()
+	return out
+}
+
+// Replay returns the headers for a parked message sent back to its origin
+// by an operator: every application header kept, retry state reset (count
+// removed, task start = now, last delay, parked reason, parked at and
+// non-retryable removed), origin kept.
+//
+// The message starts over as a new task: its retry budget is measured from
+// now. The origin is kept when it can be read (a byte array is rewritten as
+// a string) and dropped otherwise. x-death and x-retry-error are the
+// application's and are kept.
+func (c Codec) Replay(h amqp.Table, now time.Time) amqp.Table {
+	n := c.Names
+	out := clone(h)
+	delete(out, n.RetryCount)
+	delete(out, n.LastDelay)
+	delete(out, n.ParkedReason)
+	delete(out, n.ParkedAt)
+	delete(out, n.NonRetryable)
+	out[n.TaskStartedAt] = now.UnixMilli()
+	if q, why := queueName(out[n.OriginQueue]); why == "" {
+		putString(out, n.OriginQueue, q)
+	} else {
+		delete(out, n.OriginQueue)
+	}
+	return out
+}
+
+// Parked reads what Park wrote, for tools that list parked messages. ok is
+// false when h has no readable parked reason; at is zero when the parked-at
+// header is absent or unreadable.
+func (c Codec) Parked(h amqp.Table) (reason policy.Reason, at time.Time, ok bool) {
+	r, why := queueName(h[c.Names.ParkedReason]) // same rules: a non-empty, short string
+	if why != "" {
+		return "", time.Time{}, false
+	}
+	if ms, why := integer(h[c.Names.ParkedAt]); why == "" && ms >= minTimeMs {
+		at = time.UnixMilli(ms).UTC()
+	}
+	return policy.Reason(r), at, true
+}
+
+// putOrigin writes a known origin. An unknown one leaves a readable header
+// alone (the caller built s by hand) and drops an unreadable one.
+func (c Codec) putOrigin(out amqp.Table, origin string) {
+	name := c.Names.OriginQueue
+	if origin != "" {
+		// On the first failure the origin usually is x-first-death-queue:
+		// share its value instead of boxing the same string again.
+		if q, ok := out[XFirstDeathQueue].(string); ok && q == origin {
+			out[name] = out[XFirstDeathQueue]
+			return
+		}
+		putString(out, name, origin)
+		return
+	}
+	if _, why := queueName(out[name]); why != "" {
+		delete(out, name)
+	}
+}
+
+// putNonRetryable rewrites the flag as an AMQP boolean when the message
+// had one, and adds it only when it is set, so copies stay as small as the
+// message was.
+func (c Codec) putNonRetryable(out amqp.Table, v bool) {
+	name := c.Names.NonRetryable
+	if _, ok := out[name]; ok || v {
+		out[name] = v
+	}
+}
+
+// clone copies h. maps.Clone copies the hash table as it is, which costs
+// much less than inserting every header into a new map; the few headers
+// added afterwards fit in the room a map keeps, or grow it once.
+func clone(h amqp.Table) amqp.Table {
+	if h == nil {
+		return make(amqp.Table, 5)
+	}
+	return maps.Clone(h)
+}
+
+// putInt64 and putString leave a header alone when it already holds the
+// value: putting a number or string into an interface allocates, and after
+// the first retry the task start and origin no longer change.
+func putInt64(out amqp.Table, name string, v int64) {
+	if old, ok := out[name].(int64); !ok || old != v {
+		out[name] = v
+	}
+}
+
+func putString(out amqp.Table, name, v string) {
+	if old, ok := out[name].(string); !ok || old != v {
+		out[name] = v
+	}
+}
+
+func retryCount(n int) int64 {
+	return int64(min(max(n, 0), MaxRetryCount))
+}
+
+func clampDelay(d time.Duration) time.Duration {
+	return min(max(d, 0), MaxLastDelay)
+}
