@@ -14,7 +14,8 @@ import "time"
 type Backoff string
 
 // Backoff shapes. Linear, Arithmetic and Geometric are fitted between
-// MinDelay and MaxDelay over MaxRetries retries.
+// MinDelay and MaxDelay over the delayed retries (MaxRetries minus
+// ImmediateRetries); see Policy.Nominal for the formulas.
 const (
 	Constant    Backoff = "constant"
 	Linear      Backoff = "linear"
@@ -27,7 +28,7 @@ const (
 var Backoffs = []Backoff{Constant, Linear, Arithmetic, Geometric, Exponential}
 
 // Fitted reports whether the shape is fitted from MinDelay to MaxDelay over
-// MaxRetries retries, and so needs MaxRetries >= 2.
+// the delayed retries, and so needs MaxRetries - ImmediateRetries >= 2.
 func (b Backoff) Fitted() bool {
 	return b == Linear || b == Arithmetic || b == Geometric
 }
@@ -35,7 +36,20 @@ func (b Backoff) Fitted() bool {
 // Jitter names how randomness is applied to the nominal delay.
 type Jitter string
 
-// Jitter modes, as DESIGN.md defines them.
+// Jitter modes, as DESIGN.md defines them. With d the nominal delay, m
+// MinDelay, M MaxDelay, U uniform on [0, 1) and Z standard normal:
+//
+//	none          d
+//	full          U·d
+//	equal         d/2 + U·d/2
+//	bounded       m/2 + U·(d − m/2)
+//	decorrelated  m + U·(min(M, 3·last) − m), last = State.LastDelay or m when 0;
+//	              the backoff curve is not used
+//	proportional  d·(1 + f·(2U − 1)), f = JitterFactor
+//	gaussian      d·(1 + f·Z)
+//	additive      d + U·JitterMax
+//
+// Every result is then clamped to [0, M].
 const (
 	NoJitter           Jitter = "none"
 	FullJitter         Jitter = "full"
@@ -80,7 +94,9 @@ const (
 var Reasons = []Reason{MaxRetries, MaxDuration, NonRetryable, UnknownOrigin}
 
 // Policy is a validated retry policy. The zero value is not useful; build
-// one from configuration (package config validates every field).
+// one from configuration (package config validates every field). Decide
+// does not panic on an unvalidated Policy, but its guarantees hold only for
+// valid ones; unknown names behave like Constant, NoJitter and Clamp.
 type Policy struct {
 	Backoff          Backoff
 	MinDelay         time.Duration
@@ -97,8 +113,8 @@ type Policy struct {
 
 // State is the retry state of one message, as decoded from its headers.
 type State struct {
-	Retries      int           // retries already scheduled (0-based n)
-	StartedAt    time.Time     // when the task was first attempted
+	Retries      int           // retries already scheduled (0-based n); negative counts as 0
+	StartedAt    time.Time     // when the task was first attempted; must be set (the zero time spends any budget)
 	LastDelay    time.Duration // last delay chosen; 0 when absent
 	NonRetryable bool          // the consumer marked the failure permanent
 }
@@ -111,8 +127,92 @@ type Decision struct {
 }
 
 // Rand is the random source Decide draws from. *math/rand/v2.Rand
-// satisfies it; tests pass a seeded one so results are exact.
+// satisfies it; tests pass a seeded one so results are exact. Decide draws
+// at most once per call, and not at all for NoJitter or an immediate retry,
+// so a nil Rand is allowed there.
 type Rand interface {
 	Float64() float64     // uniform on [0, 1)
 	NormFloat64() float64 // standard normal
+}
+
+// Decide says whether the message whose retry state is s, failing at now,
+// is retried and after which delay, or parked and why. It reads no clock
+// and keeps no state: the same inputs and random draws give the same
+// Decision.
+//
+// The checks run in this order, the first that applies wins:
+//
+//  1. s.NonRetryable: park with NonRetryable.
+//  2. MaxRetries > 0 and n >= MaxRetries: park with MaxRetries.
+//  3. MaxDuration > 0 and now − StartedAt >= MaxDuration: park with MaxDuration.
+//  4. n < ImmediateRetries: retry with Delay 0.
+//  5. Otherwise the delay is the nominal delay of retry n (Nominal) with
+//     jitter applied and clamped to [0, MaxDelay]. When it would end past
+//     StartedAt + MaxDuration, Deadline decides: Clamp shortens it to end at
+//     the deadline, Strict parks with MaxDuration, Lenient keeps it.
+//
+// The returned Delay is what the delay queue holds: rounded to two
+// significant digits in milliseconds (RoundDelay), except that it is
+// rounded down instead when rounding up would pass MaxDelay or, under Clamp
+// and Strict, the deadline. So 0 <= Delay <= MaxDelay, and under Clamp and
+// Strict a retry never lands past StartedAt + MaxDuration. Under Clamp, a
+// budget that has less than a millisecond left (the delay queues' unit)
+// parks with MaxDuration instead of retrying with no delay.
+//
+// A StartedAt in the future (clock skew between producers and rebound)
+// counts as now.
+func (p Policy) Decide(s State, now time.Time, r Rand) Decision {
+	n := max(s.Retries, 0)
+	if s.NonRetryable {
+		return Decision{Reason: NonRetryable}
+	}
+	if p.MaxRetries > 0 && n >= p.MaxRetries {
+		return Decision{Reason: MaxRetries}
+	}
+	elapsed := max(now.Sub(s.StartedAt), 0)
+	if p.MaxDuration > 0 && elapsed >= p.MaxDuration {
+		return Decision{Reason: MaxDuration}
+	}
+	if n < p.ImmediateRetries {
+		return Decision{Retry: true}
+	}
+	var d time.Duration
+	if p.Jitter == NoJitter {
+		d = p.Nominal(n)
+	} else {
+		d = p.jitter(p.curve(n), s.LastDelay, r)
+	}
+	d, ok := p.fit(d, elapsed)
+	if !ok {
+		return Decision{Reason: MaxDuration}
+	}
+	return Decision{Retry: true, Delay: d}
+}
+
+// fit applies the deadline to a jittered delay d chosen when elapsed has
+// passed since the task started (0 <= elapsed < MaxDuration when there is
+// a budget), then rounds it for the delay queue. ok is false when the
+// message must be parked with MaxDuration instead.
+func (p Policy) fit(d, elapsed time.Duration) (delay time.Duration, ok bool) {
+	ceiling := p.MaxDelay
+	if p.MaxDuration > 0 && p.Deadline != Lenient {
+		remaining := p.MaxDuration - elapsed
+		if d > remaining {
+			if p.Deadline == Strict {
+				return 0, false
+			}
+			if remaining < time.Millisecond {
+				// Nothing shorter than the budget left can be queued:
+				// retrying now with no delay would only spin.
+				return 0, false
+			}
+			d = remaining
+		}
+		ceiling = min(ceiling, remaining)
+	}
+	rounded := RoundDelay(d)
+	if rounded > ceiling {
+		rounded = roundDown(d)
+	}
+	return rounded, true
 }

@@ -1,0 +1,421 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"time"
+)
+
+// script is a Rand that returns scripted values in turn, so that a test
+// knows every draw exactly. Drawing more than was scripted fails the test:
+// that is how the tests check which jitter modes draw at all.
+type script struct {
+	t     testing.TB
+	u, z  []float64
+	draws int
+}
+
+var _ Rand = (*script)(nil)
+
+func (s *script) Float64() float64 {
+	s.t.Helper()
+	if len(s.u) == 0 {
+		s.t.Fatalf("unexpected Float64 draw (draw %d)", s.draws+1)
+	}
+	v := s.u[0]
+	s.u, s.draws = s.u[1:], s.draws+1
+	return v
+}
+
+func (s *script) NormFloat64() float64 {
+	s.t.Helper()
+	if len(s.z) == 0 {
+		s.t.Fatalf("unexpected NormFloat64 draw (draw %d)", s.draws+1)
+	}
+	v := s.z[0]
+	s.z, s.draws = s.z[1:], s.draws+1
+	return v
+}
+
+// sec converts seconds to the nearest Duration, to write expected values
+// the way published tables do.
+func sec(s float64) time.Duration { return time.Duration(math.Round(s * 1e9)) }
+
+var start = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// exponential is the default policy of DESIGN.md without jitter.
+func exponential() Policy {
+	return Policy{
+		Backoff:      Exponential,
+		MinDelay:     time.Second,
+		MaxDelay:     time.Hour,
+		Multiplier:   2,
+		Jitter:       NoJitter,
+		JitterFactor: 0.5,
+		JitterMax:    time.Second,
+		MaxRetries:   10,
+		MaxDuration:  24 * time.Hour,
+		Deadline:     Clamp,
+	}
+}
+
+func TestNominal(t *testing.T) {
+	with := func(edit func(*Policy)) Policy {
+		p := exponential()
+		edit(&p)
+		return p
+	}
+	tests := []struct {
+		name string
+		p    Policy
+		want map[int]time.Duration // n → nominal delay
+	}{
+		{"constant", with(func(p *Policy) { p.Backoff, p.MinDelay = Constant, 2*time.Second }),
+			map[int]time.Duration{0: 2 * time.Second, 1: 2 * time.Second, 9: 2 * time.Second, 1000: 2 * time.Second}},
+		{"linear 1s..10s over 10", with(func(p *Policy) { p.Backoff, p.MaxDelay = Linear, 10*time.Second }),
+			map[int]time.Duration{0: 1 * time.Second, 1: 2 * time.Second, 4: 5 * time.Second, 8: 9 * time.Second, 9: 10 * time.Second, 50: 10 * time.Second}},
+		{"arithmetic 1s..10s over 4", with(func(p *Policy) { p.Backoff, p.MaxDelay, p.MaxRetries = Arithmetic, 10*time.Second, 4 }),
+			map[int]time.Duration{0: 1 * time.Second, 1: 2 * time.Second, 2: 5 * time.Second, 3: 10 * time.Second}},
+		{"geometric 1s..8s over 4", with(func(p *Policy) { p.Backoff, p.MaxDelay, p.MaxRetries = Geometric, 8*time.Second, 4 }),
+			map[int]time.Duration{0: 1 * time.Second, 1: 2 * time.Second, 2: 4 * time.Second, 3: 8 * time.Second}},
+		{"exponential ×3 capped at 1m", with(func(p *Policy) { p.Multiplier, p.MaxDelay = 3, time.Minute }),
+			map[int]time.Duration{0: 1 * time.Second, 1: 3 * time.Second, 2: 9 * time.Second, 3: 27 * time.Second, 4: time.Minute, 5: time.Minute}},
+		{"exponential huge n saturates", exponential(),
+			map[int]time.Duration{11: 2048 * time.Second, 12: time.Hour, 1 << 20: time.Hour, math.MaxInt: time.Hour}},
+		{"exponential multiplier just above 1", with(func(p *Policy) { p.Multiplier = 1.5 }),
+			map[int]time.Duration{0: time.Second, 1: 1500 * time.Millisecond, 2: 2250 * time.Millisecond}},
+		{"immediate retries shift the curve", with(func(p *Policy) {
+			p.Backoff, p.MaxDelay, p.ImmediateRetries, p.MaxRetries = Linear, 10*time.Second, 2, 12
+		}),
+			map[int]time.Duration{0: 0, 1: 0, 2: 1 * time.Second, 3: 2 * time.Second, 11: 10 * time.Second}},
+		{"immediate retries then exponential", with(func(p *Policy) { p.ImmediateRetries = 3 }),
+			map[int]time.Duration{0: 0, 2: 0, 3: 1 * time.Second, 4: 2 * time.Second}},
+		{"negative n counts as 0", exponential(),
+			map[int]time.Duration{-5: time.Second}},
+		{"fitted without room stays at min", with(func(p *Policy) { p.Backoff, p.MaxRetries = Geometric, 1 }),
+			map[int]time.Duration{0: time.Second, 3: time.Second}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for n, want := range tt.want {
+				if got := tt.p.Nominal(n); got != want {
+					t.Errorf("Nominal(%d) = %v, want %v", n, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestDecideJitter checks every jitter mode against its formula with
+// scripted draws: jitter is the raw value, delay what Decide returns after
+// rounding for the delay queue.
+func TestDecideJitter(t *testing.T) {
+	tests := []struct {
+		name   string
+		jitter Jitter
+		n      int // nominal delay 2ⁿ s with exponential()
+		last   time.Duration
+		u, z   []float64
+		delay  time.Duration
+	}{
+		{"none", NoJitter, 2, 0, nil, nil, 4 * time.Second},
+		{"full", FullJitter, 2, 0, []float64{0.25}, nil, time.Second},
+		{"full at 0", FullJitter, 2, 0, []float64{0}, nil, 0},
+		{"full rounds", FullJitter, 2, 0, []float64{0.3}, nil, 1200 * time.Millisecond}, // 1.2s
+		{"equal", EqualJitter, 2, 0, []float64{0.5}, nil, 3 * time.Second},
+		{"equal at 0", EqualJitter, 2, 0, []float64{0}, nil, 2 * time.Second},
+		{"bounded", BoundedJitter, 2, 0, []float64{0.5}, nil, 2300 * time.Millisecond},                                   // 0.5 + 0.5·3.5 = 2.25s
+		{"bounded at 0", BoundedJitter, 2, 0, []float64{0}, nil, 500 * time.Millisecond},                                 // m/2
+		{"decorrelated first", DecorrelatedJitter, 2, 0, []float64{0.5}, nil, 2 * time.Second},                           // [1s, 3s]
+		{"decorrelated grows", DecorrelatedJitter, 2, 10 * time.Second, []float64{0.5}, nil, 16 * time.Second},           // [1s, 30s]: 15.5s
+		{"decorrelated ignores the curve", DecorrelatedJitter, 9, 2 * time.Second, []float64{0.8}, nil, 5 * time.Second}, // [1s, 6s]
+		{"decorrelated capped at max", DecorrelatedJitter, 2, 40 * time.Minute, []float64{0.5}, nil, 30 * time.Minute},   // [1s, 1h]: 1800.5s
+		{"decorrelated short last", DecorrelatedJitter, 2, 100 * time.Millisecond, []float64{0.5}, nil, time.Second},     // [1s, 1s]
+		{"proportional low", ProportionalJitter, 2, 0, []float64{0}, nil, 2 * time.Second},
+		{"proportional high", ProportionalJitter, 2, 0, []float64{0.75}, nil, 5 * time.Second},
+		{"gaussian", GaussianJitter, 2, 0, nil, []float64{1}, 6 * time.Second},
+		{"gaussian clamped at 0", GaussianJitter, 2, 0, nil, []float64{-3}, 0},
+		{"gaussian clamped at max", GaussianJitter, 2, 0, nil, []float64{10000}, time.Hour},
+		{"additive", AdditiveJitter, 2, 0, []float64{0.5}, nil, 4500 * time.Millisecond},
+		{"additive clamped at max", AdditiveJitter, 20, 0, []float64{0.5}, nil, time.Hour},
+		{"full at max", FullJitter, 20, 0, []float64{0.5}, nil, 30 * time.Minute},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := exponential()
+			p.MaxRetries = 100
+			p.Jitter = tt.jitter
+			r := &script{t: t, u: tt.u, z: tt.z}
+			got := p.Decide(State{Retries: tt.n, StartedAt: start, LastDelay: tt.last}, start, r)
+			if want := (Decision{Retry: true, Delay: tt.delay}); got != want {
+				t.Errorf("Decide = %+v, want %+v", got, want)
+			}
+			if want := len(tt.u) + len(tt.z); r.draws != want {
+				t.Errorf("drew %d times, want %d", r.draws, want)
+			}
+		})
+	}
+}
+
+// TestJitterRaw checks the unrounded jitter, so the formulas are pinned
+// to the nanosecond and not only to two significant digits.
+func TestJitterRaw(t *testing.T) {
+	p := exponential()
+	d := float64(4 * time.Second)
+	tests := []struct {
+		jitter Jitter
+		last   time.Duration
+		u, z   float64
+		want   time.Duration
+	}{
+		{FullJitter, 0, 0.3, 0, 1200 * time.Millisecond},
+		{EqualJitter, 0, 0.25, 0, 2500 * time.Millisecond},
+		{BoundedJitter, 0, 0.5, 0, 2250 * time.Millisecond},
+		{DecorrelatedJitter, 10 * time.Second, 0.5, 0, 15500 * time.Millisecond},
+		{ProportionalJitter, 0, 0.25, 0, 3 * time.Second},
+		{GaussianJitter, 0, 0, -0.5, 3 * time.Second},
+		{AdditiveJitter, 0, 0.123, 0, 4123 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.jitter), func(t *testing.T) {
+			p.Jitter = tt.jitter
+			r := &script{t: t, u: []float64{tt.u}, z: []float64{tt.z}}
+			if got := p.jitter(d, tt.last, r); got != tt.want {
+				t.Errorf("jitter(4s) = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestDecideParks(t *testing.T) {
+	p := exponential()
+	p.ImmediateRetries = 2
+	p.MaxRetries = 5
+	p.MaxDuration = time.Hour
+	tests := []struct {
+		name    string
+		s       State
+		elapsed time.Duration
+		want    Decision
+	}{
+		{"first failure", State{}, 0, Decision{Retry: true}},
+		{"immediate retry", State{Retries: 1}, time.Minute, Decision{Retry: true}},
+		{"first delayed retry", State{Retries: 2}, time.Minute, Decision{Retry: true, Delay: time.Second}},
+		{"last retry", State{Retries: 4}, time.Minute, Decision{Retry: true, Delay: 4 * time.Second}},
+		{"retries spent", State{Retries: 5}, time.Minute, Decision{Reason: MaxRetries}},
+		{"far past the count", State{Retries: 1 << 40}, 0, Decision{Reason: MaxRetries}},
+		{"budget spent", State{Retries: 3}, time.Hour, Decision{Reason: MaxDuration}},
+		{"budget spent beats immediate", State{Retries: 0}, 2 * time.Hour, Decision{Reason: MaxDuration}},
+		{"count beats budget", State{Retries: 5}, 2 * time.Hour, Decision{Reason: MaxRetries}},
+		{"non-retryable beats all", State{Retries: 5, NonRetryable: true}, 2 * time.Hour, Decision{Reason: NonRetryable}},
+		{"non-retryable at once", State{NonRetryable: true}, 0, Decision{Reason: NonRetryable}},
+		{"start in the future counts as now", State{Retries: 2}, -time.Hour, Decision{Retry: true, Delay: time.Second}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := tt.s
+			s.StartedAt = start
+			// A nil Rand: none of these may draw.
+			if got := p.Decide(s, start.Add(tt.elapsed), nil); got != tt.want {
+				t.Errorf("Decide = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestDecideUnlimited(t *testing.T) {
+	p := exponential()
+	p.MaxRetries = 0
+	got := p.Decide(State{Retries: 1_000_000, StartedAt: start}, start.Add(time.Hour), nil)
+	if want := (Decision{Retry: true, Delay: time.Hour}); got != want {
+		t.Errorf("MaxRetries 0, retry 1e6: Decide = %+v, want %+v", got, want)
+	}
+	p = exponential()
+	p.MaxDuration = 0
+	got = p.Decide(State{Retries: 9, StartedAt: time.Time{}}, start, nil)
+	if want := (Decision{Retry: true, Delay: 510 * time.Second}); got != want { // 512s, rounded
+		t.Errorf("MaxDuration 0, zero StartedAt: Decide = %+v, want %+v", got, want)
+	}
+}
+
+func TestDecideDeadline(t *testing.T) {
+	tests := []struct {
+		deadline Deadline
+		n        int
+		elapsed  time.Duration
+		want     Decision
+	}{
+		// Retry 3 wants 8s; 3s of the 10s budget are left.
+		{Clamp, 3, 7 * time.Second, Decision{Retry: true, Delay: 3 * time.Second}},
+		{Strict, 3, 7 * time.Second, Decision{Reason: MaxDuration}},
+		{Lenient, 3, 7 * time.Second, Decision{Retry: true, Delay: 8 * time.Second}},
+		// It fits exactly.
+		{Clamp, 3, 2 * time.Second, Decision{Retry: true, Delay: 8 * time.Second}},
+		{Strict, 3, 2 * time.Second, Decision{Retry: true, Delay: 8 * time.Second}},
+		// 2.35s left: rounding up to 2.4s would land past the deadline.
+		{Clamp, 3, 7650 * time.Millisecond, Decision{Retry: true, Delay: 2300 * time.Millisecond}},
+		// 1ms left is still a delay queue; half of one is not.
+		{Clamp, 3, 9999 * time.Millisecond, Decision{Retry: true, Delay: time.Millisecond}},
+		{Clamp, 3, 9999500 * time.Microsecond, Decision{Reason: MaxDuration}},
+		{Lenient, 3, 9999500 * time.Microsecond, Decision{Retry: true, Delay: 8 * time.Second}},
+		// At the deadline every mode parks.
+		{Clamp, 0, 10 * time.Second, Decision{Reason: MaxDuration}},
+		{Strict, 0, 10 * time.Second, Decision{Reason: MaxDuration}},
+		{Lenient, 0, 10 * time.Second, Decision{Reason: MaxDuration}},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s/n=%d/elapsed=%v", tt.deadline, tt.n, tt.elapsed), func(t *testing.T) {
+			p := exponential()
+			p.MaxDuration = 10 * time.Second
+			p.Deadline = tt.deadline
+			if got := p.Decide(State{Retries: tt.n, StartedAt: start}, start.Add(tt.elapsed), nil); got != tt.want {
+				t.Errorf("Decide = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestRoundDelay(t *testing.T) {
+	tests := []struct{ d, want time.Duration }{
+		{0, 0},
+		{-time.Second, 0},
+		{1, 0},
+		{499999, 0},
+		{500 * time.Microsecond, time.Millisecond},
+		{time.Millisecond, time.Millisecond},
+		{1499 * time.Microsecond, time.Millisecond},
+		{1500 * time.Microsecond, 2 * time.Millisecond},
+		{56 * time.Millisecond, 56 * time.Millisecond},
+		{99499 * time.Microsecond, 99 * time.Millisecond},
+		{99500 * time.Microsecond, 100 * time.Millisecond},
+		{123 * time.Millisecond, 120 * time.Millisecond},
+		{125 * time.Millisecond, 130 * time.Millisecond},
+		{995 * time.Millisecond, time.Second},
+		{1234 * time.Millisecond, 1200 * time.Millisecond},
+		{1250 * time.Millisecond, 1300 * time.Millisecond},
+		{1250*time.Millisecond - 1, 1200 * time.Millisecond},
+		{56789 * time.Millisecond, 57 * time.Second},
+		{time.Hour, time.Hour},
+		{time.Hour - time.Millisecond, time.Hour},
+		{90 * time.Minute, 90 * time.Minute},
+		{100 * time.Hour, 100 * time.Hour},
+		{math.MaxInt64, 92 * 1e17},
+	}
+	for _, tt := range tests {
+		if got := RoundDelay(tt.d); got != tt.want {
+			t.Errorf("RoundDelay(%v) = %v, want %v", tt.d, got, tt.want)
+		}
+	}
+}
+
+// TestDecideNeverRoundsPastMax covers a MaxDelay that is not itself round:
+// rounding half up would pass it, so Decide rounds down.
+func TestDecideNeverRoundsPastMax(t *testing.T) {
+	p := exponential()
+	p.Backoff = Constant
+	p.MinDelay = 1250 * time.Millisecond
+	p.MaxDelay = 1250 * time.Millisecond
+	got := p.Decide(State{StartedAt: start}, start, nil)
+	if want := (Decision{Retry: true, Delay: 1200 * time.Millisecond}); got != want {
+		t.Errorf("Decide = %+v, want %+v", got, want)
+	}
+}
+
+func TestRange(t *testing.T) {
+	p := exponential()
+	p.JitterFactor = 0.25
+	p.JitterMax = 3 * time.Second
+	tests := []struct {
+		jitter Jitter
+		n      int
+		last   time.Duration
+		lo, hi time.Duration
+	}{
+		{NoJitter, 2, 0, 4 * time.Second, 4 * time.Second},
+		{FullJitter, 2, 0, 0, 4 * time.Second},
+		{EqualJitter, 2, 0, 2 * time.Second, 4 * time.Second},
+		{BoundedJitter, 2, 0, 500 * time.Millisecond, 4 * time.Second},
+		{DecorrelatedJitter, 2, 0, time.Second, 3 * time.Second},
+		{DecorrelatedJitter, 2, 3 * time.Second, time.Second, 9 * time.Second},
+		{DecorrelatedJitter, 2, time.Hour, time.Second, time.Hour},
+		{ProportionalJitter, 2, 0, 3 * time.Second, 5 * time.Second},
+		{GaussianJitter, 2, 0, time.Second, 7 * time.Second}, // ±3σ
+		{AdditiveJitter, 2, 0, 4 * time.Second, 7 * time.Second},
+		{AdditiveJitter, 20, 0, time.Hour, time.Hour},
+		{ProportionalJitter, 20, 0, 45 * time.Minute, time.Hour},
+	}
+	for _, tt := range tests {
+		p.Jitter = tt.jitter
+		if lo, hi := p.Range(tt.n, tt.last); lo != tt.lo || hi != tt.hi {
+			t.Errorf("%s: Range(%d, %v) = [%v, %v], want [%v, %v]", tt.jitter, tt.n, tt.last, lo, hi, tt.lo, tt.hi)
+		}
+	}
+	p.ImmediateRetries = 1
+	p.Jitter = AdditiveJitter
+	if lo, hi := p.Range(0, 0); lo != 0 || hi != 0 {
+		t.Errorf("immediate retry: Range = [%v, %v], want [0s, 0s]", lo, hi)
+	}
+}
+
+func TestSchedule(t *testing.T) {
+	p := exponential()
+	p.Jitter = FullJitter
+	p.MaxRetries = 4
+	p.ImmediateRetries = 1
+	steps, stop := p.Schedule(1000)
+	want := []Step{
+		{Retry: 0, Nominal: 0, Delay: 0, Min: 0, Max: 0, Elapsed: 0},
+		{Retry: 1, Nominal: time.Second, Delay: time.Second, Min: 0, Max: time.Second, Elapsed: time.Second},
+		{Retry: 2, Nominal: 2 * time.Second, Delay: 2 * time.Second, Min: 0, Max: 2 * time.Second, Elapsed: 3 * time.Second},
+		{Retry: 3, Nominal: 4 * time.Second, Delay: 4 * time.Second, Min: 0, Max: 4 * time.Second, Elapsed: 7 * time.Second},
+	}
+	if fmt.Sprint(steps) != fmt.Sprint(want) {
+		t.Errorf("Schedule steps:\n got %+v\nwant %+v", steps, want)
+	}
+	if stop != (Decision{Reason: MaxRetries}) {
+		t.Errorf("Schedule stop = %+v, want max-retries", stop)
+	}
+
+	steps, stop = p.Schedule(2)
+	if len(steps) != 2 || !stop.Retry {
+		t.Errorf("Schedule(2) = %d steps, stop %+v; want 2 steps and a policy that goes on", len(steps), stop)
+	}
+}
+
+// TestScheduleBudget checks that Clamp shortens the last delays to end at
+// the budget (leaving the slivers that rounding down leaves), Strict stops
+// before a delay that would pass it, and the decorrelated bounds chain.
+func TestScheduleBudget(t *testing.T) {
+	p := exponential()
+	p.MaxRetries = 0
+	p.MaxDuration = 10*time.Second + 450*time.Millisecond
+	steps, stop := p.Schedule(1000)
+	var delays []time.Duration
+	for _, s := range steps {
+		delays = append(delays, s.Delay)
+	}
+	// 1+2+4 = 7s, then 3.45s are left: 3.4s, then 50ms.
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 3400 * time.Millisecond, 50 * time.Millisecond}
+	if fmt.Sprint(delays) != fmt.Sprint(want) || stop.Reason != MaxDuration {
+		t.Errorf("clamp: delays %v, stop %+v; want %v, max-duration", delays, stop, want)
+	}
+	if last := steps[len(steps)-1].Elapsed; last != p.MaxDuration {
+		t.Errorf("clamp: the schedule ends at %v, want the budget %v", last, p.MaxDuration)
+	}
+
+	p.Deadline = Strict
+	p.Jitter = DecorrelatedJitter
+	steps, stop = p.Schedule(1000)
+	if len(steps) != 3 || stop.Reason != MaxDuration {
+		t.Fatalf("strict: %d steps, stop %+v; want 3, max-duration", len(steps), stop)
+	}
+	// Unconditional decorrelated bounds: [1s, 3s], [1s, 9s], then 9·3 = 27s
+	// capped by what is left of the budget at nominal delays (7.45s). The
+	// fourth nominal delay, 8s, would pass the budget: strict stops.
+	for i, want := range [][2]time.Duration{{time.Second, 3 * time.Second}, {time.Second, 9 * time.Second}, {time.Second, 7400 * time.Millisecond}} {
+		if steps[i].Min != want[0] || steps[i].Max != want[1] {
+			t.Errorf("strict decorrelated retry %d: [%v, %v], want [%v, %v]", i, steps[i].Min, steps[i].Max, want[0], want[1])
+		}
+	}
+}

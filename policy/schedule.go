@@ -1,0 +1,77 @@
+package policy
+
+import (
+	"math"
+	"time"
+)
+
+// Step is one retry of a Schedule.
+type Step struct {
+	// Retry is n, the value of State.Retries when this retry is decided:
+	// 0 for the first retry.
+	Retry int
+	// Nominal is the curve value (Policy.Nominal), before jitter, the
+	// deadline and rounding.
+	Nominal time.Duration
+	// Delay is what Decide returns without jitter: the nominal delay with
+	// the deadline applied, rounded for the delay queue.
+	Delay time.Duration
+	// Min and Max bound what Decide can return with jitter, the deadline
+	// applied and rounded (see Range; for gaussian jitter they hold 99.7 %
+	// of the draws). Under Strict, draws above Max park instead.
+	Min, Max time.Duration
+	// Elapsed is the time from the task start to the end of this delay,
+	// when every delay is its nominal one and every attempt fails at once.
+	Elapsed time.Duration
+}
+
+// Schedule returns the retries the policy schedules for a message that
+// fails every time, as soon as it is delivered, and is always given its
+// nominal delay: one Step per retry until Decide parks, at most limit
+// steps. stop is the parking Decision that ends the schedule; when limit
+// steps come first, stop.Retry is true and the policy would go on.
+func (p Policy) Schedule(limit int) (steps []Step, stop Decision) {
+	// The policy only looks at time differences, so any start will do.
+	start := time.Unix(0, 0)
+	nominal := p
+	nominal.Jitter = NoJitter
+	// Bounds are shown for the retries that happen: a Strict policy parks
+	// the draws past the deadline, the rest are those of Clamp.
+	bounds := p
+	if bounds.Deadline == Strict {
+		bounds.Deadline = Clamp
+	}
+	var elapsed, lastMax time.Duration
+	for n := 0; n < limit; n++ {
+		stop = nominal.Decide(State{Retries: n, StartedAt: start}, start.Add(elapsed), nil)
+		if !stop.Retry {
+			return steps, stop
+		}
+		lo, hi := p.Range(n, lastMax)
+		if n >= p.ImmediateRetries {
+			lo, _ = bounds.fit(lo, elapsed)
+			hi, _ = bounds.fit(hi, elapsed)
+		}
+		lastMax = hi
+		elapsed = addSaturating(elapsed, stop.Delay)
+		steps = append(steps, Step{
+			Retry:   n,
+			Nominal: p.Nominal(n),
+			Delay:   stop.Delay,
+			Min:     lo,
+			Max:     hi,
+			Elapsed: elapsed,
+		})
+	}
+	return steps, Decision{Retry: true}
+}
+
+// addSaturating adds two non-negative durations, stopping at the largest
+// Duration instead of wrapping: a long schedule of long delays can sum past
+// 292 years.
+func addSaturating(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
