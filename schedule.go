@@ -1,11 +1,166 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rebound-mq/rebound/config"
+	"github.com/rebound-mq/rebound/policy"
 )
 
-// runSchedule is replaced by the policy work (issue 2).
+// scheduleRows caps the printout: a policy limited by duration alone can
+// schedule millions of short retries, and nobody reads past a thousand.
+const scheduleRows = 1000
+
+const scheduleUsage = `usage: rebound schedule [-format table|json]
+
+Prints the delay schedule the policy configured by the REBOUND_* variables
+produces for a message that fails every time, at once, and is always given
+its nominal delay, retry by retry until the policy parks it.
+
+Columns (table) and fields (json):
+  retry       the retry number, counted from 1 (x-retry-count is one less
+              when the retry is decided)
+  nominal     the backoff curve's delay, before jitter and rounding
+              (table only)
+  delay       the delay the message waits: the nominal one with the budget
+              deadline applied, rounded to two significant digits in ms as
+              the delay queue holds it (json: delay_ms)
+  min, max    the range jitter can give, rounded the same way (gaussian
+              jitter: the 99.7 % range; decorrelated jitter ignores the
+              nominal curve and grows from the previous delay instead)
+              (json: min_ms, max_ms)
+  cumulative  time from the first failure to the end of this delay, at
+              nominal delays (json: cumulative_ms)
+
+The table ends with a line saying why the schedule stops. With -format json,
+stdout holds only the JSON array and that line goes to stderr. At most 1000
+retries are printed.
+
+Flags:
+`
+
+// runSchedule is "rebound schedule".
 func runSchedule(args, environ []string, stdout, stderr io.Writer) error {
-	return errors.New("schedule: not built yet")
+	fs := flag.NewFlagSet("rebound schedule", flag.ContinueOnError)
+	// Errors are returned, and printed once by main; help goes to stdout.
+	fs.SetOutput(io.Discard)
+	format := fs.String("format", "table", "output `format`: table or json")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, scheduleUsage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return nil
+		}
+		return usageError{fmt.Sprintf("schedule: %v (see rebound schedule -h)", err)}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("schedule: unexpected argument %q (see rebound schedule -h)", fs.Arg(0))}
+	}
+	if *format != "table" && *format != "json" {
+		return usageError{fmt.Sprintf("schedule: -format %q: want table or json", *format)}
+	}
+	cfg, err := config.Load(environ)
+	if err != nil {
+		return fmt.Errorf("schedule: %w", err)
+	}
+	p := cfg.Policy()
+	steps, stop := p.Schedule(scheduleRows)
+	why := stopLine(p, steps, stop)
+	if *format == "json" {
+		if err := writeScheduleJSON(stdout, steps); err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintln(stderr, "rebound schedule:", why); err != nil {
+			return fmt.Errorf("write schedule: %w", err)
+		}
+		return nil
+	}
+	return writeScheduleTable(stdout, steps, why)
+}
+
+func writeScheduleTable(w io.Writer, steps []policy.Step, why string) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "retry\tnominal\tdelay\tmin\tmax\tcumulative")
+	for _, s := range steps {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", s.Retry+1,
+			human(s.Nominal), human(s.Delay), human(s.Min), human(s.Max), human(s.Elapsed))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write schedule: %w", err)
+	}
+	if _, err := fmt.Fprintln(w, why); err != nil {
+		return fmt.Errorf("write schedule: %w", err)
+	}
+	return nil
+}
+
+// scheduleRow is one element of the JSON schedule. Its shape is public
+// interface (DESIGN.md): integer milliseconds, retry counted from 1.
+type scheduleRow struct {
+	Retry        int   `json:"retry"`
+	DelayMs      int64 `json:"delay_ms"`
+	MinMs        int64 `json:"min_ms"`
+	MaxMs        int64 `json:"max_ms"`
+	CumulativeMs int64 `json:"cumulative_ms"`
+}
+
+func writeScheduleJSON(w io.Writer, steps []policy.Step) error {
+	rows := make([]scheduleRow, 0, len(steps)) // [] rather than null when empty
+	for _, s := range steps {
+		rows = append(rows, scheduleRow{
+			Retry:        s.Retry + 1,
+			DelayMs:      s.Delay.Milliseconds(),
+			MinMs:        s.Min.Milliseconds(),
+			MaxMs:        s.Max.Milliseconds(),
+			CumulativeMs: s.Elapsed.Milliseconds(),
+		})
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(rows); err != nil {
+		return fmt.Errorf("write schedule: %w", err)
+	}
+	return nil
+}
+
+// stopLine says in one sentence why the schedule ends, naming the variable
+// to change for a longer or shorter one.
+func stopLine(p policy.Policy, steps []policy.Step, stop policy.Decision) string {
+	after := "at the first failure"
+	var elapsed time.Duration
+	if len(steps) > 0 {
+		after = fmt.Sprintf("after retry %d", len(steps))
+		elapsed = steps[len(steps)-1].Elapsed
+	}
+	switch {
+	case stop.Retry:
+		return fmt.Sprintf("printout capped at %d retries; the policy goes on", len(steps))
+	case stop.Reason == policy.MaxRetries:
+		return fmt.Sprintf("parked %s: max retries %d reached (REBOUND_MAX_RETRIES)", after, p.MaxRetries)
+	case p.Deadline == policy.Strict && elapsed < p.MaxDuration:
+		return fmt.Sprintf("parked %s: the next delay, %s, would end past the %s budget (REBOUND_MAX_DURATION, REBOUND_DEADLINE=strict)",
+			after, human(p.Nominal(len(steps))), human(p.MaxDuration))
+	}
+	return fmt.Sprintf("parked %s: budget %s reached (REBOUND_MAX_DURATION)", after, human(p.MaxDuration))
+}
+
+// human formats a duration the way configuration is written, without the
+// zero units Duration.String keeps: 1h, 1h30m, 2m, 1m30s, 500ms, 1.125s.
+func human(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
