@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# What rebound needs from RabbitMQ, as rabbitmqctl commands: a user limited
+# to rebound's own names, and a policy that sends the application queues'
+# rejected messages to rebound. Run against the broker (rabbitmqctl talks
+# to the local node; add -n rabbit@host for another), or read it as a
+# recipe. Idempotent: each command may run again.
+#
+# The regular expressions below assume rebound's default names
+# (REBOUND_INBOX_QUEUE, REBOUND_DEAD_LETTER_EXCHANGE, REBOUND_DELAY_EXCHANGE,
+# REBOUND_DELAY_QUEUE_PREFIX, REBOUND_PARKING_QUEUE). Change them together
+# with those variables. deploy/validate checks them against the names in
+# deploy/kustomize/base/rebound.env.
+set -euo pipefail
+
+VHOST=${VHOST:-orders}
+REBOUND_USER=${REBOUND_USER:-orders-rebound}
+# Application queues whose rejected messages rebound retries.
+APP_QUEUES=${APP_QUEUES:-'^orders\.'}
+
+# --- Permissions -----------------------------------------------------------
+# RabbitMQ checks three regular expressions per user and vhost against the
+# name of the exchange or queue an operation touches:
+#   configure  declare and delete (exchange.declare, queue.declare, queue.delete)
+#   write      publish to an exchange; be the destination of a binding (queue.bind)
+#   read       consume from, get from or purge a queue; be the source of a binding
+# Dead-lettering is done by the broker itself and needs no permission.
+
+# configure: rebound declares its two exchanges and its queues, and deletes
+# idle delay queues. rebound.delay.<n> are the per-delay TTL queues (delay
+# in milliseconds). The application queues are not rebound's to declare.
+CONFIGURE='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+)$'
+
+# write: rebound publishes delayed copies to the rebound.delay exchange, and
+# immediate retries and parked messages to the default exchange, whose name
+# for permissions is amq.default (routing key = the target queue). Binding
+# rebound.inbox to rebound.dlx and each delay queue to rebound.delay needs
+# write on those queues. Note: write on amq.default lets rebound publish to
+# any queue of the vhost by name; that is how it sends a message back to its
+# origin queue, whatever that queue is called.
+WRITE='^(amq\.default|rebound\.delay|rebound\.inbox|rebound\.delay\.[0-9]+)$'
+
+# read: rebound consumes rebound.inbox; `rebound parked` lists, replays and
+# purges rebound.parked; binding needs read on the source exchanges
+# rebound.dlx and rebound.delay. The delay queues too: declaring a queue
+# with a dead-letter exchange (theirs is the default exchange) needs read on
+# the queue and write on that exchange, checked at declaration. Nothing
+# else: rebound never consumes an application queue.
+READ='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+)$'
+
+if ! rabbitmqctl -q list_users | awk '{print $1}' | grep -qx -- "$REBOUND_USER"; then
+  # Prompts for nothing: the password comes from REBOUND_PASSWORD. Put the
+  # resulting amqp(s)://user:password@host/vhost URL in the rebound-amqp
+  # Secret (key url).
+  rabbitmqctl add_user "$REBOUND_USER" "${REBOUND_PASSWORD:?set REBOUND_PASSWORD}"
+fi
+# No tags: rebound needs no management UI or HTTP API access.
+rabbitmqctl set_user_tags "$REBOUND_USER"
+rabbitmqctl set_permissions -p "$VHOST" "$REBOUND_USER" "$CONFIGURE" "$WRITE" "$READ"
+
+# --- Dead-lettering application queues to rebound --------------------------
+# A policy adds dead-letter-exchange = rebound.dlx to every queue whose name
+# matches APP_QUEUES, existing and future, without redeclaring them.
+# Rejected (requeue=false) and expired messages then go to rebound.
+#
+# - Only one policy applies to a queue: the matching one with the highest
+#   priority. If these queues already have a policy (max-length, queue
+#   limits, ...), add "dead-letter-exchange" to that policy's definition
+#   instead of adding this one, or this one replaces it (or loses to it).
+# - A queue argument wins over a policy: a queue declared with its own
+#   x-dead-letter-exchange keeps it. Set x-dead-letter-exchange=rebound.dlx
+#   in the application's declaration instead, or remove the argument.
+# - Leave dead-letter-routing-key unset: rebound finds the origin queue from
+#   the x-death header, not from the routing key.
+# - The pattern must never match rebound's own queues (rebound.*).
+rabbitmqctl set_policy -p "$VHOST" --apply-to queues --priority 10 \
+  orders-retry-to-rebound "$APP_QUEUES" '{"dead-letter-exchange":"rebound.dlx"}'
