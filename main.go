@@ -62,6 +62,8 @@ const usage = `usage: rebound [command]
 commands:
   run        run the retry sidecar (the default)
   schedule   print the delay schedule the configured policy produces
+  parked     list, show, replay or purge parked messages
+  topology   print (as definitions JSON) or declare what rebound needs on the broker
   config     check the configuration without connecting (rebound config check)
 
 Each command takes -h. Configuration comes from REBOUND_* environment variables.`
@@ -77,6 +79,10 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		return runSidecar(ctx, rest, environ, stdout, stderr)
 	case "schedule":
 		return runSchedule(rest, environ, stdout, stderr)
+	case "parked":
+		return runParked(ctx, rest, environ, stdout, stderr)
+	case "topology":
+		return runTopology(ctx, rest, environ, stdout, stderr)
 	case "config":
 		return runConfig(rest, environ, stdout, stderr)
 	case "-h", "-help", "--help", "help":

@@ -1,0 +1,428 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Tests of `rebound parked` against a real RabbitMQ. Parked messages are
+// seeded straight into the parking queue with the headers rebound's Park
+// writes, so no sidecar has to run.
+
+// parkedSeed is one message to put in the parking queue.
+type parkedSeed struct {
+	id       string
+	origin   string // "" = no origin header
+	reason   string
+	parkedAt time.Time // zero = now
+	retries  int64
+	errText  string
+	body     []byte
+}
+
+// seedParked publishes the messages to the env's parking queue, declaring
+// it as rebound does, and waits for the broker's confirms.
+func (e *testEnv) seedParked(seeds ...parkedSeed) {
+	e.t.Helper()
+	ch, err := e.conn.Channel()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer ch.Close()
+	queue := e.vars["REBOUND_PARKING_QUEUE"]
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{}); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		e.t.Fatal(err)
+	}
+	var confirms []*amqp.DeferredConfirmation
+	for _, s := range seeds {
+		at := s.parkedAt
+		if at.IsZero() {
+			at = time.Now()
+		}
+		h := amqp.Table{
+			"x-retry-count":         s.retries,
+			"x-task-started-at":     at.Add(-time.Hour).UnixMilli(),
+			"x-retry-last-delay-ms": int64(1000),
+			"x-retry-parked-reason": s.reason,
+			"x-retry-parked-at":     at.UnixMilli(),
+			"tenant":                "acme",
+		}
+		if s.origin != "" {
+			h["x-retry-origin-queue"] = s.origin
+		}
+		if s.errText != "" {
+			h["x-retry-error"] = s.errText
+		}
+		body := s.body
+		if body == nil {
+			body = []byte("body of " + s.id)
+		}
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", queue, true, false, amqp.Publishing{
+			MessageId: s.id, DeliveryMode: amqp.Persistent, ContentType: "text/plain", Headers: h, Body: body,
+		})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		confirms = append(confirms, dc)
+	}
+	for _, dc := range confirms {
+		if ok, err := dc.WaitContext(context.Background()); !ok || err != nil {
+			e.t.Fatalf("seed not confirmed: %v", err)
+		}
+	}
+}
+
+// extraQueue declares another durable queue with the test's prefix and
+// deletes it at cleanup.
+func (e *testEnv) extraQueue(suffix string) string {
+	e.t.Helper()
+	name := e.prefix + suffix
+	if _, err := e.ch.QueueDeclare(name, true, false, false, false, nil); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() {
+		if conn, err := amqp.Dial(e.vars["REBOUND_AMQP_URL"]); err == nil {
+			if ch, err := conn.Channel(); err == nil {
+				_, _ = ch.QueueDelete(name, false, false, false)
+			}
+			conn.Close()
+		}
+	})
+	return name
+}
+
+// cli runs rebound in-process with the env's variables.
+func (e *testEnv) cli(args ...string) (stdout, stderr string, err error) {
+	var out, errOut bytes.Buffer
+	err = run(context.Background(), args, e.environ(), &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+// drain takes every message off queue.
+func (e *testEnv) drain(queue string) []amqp.Delivery {
+	e.t.Helper()
+	var out []amqp.Delivery
+	for {
+		d, ok, err := e.ch.Get(queue, true)
+		if err != nil {
+			e.t.Fatalf("get from %s: %v", queue, err)
+		}
+		if !ok {
+			return out
+		}
+		out = append(out, d)
+	}
+}
+
+func (e *testEnv) listJSON(args ...string) listJSON {
+	e.t.Helper()
+	out, stderr, err := e.cli(append([]string{"parked", "list", "--format", "json"}, args...)...)
+	if err != nil {
+		e.t.Fatalf("parked list %v: %v\n%s", args, err, stderr)
+	}
+	var doc listJSON
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		e.t.Fatalf("parked list output is not JSON: %v\n%s", err, out)
+	}
+	return doc
+}
+
+func TestParkedListLeavesQueueIntact(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, nil)
+	other := e.extraQueue("other")
+	old := time.Now().Add(-3 * time.Hour)
+	e.seedParked(
+		parkedSeed{id: "a1", origin: e.app, reason: "max-retries", retries: 10, errText: "timeout"},
+		parkedSeed{id: "a2", origin: e.app, reason: "max-retries", retries: 10, parkedAt: old},
+		parkedSeed{id: "a3", origin: e.app, reason: "max-duration", retries: 4},
+		parkedSeed{id: "o1", origin: other, reason: "non-retryable", parkedAt: old},
+		parkedSeed{id: "u1", reason: "unknown-origin", body: []byte{0, 1, 2, 255}},
+	)
+	parkedQ := e.vars["REBOUND_PARKING_QUEUE"]
+
+	all := e.listJSON()
+	if all.Scanned != 5 || all.Matched != 5 || len(all.Messages) != 5 {
+		t.Fatalf("list: scanned %d matched %d messages %d, want 5 each", all.Scanned, all.Matched, len(all.Messages))
+	}
+	if n := e.queueLen(parkedQ); n != 5 {
+		t.Fatalf("after list the parking queue holds %d, want 5", n)
+	}
+	byID := map[string]parkedJSON{}
+	for _, m := range all.Messages {
+		byID[m.ID] = m
+	}
+	a1 := byID["a1"]
+	if a1.Origin != e.app || a1.Reason != "max-retries" || a1.RetryCount != 10 || a1.Error != "timeout" ||
+		a1.BodyBytes != len("body of a1") || a1.ParkedAt == nil || a1.TaskAgeMs < time.Hour.Milliseconds() {
+		t.Errorf("a1 = %+v", a1)
+	}
+	if all.ByReason["max-retries"] != 2 || all.ByOrigin[e.app] != 3 || all.ByOrigin["-"] != 1 {
+		t.Errorf("summary by reason %v, by origin %v", all.ByReason, all.ByOrigin)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--reason", "max-retries"}, []string{"a1", "a2"}},
+		{[]string{"--origin", other}, []string{"o1"}},
+		{[]string{"--older-than", "1h"}, []string{"a2", "o1"}},
+		{[]string{"--reason", "max-retries", "--older-than", "1h"}, []string{"a2"}},
+		{[]string{"--reason", "nothing-like-this"}, nil},
+	} {
+		doc := e.listJSON(tc.args...)
+		var got []string
+		for _, m := range doc.Messages {
+			got = append(got, m.ID)
+		}
+		if strings.Join(slices.Sorted(slices.Values(got)), ",") != strings.Join(tc.want, ",") || doc.Scanned != 5 {
+			t.Errorf("list %v: got %v (scanned %d), want %v", tc.args, got, doc.Scanned, tc.want)
+		}
+	}
+	if doc := e.listJSON("--origin", e.app, "--limit", "2"); len(doc.Messages) != 2 || doc.Matched != 3 {
+		t.Errorf("--limit 2: %d shown, %d matched; want 2 of 3", len(doc.Messages), doc.Matched)
+	}
+
+	table, _, err := e.cli("parked", "list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"ID", "ORIGIN", "REASON", "a1", "timeout", "5 shown, 5 matching", "by reason: max-retries=2"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table output lacks %q:\n%s", want, table)
+		}
+	}
+
+	shown, _, err := e.cli("parked", "show", "a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"message id:", "a1", `"acme"`, "body (10 bytes, text):\nbody of a1"} {
+		if !strings.Contains(shown, want) {
+			t.Errorf("show a1 lacks %q:\n%s", want, shown)
+		}
+	}
+	binary, _, err := e.cli("parked", "show", "u1")
+	if err != nil || !strings.Contains(binary, "binary, base64):\nAAEC/w==") {
+		t.Errorf("show u1 (%v):\n%s", err, binary)
+	}
+	if _, _, err := e.cli("parked", "show", "no-such-id"); err == nil {
+		t.Error("show of a missing id succeeded")
+	}
+	if n := e.queueLen(parkedQ); n != 5 {
+		t.Fatalf("after list and show the parking queue holds %d, want 5", n)
+	}
+}
+
+func TestParkedReplayMovesOnlyMatches(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, nil)
+	e.seedParked(
+		parkedSeed{id: "r1", origin: e.app, reason: "max-retries", retries: 10, errText: "boom"},
+		parkedSeed{id: "r2", origin: e.app, reason: "max-retries", retries: 10},
+		parkedSeed{id: "r3", origin: e.app, reason: "max-retries", retries: 10},
+		parkedSeed{id: "d1", origin: e.app, reason: "max-duration", retries: 3},
+		parkedSeed{id: "d2", origin: e.app, reason: "max-duration", retries: 3},
+	)
+	dry, _, err := e.cli("parked", "replay", "--reason", "max-retries", "--dry-run")
+	if err != nil || !strings.Contains(dry, "would replay 3 of 3") {
+		t.Fatalf("dry run (%v): %s", err, dry)
+	}
+	if n := e.queueLen(e.app); n != 0 {
+		t.Fatalf("dry run put %d messages in the origin queue", n)
+	}
+
+	before := time.Now().Add(-time.Second)
+	out, stderr, err := e.cli("parked", "replay", "--reason", "max-retries")
+	if err != nil {
+		t.Fatalf("replay: %v\n%s%s", err, out, stderr)
+	}
+	if !strings.Contains(out, "replayed 3 of 3 matching messages (5 parked read); 0 stay parked") {
+		t.Errorf("replay output: %s", out)
+	}
+	back := e.drain(e.app)
+	if len(back) != 3 {
+		t.Fatalf("origin queue got %d messages, want 3", len(back))
+	}
+	for _, d := range back {
+		if !strings.HasPrefix(d.MessageId, "r") || string(d.Body) != "body of "+d.MessageId || d.ContentType != "text/plain" {
+			t.Errorf("replayed %q: body %q content type %q", d.MessageId, d.Body, d.ContentType)
+		}
+		h := d.Headers
+		if c, ok := h["x-retry-count"]; ok && c != int64(0) {
+			t.Errorf("%s: x-retry-count = %v, want absent or 0", d.MessageId, c)
+		}
+		started, _ := h["x-task-started-at"].(int64)
+		if time.UnixMilli(started).Before(before) {
+			t.Errorf("%s: x-task-started-at = %v, want a fresh start", d.MessageId, h["x-task-started-at"])
+		}
+		for _, gone := range []string{"x-retry-parked-reason", "x-retry-parked-at", "x-retry-last-delay-ms"} {
+			if _, ok := h[gone]; ok {
+				t.Errorf("%s: %s still set: %v", d.MessageId, gone, h[gone])
+			}
+		}
+		if h["x-retry-origin-queue"] != e.app || h["tenant"] != "acme" {
+			t.Errorf("%s: headers not kept: %v", d.MessageId, h)
+		}
+	}
+	left := e.drain(e.vars["REBOUND_PARKING_QUEUE"])
+	if len(left) != 2 {
+		t.Fatalf("parking queue holds %d, want the 2 max-duration messages", len(left))
+	}
+	for _, d := range left {
+		if d.Headers["x-retry-parked-reason"] != "max-duration" {
+			t.Errorf("left parked: %s with reason %v", d.MessageId, d.Headers["x-retry-parked-reason"])
+		}
+	}
+}
+
+func TestParkedReplayKeepsUnknownOrigin(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, nil)
+	e.seedParked(
+		parkedSeed{id: "good", origin: e.app, reason: "max-retries"},
+		parkedSeed{id: "nowhere", reason: "unknown-origin"},
+		parkedSeed{id: "gone", origin: e.prefix + "deleted", reason: "max-retries"},
+	)
+	out, _, err := e.cli("parked", "replay")
+	if err == nil || exitCode(err, io.Discard) != 1 {
+		t.Errorf("replay with unreplayable messages: err %v, want exit status 1", err)
+	}
+	for _, want := range []string{
+		"replayed 1 of 3", "2 stay parked",
+		"1 stay parked: unknown origin queue", "id nowhere",
+		"1 stay parked: origin queue does not exist", "id gone origin " + e.prefix + "deleted",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("replay output lacks %q:\n%s", want, out)
+		}
+	}
+	if back := e.drain(e.app); len(back) != 1 || back[0].MessageId != "good" {
+		t.Errorf("origin queue got %d messages, want only good", len(back))
+	}
+	left := map[string]bool{}
+	for _, d := range e.drain(e.vars["REBOUND_PARKING_QUEUE"]) {
+		left[d.MessageId] = true
+	}
+	if len(left) != 2 || !left["nowhere"] || !left["gone"] {
+		t.Errorf("left parked: %v, want nowhere and gone", left)
+	}
+}
+
+func TestParkedPurgeNeedsYes(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, nil)
+	e.seedParked(
+		parkedSeed{id: "p1", origin: e.app, reason: "non-retryable"},
+		parkedSeed{id: "p2", origin: e.app, reason: "non-retryable"},
+		parkedSeed{id: "k1", origin: e.app, reason: "max-retries"},
+	)
+	_, _, err := e.cli("parked", "purge", "--reason", "non-retryable")
+	var usage usageError
+	if !errors.As(err, &usage) || exitCode(err, io.Discard) != 2 || !strings.Contains(err.Error(), "--yes") {
+		t.Fatalf("purge without --yes: %v, want a usage error (exit 2) asking for --yes", err)
+	}
+	if n := e.queueLen(e.vars["REBOUND_PARKING_QUEUE"]); n != 3 {
+		t.Fatalf("purge without --yes left %d messages, want 3", n)
+	}
+	out, _, err := e.cli("parked", "purge", "--reason", "non-retryable", "--yes")
+	if err != nil || !strings.Contains(out, "purged 2 messages (3 parked read)") {
+		t.Fatalf("purge --yes (%v): %s", err, out)
+	}
+	left := e.drain(e.vars["REBOUND_PARKING_QUEUE"])
+	if len(left) != 1 || left[0].MessageId != "k1" {
+		t.Errorf("after purge %d left, want only k1", len(left))
+	}
+}
+
+func TestParkedUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"parked"}, {"parked", "frobnicate"}, {"parked", "list", "--format", "xml"},
+		{"parked", "list", "--older-than", "soon"}, {"parked", "list", "--limit", "-1"},
+		{"parked", "show"}, {"parked", "replay", "extra"},
+	} {
+		err := run(context.Background(), args, nil, io.Discard, io.Discard)
+		if exitCode(err, io.Discard) != 2 {
+			t.Errorf("%v: %v, want a usage error (exit 2)", args, err)
+		}
+	}
+	for _, args := range [][]string{{"parked", "-h"}, {"parked", "list", "-h"}, {"parked", "show", "-h"}, {"parked", "replay", "-h"}, {"parked", "purge", "-h"}} {
+		var out, errOut bytes.Buffer
+		if err := run(context.Background(), args, nil, &out, &errOut); err != nil || out.Len()+errOut.Len() == 0 {
+			t.Errorf("%v: err %v, no help printed", args, err)
+		}
+	}
+}
+
+func TestParkedReplayKilledLosesNothing(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	e := newTestEnv(t, nil)
+	const n = 3000
+	seeds := make([]parkedSeed, n)
+	for i := range seeds {
+		seeds[i] = parkedSeed{id: strconv.Itoa(i), origin: e.app, reason: "max-retries", body: make([]byte, 256)}
+	}
+	e.seedParked(seeds...)
+
+	cmd := exec.Command(bin, "parked", "replay")
+	cmd.Env = append(os.Environ(), e.environ()...)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Kill it as soon as the first copies reach the origin queue: well
+	// inside the run, with copies in flight and parked messages unacked.
+	deadline := time.Now().Add(10 * time.Second)
+	for e.freshQueueLen(e.app) == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	t.Logf("replay killed: %s", logs.String())
+
+	seen := map[string]int{}
+	origin := 0
+	for _, d := range e.drain(e.app) {
+		seen[d.MessageId]++
+		origin++
+	}
+	// The broker requeues the killed connection's unacked deliveries; give
+	// it a moment to notice the connection is gone.
+	var parked int
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if parked = e.freshQueueLen(e.vars["REBOUND_PARKING_QUEUE"]); parked+origin >= n {
+			break
+		}
+	}
+	for _, d := range e.drain(e.vars["REBOUND_PARKING_QUEUE"]) {
+		seen[d.MessageId]++
+	}
+	t.Logf("after SIGKILL: %d in the origin queue, %d still parked, %d distinct of %d", origin, parked, len(seen), n)
+	if origin == n {
+		t.Log("the replay finished before the kill: nothing was interrupted")
+	}
+	for i := range n {
+		if seen[strconv.Itoa(i)] == 0 {
+			t.Errorf("message %d lost: neither parked nor back in the origin queue", i)
+		}
+	}
+}
