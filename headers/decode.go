@@ -106,8 +106,9 @@ type decoding struct {
 	problems []Problem
 }
 
-// report records a header that could not be read. It is the only place
-// that formats, so reading a valid message allocates nothing.
+// report records a header that could not be read. Reasons are formatted
+// only once something is wrong, so reading a valid message allocates
+// nothing.
 func (d *decoding) report(header, why string, v any) {
 	d.problems = append(d.problems, Problem{Header: header, Reason: why + ", got " + describe(v)})
 }
@@ -247,9 +248,11 @@ func (d *decoding) plausible(t time.Time) string {
 // xDeath reads the queue of the newest entry and the oldest time of all
 // entries. RabbitMQ keeps x-death newest first and moves an entry to the
 // front when the same queue dead-letters the message again, so the first
-// entry is always where the message just died. An entry keeps the time of
-// its first death, so the oldest time is the minimum over all entries, not
-// the time of the last one. Only the first malformation is reported: one
+// entry is where the message just died, even after a round trip through a
+// delay queue (whose "expired" entry is then second). An entry keeps the
+// time of its first death, so the oldest time is the minimum over all
+// entries, not the time of the last one. testdata/ holds both cases as
+// RabbitMQ 3.10 wrote them. Only the first malformation is reported: one
 // broken x-death is one Problem.
 func (d *decoding) xDeath(v any) (newestQueue string, oldest time.Time) {
 	entries, ok := v.([]any)
