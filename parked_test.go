@@ -389,10 +389,11 @@ func TestParkedReplayKilledLosesNothing(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// Kill it as soon as the first copies reach the origin queue: well
-	// inside the run, with copies in flight and parked messages unacked.
+	// Kill it once a few batches have reached the origin queue: parked
+	// originals of confirmed copies have been acked, later ones are in
+	// flight or still unacked.
 	deadline := time.Now().Add(10 * time.Second)
-	for e.freshQueueLen(e.app) == 0 && time.Now().Before(deadline) {
+	for e.freshQueueLen(e.app) < 600 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
 	_ = cmd.Process.Signal(syscall.SIGKILL)
