@@ -10,6 +10,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"reflect"
@@ -137,11 +138,7 @@ func Load(environ []string) (Config, error) {
 			c.AMQPURL = strings.TrimSpace(string(b))
 		}
 	}
-	for _, p := range c.validate() {
-		if !failed[p.Variable] {
-			problems = append(problems, p)
-		}
-	}
+	problems = append(problems, c.validate(failed)...)
 	if len(problems) > 0 {
 		return c, &Error{Problems: problems}
 	}
@@ -170,10 +167,23 @@ func allowedForType(t reflect.Type) string {
 }
 
 // validate checks values and combinations. It does not touch the network.
-func (c Config) validate() []FieldError {
+// failed holds the variables (full names) that did not parse: their zero
+// values are not what the operator wrote, so no rule reports on them or
+// judges another variable against them.
+func (c Config) validate(failed map[string]bool) []FieldError {
 	var ps []FieldError
 	add := func(variable string, value any, allowed string) {
-		ps = append(ps, FieldError{Variable: Prefix + variable, Value: fmt.Sprint(value), Allowed: allowed})
+		if !failed[Prefix+variable] {
+			ps = append(ps, FieldError{Variable: Prefix + variable, Value: fmt.Sprint(value), Allowed: allowed})
+		}
+	}
+	parsed := func(variables ...string) bool {
+		for _, v := range variables {
+			if failed[Prefix+v] {
+				return false
+			}
+		}
+		return true
 	}
 	oneOf := func(variable string, value string, allowed []string) {
 		if !slices.Contains(allowed, value) {
@@ -197,17 +207,19 @@ func (c Config) validate() []FieldError {
 		add("TLS_CERT_FILE", c.TLSCertFile, "set together with REBOUND_TLS_KEY_FILE (both or neither)")
 	}
 
-	if c.MinDelay <= 0 {
-		add("MIN_DELAY", c.MinDelay, "a duration above 0")
+	// Delay queues count whole milliseconds (x-message-ttl): a shorter
+	// delay would be queued as 0 or 1ms, not as configured.
+	if c.MinDelay < time.Millisecond {
+		add("MIN_DELAY", c.MinDelay, "a duration of at least 1ms")
 	}
-	if c.MaxDelay <= 0 {
-		add("MAX_DELAY", c.MaxDelay, "a duration above 0")
+	if c.MaxDelay < time.Millisecond {
+		add("MAX_DELAY", c.MaxDelay, "a duration of at least 1ms")
 	}
-	if c.MinDelay > 0 && c.MaxDelay > 0 && c.MinDelay > c.MaxDelay {
+	if c.MinDelay >= time.Millisecond && c.MaxDelay >= time.Millisecond && c.MinDelay > c.MaxDelay && parsed("MAX_DELAY") {
 		add("MIN_DELAY", c.MinDelay, fmt.Sprintf("at most REBOUND_MAX_DELAY (%s)", c.MaxDelay))
 	}
-	if c.Backoff == policy.Exponential && !(c.Multiplier > 1) {
-		add("MULTIPLIER", c.Multiplier, "a number above 1")
+	if c.Backoff == policy.Exponential && !(c.Multiplier > 1 && !math.IsInf(c.Multiplier, 1)) {
+		add("MULTIPLIER", c.Multiplier, "a finite number above 1")
 	}
 	if c.Jitter == policy.ProportionalJitter && !(c.JitterFactor >= 0 && c.JitterFactor <= 1) {
 		add("JITTER_FACTOR", c.JitterFactor, "a number from 0 to 1 with proportional jitter")
@@ -227,11 +239,15 @@ func (c Config) validate() []FieldError {
 	if c.MaxDuration < 0 {
 		add("MAX_DURATION", c.MaxDuration, "a duration of 0 or more (0 = no budget)")
 	}
-	if c.MaxRetries == 0 && c.MaxDuration == 0 {
+	if c.MaxRetries == 0 && c.MaxDuration == 0 && parsed("MAX_DURATION") {
 		add("MAX_RETRIES", c.MaxRetries, "above 0 when REBOUND_MAX_DURATION is 0: one limit is needed or retrying never ends")
 	}
-	if c.Backoff.Fitted() && c.MaxRetries < 2 {
-		add("MAX_RETRIES", c.MaxRetries, fmt.Sprintf("2 or more with REBOUND_BACKOFF=%s (the curve is fitted over the retry count)", c.Backoff))
+	// A fitted curve runs from MIN_DELAY at the first delayed retry to
+	// MAX_DELAY at the last: it needs two delayed retries to fit.
+	if c.Backoff.Fitted() && c.MaxRetries >= 0 && c.ImmediateRetries >= 0 && c.MaxRetries-c.ImmediateRetries < 2 && parsed("IMMEDIATE_RETRIES") {
+		add("MAX_RETRIES", c.MaxRetries, fmt.Sprintf(
+			"at least REBOUND_IMMEDIATE_RETRIES (%d) + 2 with REBOUND_BACKOFF=%s: the curve is fitted over the delayed retries, REBOUND_MAX_RETRIES - REBOUND_IMMEDIATE_RETRIES",
+			c.ImmediateRetries, c.Backoff))
 	}
 	if c.Prefetch < 1 || c.Prefetch > 65535 {
 		add("PREFETCH", c.Prefetch, "a whole number from 1 to 65535")
@@ -253,12 +269,15 @@ func (c Config) validate() []FieldError {
 	}
 	hs := c.HeaderNames()
 	seen := map[string]string{}
-	for variable, name := range map[string]string{
-		"HEADER_RETRY_COUNT": hs.RetryCount, "HEADER_TASK_STARTED_AT": hs.TaskStartedAt,
-		"HEADER_LAST_DELAY": hs.LastDelay, "HEADER_ORIGIN_QUEUE": hs.OriginQueue,
-		"HEADER_NON_RETRYABLE": hs.NonRetryable, "HEADER_ERROR": hs.Error,
-		"HEADER_PARKED_REASON": hs.ParkedReason, "HEADER_PARKED_AT": hs.ParkedAt,
+	// In a fixed order, so that of two variables naming the same header it
+	// is always the later one that is reported.
+	for _, h := range []struct{ variable, name string }{
+		{"HEADER_RETRY_COUNT", hs.RetryCount}, {"HEADER_TASK_STARTED_AT", hs.TaskStartedAt},
+		{"HEADER_LAST_DELAY", hs.LastDelay}, {"HEADER_ORIGIN_QUEUE", hs.OriginQueue},
+		{"HEADER_NON_RETRYABLE", hs.NonRetryable}, {"HEADER_ERROR", hs.Error},
+		{"HEADER_PARKED_REASON", hs.ParkedReason}, {"HEADER_PARKED_AT", hs.ParkedAt},
 	} {
+		variable, name := h.variable, h.name
 		switch {
 		case name == "" || len(name) > 128:
 			add(variable, name, "a header name of 1 to 128 bytes")
@@ -314,11 +333,17 @@ func (c Config) HeaderNames() headers.Names {
 }
 
 // Redact returns the URL with any password replaced, for logs and errors.
-// A value that does not parse as a URL is hidden whole.
+// A value that does not parse as a URL is hidden whole, and so is one with
+// an @ that url.Parse did not read as the end of the user info (a missing
+// "//", as in guest:secret@host, or a slash too many): the password may
+// sit right before it.
 func Redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "<unparseable URL>"
+	}
+	if u.User == nil && strings.Contains(raw, "@") {
+		return "<URL hidden: it holds an @ outside the user info>"
 	}
 	return u.Redacted()
 }
