@@ -92,7 +92,7 @@ func (q Queue) Decode(d amqp.Delivery, now time.Time) Message {
 }
 
 // ErrNoQueue means the parking queue does not exist.
-var ErrNoQueue = errors.New("parking queue not found")
+var ErrNoQueue = errors.New("queue not found (rebound declares it when it starts, or run `rebound topology declare`)")
 
 // reader takes messages off the parking queue on its own channel, keeping
 // them unacked until settle.
@@ -112,7 +112,7 @@ func (q Queue) open() (*reader, error) {
 	if err != nil {
 		var aerr *amqp.Error
 		if errors.As(err, &aerr) && aerr.Code == amqp.NotFound {
-			return nil, fmt.Errorf("%w: %s", ErrNoQueue, q.Name)
+			return nil, ErrNoQueue
 		}
 		return nil, fmt.Errorf("inspect queue %s: %w", q.Name, err)
 	}
