@@ -32,9 +32,10 @@ CONFIGURE='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+)$'
 
 # write: rebound publishes delayed copies to the rebound.delay exchange, and
 # immediate retries and parked messages to the default exchange, whose name
-# for permissions is amq.default (routing key = the target queue). Binding
-# rebound.inbox to rebound.dlx and each delay queue to rebound.delay needs
-# write on those queues. Note: write on amq.default lets rebound publish to
+# for permissions is amq.default (routing key = the target queue). The
+# delay queues dead-letter to the default exchange, and declaring them
+# needs write on it too. Binding rebound.inbox to rebound.dlx and each
+# delay queue to rebound.delay needs write on those queues. Note: write on amq.default lets rebound publish to
 # any queue of the vhost by name; that is how it sends a message back to its
 # origin queue, whatever that queue is called.
 WRITE='^(amq\.default|rebound\.delay|rebound\.inbox|rebound\.delay\.[0-9]+)$'

@@ -1,0 +1,300 @@
+package validate
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/rebound-mq/rebound/config"
+)
+
+const kustomizeDir = "../kustomize"
+
+// overlays lists every overlay with the layout it must produce. An overlay
+// directory missing here fails TestEveryOverlayIsChecked.
+var overlays = map[string]Layout{
+	"example":       NativeSidecar,
+	"two-container": TwoContainers,
+}
+
+// placeholderURL stands in for the Secret when a kustomization has none.
+const placeholderURL = "amqp://rebound:secret@rabbitmq.example:5672/orders"
+
+func TestEveryOverlayIsChecked(t *testing.T) {
+	dirs, err := os.ReadDir(filepath.Join(kustomizeDir, "overlays"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dirs) == 0 {
+		t.Fatal("no overlays")
+	}
+	for _, d := range dirs {
+		if _, ok := overlays[d.Name()]; d.IsDir() && !ok {
+			t.Errorf("overlay %s is not in the overlays table of this test", d.Name())
+		}
+	}
+}
+
+func TestBase(t *testing.T) {
+	objs := build(t, filepath.Join(kustomizeDir, "base"))
+	checkBuilt(t, objs, NativeSidecar, false)
+}
+
+func TestOverlays(t *testing.T) {
+	for name, layout := range overlays {
+		t.Run(name, func(t *testing.T) {
+			objs := build(t, filepath.Join(kustomizeDir, "overlays", name))
+			checkBuilt(t, objs, layout, true)
+			for _, o := range objs {
+				if m, ok := o.Value.(metav1.Object); ok && m.GetNamespace() == "" {
+					t.Errorf("%s %s has no namespace", o.Kind, o.Name)
+				}
+			}
+		})
+	}
+}
+
+// TestPrometheusOperatorComponent builds the example overlay with the
+// optional PodMonitor component enabled the way its comment says: by
+// uncommenting the components lines (in a copy of deploy/kustomize held
+// in memory).
+func TestPrometheusOperatorComponent(t *testing.T) {
+	fs := filesys.MakeFsInMemory()
+	err := filepath.WalkDir(kustomizeDir, func(p string, e os.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return fs.WriteFile(filepath.Join("/kustomize", strings.TrimPrefix(p, kustomizeDir)), b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := "/kustomize/overlays/example/kustomization.yaml"
+	b, err := fs.ReadFile(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enabled := strings.Replace(string(b), "# components:\n#   - ../../components/prometheus-operator\n",
+		"components:\n  - ../../components/prometheus-operator\n", 1)
+	if enabled == string(b) {
+		t.Fatal("the example overlay no longer has the commented-out components lines this test enables")
+	}
+	if err := fs.WriteFile(k, []byte(enabled)); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := BuildFS(fs, "/kustomize/overlays/example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := only[*appsv1.Deployment](t, objs)
+	pm := only[*monitoringv1.PodMonitor](t, objs)
+	sel, err := metav1.LabelSelectorAsSelector(&pm.Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+		t.Errorf("PodMonitor selector %s does not match the pod labels %v", sel, d.Spec.Template.Labels)
+	}
+	if pm.Namespace != d.Namespace {
+		t.Errorf("PodMonitor in namespace %q, Deployment in %q", pm.Namespace, d.Namespace)
+	}
+	c := d.Spec.Template.Spec.InitContainers[slices.IndexFunc(d.Spec.Template.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == ContainerName })]
+	if len(pm.Spec.PodMetricsEndpoints) != 1 {
+		t.Fatalf("want one endpoint, got %d", len(pm.Spec.PodMetricsEndpoints))
+	}
+	ep := pm.Spec.PodMetricsEndpoints[0]
+	if ep.Port == nil || !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == *ep.Port }) {
+		t.Errorf("PodMonitor port %v is not a named port of the rebound container", ep.Port)
+	}
+	if ep.Path != "/metrics" {
+		t.Errorf("PodMonitor path %q, want /metrics", ep.Path)
+	}
+}
+
+func build(t *testing.T, dir string) []Object {
+	t.Helper()
+	objs, err := Build(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+func only[T any](t *testing.T, objs []Object) T {
+	t.Helper()
+	v, err := Only[T](objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// checkBuilt runs every check on one kustomize build.
+func checkBuilt(t *testing.T, objs []Object, layout Layout, wantSecret bool) {
+	t.Helper()
+	d := only[*appsv1.Deployment](t, objs)
+	cm := only[*corev1.ConfigMap](t, objs)
+	var secret *corev1.Secret
+	url := placeholderURL
+	if wantSecret {
+		secret = only[*corev1.Secret](t, objs)
+		url = string(secret.Data["url"])
+	}
+	cfg, problems := LoadConfigMap(cm, t.TempDir(), url)
+	for _, p := range problems {
+		t.Error(p)
+	}
+	if cfg.AMQPURL != url {
+		t.Errorf("config.Load read the broker URL %q, want the file's %q", config.Redact(cfg.AMQPURL), config.Redact(url))
+	}
+	// The base leaves the image and the Secret to overlays.
+	in := PodInput{Layout: layout, ConfigMap: cm, Secret: secret, Config: cfg, Deployable: wantSecret}
+	for _, p := range CheckPod(d, in) {
+		t.Error(p)
+	}
+}
+
+// exampleInput builds the example overlay once for the negative tests.
+func exampleInput(t *testing.T) (*appsv1.Deployment, PodInput) {
+	t.Helper()
+	objs := build(t, filepath.Join(kustomizeDir, "overlays", "example"))
+	d := only[*appsv1.Deployment](t, objs)
+	cm := only[*corev1.ConfigMap](t, objs)
+	secret := only[*corev1.Secret](t, objs)
+	cfg, problems := LoadConfigMap(cm, t.TempDir(), string(secret.Data["url"]))
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	return d, PodInput{Layout: NativeSidecar, ConfigMap: cm, Secret: secret, Config: cfg, Deployable: true}
+}
+
+func sidecar(d *appsv1.Deployment) *corev1.Container {
+	return &d.Spec.Template.Spec.InitContainers[0]
+}
+
+// TestCheckPodCatches breaks the example Deployment one way at a time and
+// expects CheckPod to say so: the checks above can fail.
+func TestCheckPodCatches(t *testing.T) {
+	good, in := exampleInput(t)
+	if ps := CheckPod(good, in); len(ps) > 0 {
+		t.Fatalf("the example itself fails: %v", ps)
+	}
+	tests := []struct {
+		name   string
+		mutate func(d *appsv1.Deployment, in *PodInput)
+		want   string
+	}{
+		{"no restartPolicy", func(d *appsv1.Deployment, _ *PodInput) { sidecar(d).RestartPolicy = nil }, "restartPolicy: Always"},
+		{"wrong layout", func(_ *appsv1.Deployment, in *PodInput) { in.Layout = TwoContainers }, `no container "rebound"`},
+		{"writable root", func(d *appsv1.Deployment, _ *PodInput) {
+			sidecar(d).SecurityContext.ReadOnlyRootFilesystem = ptr.To(false)
+		}, "readOnlyRootFilesystem"},
+		{"escalation", func(d *appsv1.Deployment, _ *PodInput) { sidecar(d).SecurityContext.AllowPrivilegeEscalation = nil }, "allowPrivilegeEscalation"},
+		{"capabilities kept", func(d *appsv1.Deployment, _ *PodInput) { sidecar(d).SecurityContext.Capabilities = nil }, "drop ALL"},
+		{"app escalation", func(d *appsv1.Deployment, _ *PodInput) {
+			d.Spec.Template.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation = ptr.To(true)
+		}, "app: allowPrivilegeEscalation"},
+		{"readiness on healthz", func(d *appsv1.Deployment, _ *PodInput) { sidecar(d).ReadinessProbe.HTTPGet.Path = "/healthz" }, "readiness probe path"},
+		{"liveness on readyz", func(d *appsv1.Deployment, _ *PodInput) { sidecar(d).LivenessProbe.HTTPGet.Path = "/readyz" }, "liveness probe path"},
+		{"impatient liveness", func(d *appsv1.Deployment, _ *PodInput) { sidecar(d).LivenessProbe.FailureThreshold = 1 }, "liveness probe gives up"},
+		{"probe port", func(d *appsv1.Deployment, _ *PodInput) {
+			sidecar(d).ReadinessProbe.HTTPGet.Port.StrVal = "http"
+		}, "readiness probe port"},
+		{"http addr", func(_ *appsv1.Deployment, in *PodInput) { in.Config.HTTPAddr = ":8080" }, "no containerPort 8080"},
+		{"no startup probe", func(d *appsv1.Deployment, _ *PodInput) { sidecar(d).StartupProbe = nil }, "no startup probe"},
+		{"no envFrom", func(d *appsv1.Deployment, _ *PodInput) { sidecar(d).EnvFrom = nil }, "envFrom"},
+		{"url in env", func(d *appsv1.Deployment, _ *PodInput) {
+			sidecar(d).Env = append(sidecar(d).Env, corev1.EnvVar{Name: "REBOUND_AMQP_URL", Value: placeholderURL})
+		}, "password"},
+		{"url file elsewhere", func(d *appsv1.Deployment, _ *PodInput) { sidecar(d).Env[0].Value = "/tmp/url" }, "under no volume mount"},
+		{"unreadable url", func(d *appsv1.Deployment, _ *PodInput) {
+			d.Spec.Template.Spec.Volumes[0].Secret.DefaultMode = ptr.To[int32](0o400)
+		}, "not readable"},
+		{"writable url mount", func(d *appsv1.Deployment, _ *PodInput) { sidecar(d).VolumeMounts[0].ReadOnly = false }, "readOnly"},
+		{"cpu limit", func(d *appsv1.Deployment, _ *PodInput) {
+			sidecar(d).Resources.Limits[corev1.ResourceCPU] = resource.MustParse("100m")
+		}, "CPU limit"},
+		{"memlimit above limit", func(d *appsv1.Deployment, _ *PodInput) {
+			sidecar(d).Resources.Limits[corev1.ResourceMemory] = resource.MustParse("64Mi")
+		}, "GOMEMLIMIT"},
+		{"short grace", func(d *appsv1.Deployment, _ *PodInput) {
+			d.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](20)
+		}, "terminationGracePeriodSeconds"},
+		{"latest image", func(d *appsv1.Deployment, _ *PodInput) { sidecar(d).Image = "rebound:latest" }, "pin a tag"},
+		{"root user", func(d *appsv1.Deployment, _ *PodInput) { sidecar(d).SecurityContext.RunAsUser = ptr.To[int64](0) }, "runs as root"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := good.DeepCopy()
+			in := in
+			tt.mutate(d, &in)
+			ps := CheckPod(d, in)
+			if !slices.ContainsFunc(ps, func(p string) bool { return strings.Contains(p, tt.want) }) {
+				t.Errorf("want a problem mentioning %q, got %q", tt.want, ps)
+			}
+		})
+	}
+}
+
+func TestLoadConfigMapCatches(t *testing.T) {
+	tests := []struct {
+		name string
+		data map[string]string
+		want string
+	}{
+		{"misspelt variable", map[string]string{"REBOUND_MAX_RETRY": "3"}, "not a variable rebound reads"},
+		{"invalid value", map[string]string{"REBOUND_BACKOFF": "fibonacci"}, "REBOUND_BACKOFF"},
+		{"url in configmap", map[string]string{"REBOUND_AMQP_URL": placeholderURL}, "belongs in the Secret"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm"}, Data: tt.data}
+			_, ps := LoadConfigMap(cm, t.TempDir(), placeholderURL)
+			if !slices.ContainsFunc(ps, func(p string) bool { return strings.Contains(p, tt.want) }) {
+				t.Errorf("want a problem mentioning %q, got %q", tt.want, ps)
+			}
+		})
+	}
+}
+
+// TestDecodeStrictRejects shows the decoder refuses what the API server's
+// strict validation refuses.
+func TestDecodeStrictRejects(t *testing.T) {
+	const head = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: x\n"
+	tests := []struct {
+		name, doc, want string
+	}{
+		{"unknown field", head + "spec:\n  replicas: 1\n  replica: 2\n", `unknown field "spec.replica"`},
+		{"wrong capitals", head + "spec:\n  Replicas: 1\n", `unknown field "spec.Replicas"`},
+		{"nested unknown field", head + "spec:\n  template:\n    spec:\n      initContainers:\n        - name: rebound\n          restartpolicy: Always\n", "restartpolicy"},
+		{"duplicate key", head + "spec:\n  replicas: 1\n  replicas: 2\n", "replicas"},
+		{"wrong type", head + "spec:\n  replicas: two\n", "replicas"},
+		{"unknown kind", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\n", "not one deploy/validate knows"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := DecodeStrict([]byte(tt.doc))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("want an error mentioning %q, got %v", tt.want, err)
+			}
+		})
+	}
+	if _, err := DecodeStrict([]byte(head + "spec:\n  replicas: 1\n")); err != nil {
+		t.Errorf("a valid Deployment is rejected: %v", err)
+	}
+}

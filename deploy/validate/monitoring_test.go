@@ -1,0 +1,119 @@
+package validate
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+)
+
+const (
+	rulesFile          = "../prometheus/rebound-alerts.yaml"
+	prometheusRuleFile = "../prometheus/rebound-prometheusrule.yaml"
+	dashboardFile      = "../grafana/rebound-dashboard.json"
+)
+
+func read(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestAlertRules(t *testing.T) {
+	groups, problems := CheckRules(read(t, rulesFile))
+	for _, p := range problems {
+		t.Error(p)
+	}
+	if groups == nil {
+		return
+	}
+	// The alerts the deploy README promises a platform team.
+	var alerts []string
+	for _, g := range groups.Groups {
+		for _, r := range g.Rules {
+			alerts = append(alerts, r.Alert)
+		}
+	}
+	for _, want := range []string{
+		"ReboundDown", "ReboundNotReady", "ReboundConnectionBlocked", "ReboundMessagesStuck",
+		"ReboundParkingRateHigh", "ReboundPublishFailures", "ReboundFrequentReconnects",
+	} {
+		if !slices.Contains(alerts, want) {
+			t.Errorf("no alert %s", want)
+		}
+	}
+}
+
+func TestPrometheusRuleMatchesRulesFile(t *testing.T) {
+	groups, problems := CheckRules(read(t, rulesFile))
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	o, err := DecodeStrict(read(t, prometheusRuleFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, ok := o.Value.(*monitoringv1.PrometheusRule)
+	if !ok {
+		t.Fatalf("%s holds a %s, want a PrometheusRule", prometheusRuleFile, o.Kind)
+	}
+	for _, p := range SameRules(groups, pr) {
+		t.Error(p)
+	}
+}
+
+func TestCheckRulesCatches(t *testing.T) {
+	const head = "groups:\n  - name: g\n    rules:\n"
+	tests := []struct{ name, rules, want string }{
+		{"syntax", head + "      - alert: A\n        expr: rate(rebound_reconnects_total[5m] > 0\n        labels: {severity: warning}\n        annotations: {summary: s, description: d}\n", "unclosed"},
+		{"unknown metric", head + "      - alert: A\n        expr: rebound_reconnect_total > 0\n        labels: {severity: warning}\n        annotations: {summary: s, description: d}\n", "does not export rebound_reconnect_total"},
+		{"foreign metric", head + "      - alert: A\n        expr: rabbitmq_queue_messages > 0\n        labels: {severity: warning}\n        annotations: {summary: s, description: d}\n", "not a rebound_, go_ or process_ metric"},
+		{"label value", head + "      - alert: A\n        expr: rebound_messages_parked_total{reason=\"max_retries\"} > 0\n        labels: {severity: warning}\n        annotations: {summary: s, description: d}\n", `never has the value "max_retries"`},
+		{"grouping label", head + "      - alert: A\n        expr: sum by (reasons) (rebound_messages_parked_total) > 0\n        labels: {severity: warning}\n        annotations: {summary: s, description: d}\n", "no series has the label reasons"},
+		{"unknown field", head + "      - alert: A\n        expr: rebound_ready == 0\n        severity: warning\n", "severity"},
+		{"template", head + "      - alert: A\n        expr: rebound_ready == 0\n        labels: {severity: warning}\n        annotations: {summary: \"{{ $labels.pod \", description: d}\n", "summary"},
+		{"no severity", head + "      - alert: A\n        expr: rebound_ready == 0\n        annotations: {summary: s, description: d}\n", "severity label"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, ps := CheckRules([]byte(tt.rules))
+			if !slices.ContainsFunc(ps, func(p string) bool { return strings.Contains(p, tt.want) }) {
+				t.Errorf("want a problem mentioning %q, got %q", tt.want, ps)
+			}
+		})
+	}
+}
+
+func TestDashboard(t *testing.T) {
+	for _, p := range CheckDashboard(read(t, dashboardFile)) {
+		t.Error(p)
+	}
+}
+
+func TestCheckDashboardCatches(t *testing.T) {
+	const vars = `"templating": {"list": [{"name": "datasource", "type": "datasource"}]}`
+	panel := func(expr string) string {
+		return `{"uid": "u", "title": "t", ` + vars + `, "panels": [{"id": 1, "type": "timeseries", "title": "p",
+			"datasource": {"type": "prometheus", "uid": "${datasource}"}, "targets": [{"refId": "A", "expr": ` + expr + `}]}]}`
+	}
+	tests := []struct{ name, dashboard, want string }{
+		{"not JSON", `{"panels": [`, "dashboard JSON"},
+		{"bad PromQL", panel(`"sum(rate(rebound_ready[$__rate_interval])"`), "unclosed"},
+		{"unknown metric", panel(`"rebound_readyy"`), "does not export rebound_readyy"},
+		{"undefined variable", panel(`"rebound_ready{pod=~\"$pod\"}"`), "$pod is not a dashboard variable"},
+		{"missing metric", panel(`"rebound_ready"`), "no panel shows rebound_reconnects_total"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ps := CheckDashboard([]byte(tt.dashboard))
+			if !slices.ContainsFunc(ps, func(p string) bool { return strings.Contains(p, tt.want) }) {
+				t.Errorf("want a problem mentioning %q, got %q", tt.want, ps)
+			}
+		})
+	}
+}

@@ -1,0 +1,124 @@
+package validate
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+
+	"github.com/rebound-mq/rebound/config"
+)
+
+// Permissions are the three regular expressions of rabbitmqctl
+// set_permissions.
+type Permissions struct {
+	Configure, Write, Read string
+}
+
+var permissionLine = regexp.MustCompile(`(?m)^(CONFIGURE|WRITE|READ)='([^']*)'$`)
+
+// ReadPermissions extracts CONFIGURE='...', WRITE='...' and READ='...' from
+// deploy/rabbitmq/setup.sh.
+func ReadPermissions(script []byte) (Permissions, error) {
+	var p Permissions
+	found := map[string]bool{}
+	for _, m := range permissionLine.FindAllSubmatch(script, -1) {
+		key, re := string(m[1]), string(m[2])
+		if found[key] {
+			return p, fmt.Errorf("%s set twice", key)
+		}
+		found[key] = true
+		switch key {
+		case "CONFIGURE":
+			p.Configure = re
+		case "WRITE":
+			p.Write = re
+		case "READ":
+			p.Read = re
+		}
+	}
+	if len(found) != 3 {
+		return p, fmt.Errorf("want CONFIGURE, WRITE and READ lines, found %d", len(found))
+	}
+	return p, nil
+}
+
+// Access is one operation rebound performs on the broker and the
+// permission RabbitMQ checks for it.
+type Access struct {
+	Perm     string // configure, write or read
+	Resource string // exchange or queue name; amq.default is the default exchange
+	Why      string
+}
+
+// Needs lists what rebound does on the broker with configuration c, as the
+// permission checks RabbitMQ makes (see the RabbitMQ access control guide):
+// declaring and deleting needs configure; publishing needs write on the
+// exchange; binding needs write on the queue and read on the exchange;
+// consuming, getting and purging need read on the queue; declaring a
+// queue with a dead-letter exchange needs read on the queue and write on
+// that exchange.
+func Needs(c config.Config) []Access {
+	delayQueues := []string{c.DelayQueuePrefix + "1000", c.DelayQueuePrefix + "1200", c.DelayQueuePrefix + strconv.Itoa(3600_000)}
+	a := []Access{
+		{"configure", c.DeadLetterExchange, "declare the dead-letter exchange"},
+		{"configure", c.DelayExchange, "declare the delay exchange"},
+		{"configure", c.InboxQueue, "declare the inbox"},
+		{"configure", c.ParkingQueue, "declare the parking queue"},
+		{"write", c.InboxQueue, "bind the inbox to the dead-letter exchange"},
+		{"read", c.DeadLetterExchange, "bind the inbox to the dead-letter exchange"},
+		{"read", c.InboxQueue, "consume the inbox"},
+		{"read", c.ParkingQueue, "rebound parked: list, replay, purge"},
+		{"write", c.DelayExchange, "publish delayed copies"},
+		{"write", "amq.default", "publish immediate retries, parked messages and replays to the default exchange"},
+		{"read", c.DelayExchange, "bind delay queues to the delay exchange"},
+	}
+	for _, q := range delayQueues {
+		a = append(a,
+			Access{"configure", q, "declare and delete a delay queue"},
+			Access{"write", q, "bind a delay queue to the delay exchange"},
+			Access{"read", q, "declare a delay queue that dead-letters to the default exchange"},
+		)
+	}
+	return a
+}
+
+// CheckPermissions checks that p allows everything Needs(c) lists and
+// nothing on names rebound does not own: application queues, other
+// exchanges, lookalike names.
+func CheckPermissions(p Permissions, c config.Config) []string {
+	var problems []string
+	res := map[string]*regexp.Regexp{}
+	for perm, re := range map[string]string{"configure": p.Configure, "write": p.Write, "read": p.Read} {
+		// RabbitMQ uses Erlang's re (PCRE); these patterns use only the
+		// syntax PCRE and Go's RE2 share.
+		r, err := regexp.Compile(re)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s regex %q: %v", perm, re, err))
+			continue
+		}
+		res[perm] = r
+	}
+	if len(problems) > 0 {
+		return problems
+	}
+	for _, a := range Needs(c) {
+		if !res[a.Perm].MatchString(a.Resource) {
+			problems = append(problems, fmt.Sprintf("%s %q is not allowed, but rebound needs it to %s", a.Perm, a.Resource, a.Why))
+		}
+	}
+	foreign := []string{
+		"orders", "orders.created", "amq.topic", "amq.direct",
+		c.InboxQueue + "x", "x" + c.InboxQueue, c.DelayQueuePrefix + "abc", c.DelayQueuePrefix,
+		c.DeadLetterExchange + ".extra", c.ParkingQueue + "2",
+	}
+	for perm, r := range res {
+		for _, name := range foreign {
+			if r.MatchString(name) {
+				problems = append(problems, fmt.Sprintf("%s regex %q also allows %q, which is not rebound's", perm, r, name))
+			}
+		}
+	}
+	slices.Sort(problems) // map order above is random
+	return problems
+}

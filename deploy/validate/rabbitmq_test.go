@@ -1,0 +1,64 @@
+package validate
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+const setupScript = "../rabbitmq/setup.sh"
+
+// baseConfigMap builds the base and returns its ConfigMap.
+func baseConfigMap(t *testing.T) *corev1.ConfigMap {
+	t.Helper()
+	return only[*corev1.ConfigMap](t, build(t, filepath.Join(kustomizeDir, "base")))
+}
+
+func TestRabbitMQPermissions(t *testing.T) {
+	cfg, problems := LoadConfigMap(baseConfigMap(t), t.TempDir(), placeholderURL)
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	perms, err := ReadPermissions(read(t, setupScript))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range CheckPermissions(perms, cfg) {
+		t.Error(p)
+	}
+}
+
+func TestCheckPermissionsCatches(t *testing.T) {
+	cfg, problems := LoadConfigMap(baseConfigMap(t), t.TempDir(), placeholderURL)
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	good, err := ReadPermissions(read(t, setupScript))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		mutate func(p *Permissions)
+		want   string
+	}{
+		{"no default exchange", func(p *Permissions) { p.Write = `^rebound\.delay$` }, `write "amq.default" is not allowed`},
+		{"no delay queue read", func(p *Permissions) { p.Read = `^rebound\.(dlx|delay|inbox|parked)$` }, `read "rebound.delay.1000" is not allowed`},
+		{"unanchored", func(p *Permissions) { p.Configure = `rebound\.` }, "also allows"},
+		{"everything", func(p *Permissions) { p.Read = `.*` }, `also allows "orders"`},
+		{"invalid", func(p *Permissions) { p.Read = `(` }, "read regex"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := good
+			tt.mutate(&p)
+			ps := CheckPermissions(p, cfg)
+			if !slices.ContainsFunc(ps, func(s string) bool { return strings.Contains(s, tt.want) }) {
+				t.Errorf("want a problem mentioning %q, got %q", tt.want, ps)
+			}
+		})
+	}
+}
