@@ -62,7 +62,7 @@ func (p Policy) curve(n int) float64 {
 		// Pow(top/m, t) without Pow's special cases: half the time.
 		return m * math.Exp(t*math.Log(top/m))
 	case Exponential:
-		return m * growth(p.Multiplier, i, top/m)
+		return min(top, m*growth(p.Multiplier, i, top/m))
 	}
 	return m
 }
@@ -70,8 +70,8 @@ func (p Policy) curve(n int) float64 {
 // growth returns x^i, or limit as soon as the power reaches it, so a large
 // i (a message retried for days with MaxRetries 0) costs at most 63 steps
 // and never overflows. It squares and multiplies in the same order as
-// math.Pow, so the results are the same to the last bit, at a third of
-// the cost.
+// math.Pow does for an integer exponent, so the results are the same to
+// the last bit, without Pow's special cases on the hot path.
 func growth(x float64, i int, limit float64) float64 {
 	power := 1.0
 	for ; i > 0; i >>= 1 {

@@ -95,6 +95,19 @@ func TestProperties(t *testing.T) {
 			s, elapsed := randomState(r, p)
 			checkDecision(t, p, s, elapsed, r)
 		}
+		// Exactly at the limits, and one step short of them.
+		atLimits := []State{{Retries: p.ImmediateRetries - 1}, {Retries: p.ImmediateRetries}}
+		if p.MaxRetries > 0 {
+			atLimits = append(atLimits, State{Retries: p.MaxRetries - 1}, State{Retries: p.MaxRetries})
+		}
+		for _, s := range atLimits {
+			s.StartedAt = start
+			checkDecision(t, p, s, 0, r)
+			if p.MaxDuration > 0 {
+				checkDecision(t, p, s, p.MaxDuration-1, r)
+				checkDecision(t, p, s, p.MaxDuration, r)
+			}
+		}
 	}
 }
 
