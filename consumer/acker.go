@@ -16,7 +16,7 @@ import (
 // first, so a multiple ack never covers a delivery whose copy was not
 // confirmed. All acks happen on the acker's goroutine, in order.
 type acker struct {
-	ch     *amqp.Channel
+	ch     acknowledger
 	events chan ackEvent
 	queue  []*slot
 	slots  map[uint64]*slot
@@ -25,6 +25,14 @@ type acker struct {
 	failStreak atomic.Int64 // consecutive failed outcomes, for backing off
 	onSettle   func(settled int, inflight int)
 }
+
+// acknowledger is the part of *amqp.Channel the acker uses.
+type acknowledger interface {
+	Ack(tag uint64, multiple bool) error
+	Nack(tag uint64, multiple, requeue bool) error
+}
+
+var _ acknowledger = (*amqp.Channel)(nil)
 
 type slot struct {
 	tag      uint64
@@ -41,7 +49,7 @@ type ackEvent struct {
 // newAcker sizes the event buffer so that resolve never blocks: at most
 // window deliveries are unacked, each producing one registration and one
 // outcome.
-func newAcker(ch *amqp.Channel, window int, onSettle func(settled, inflight int)) *acker {
+func newAcker(ch acknowledger, window int, onSettle func(settled, inflight int)) *acker {
 	return &acker{
 		ch:       ch,
 		events:   make(chan ackEvent, 2*window+16),

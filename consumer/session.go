@@ -219,16 +219,16 @@ func (ss *session) handle(d amqp.Delivery) error {
 	if err != nil {
 		return err
 	}
-	msg := copyOf(d)
+	var msg amqp.Publishing
 	dest := republisher.Destination{RoutingKey: state.Origin}
 	switch {
 	case !decision.Retry:
-		msg.Headers = ss.opt.Codec.Park(d.Headers, state, decision.Reason, now)
+		msg = republisher.Copy(d, ss.opt.Codec.Park(d.Headers, state, decision.Reason, now))
 		dest = republisher.Destination{RoutingKey: ss.opt.Topology.ParkingQueue}
 	case decision.Delay == 0:
-		msg.Headers = ss.opt.Codec.Retry(d.Headers, state, 0)
+		msg = republisher.Copy(d, ss.opt.Codec.Retry(d.Headers, state, 0))
 	default:
-		msg.Headers = ss.opt.Codec.Retry(d.Headers, state, decision.Delay)
+		msg = republisher.Copy(d, ss.opt.Codec.Retry(d.Headers, state, decision.Delay))
 		dest.Exchange = ss.opt.Topology.DelayExchange
 		dest.Delay = decision.Delay
 	}
@@ -308,24 +308,4 @@ func (ss *session) reportProblems(d amqp.Delivery, problems []headers.Problem) {
 	}
 	ss.log.Warn("unreadable headers treated as absent",
 		zap.String("message_id", d.MessageId), zap.Strings("problems", fields))
-}
-
-// copyOf returns the publishing for d's copy: body and properties kept,
-// except expiration (it would cut the delay short, or expire a parked
-// message) and user id (the broker refuses a publish whose user id is not
-// the connection's own user, and rebound's user is not the producer's).
-func copyOf(d amqp.Delivery) amqp.Publishing {
-	return amqp.Publishing{
-		ContentType:     d.ContentType,
-		ContentEncoding: d.ContentEncoding,
-		DeliveryMode:    d.DeliveryMode,
-		Priority:        d.Priority,
-		CorrelationId:   d.CorrelationId,
-		ReplyTo:         d.ReplyTo,
-		MessageId:       d.MessageId,
-		Timestamp:       d.Timestamp,
-		Type:            d.Type,
-		AppId:           d.AppId,
-		Body:            d.Body,
-	}
 }

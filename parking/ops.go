@@ -7,6 +7,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/rebound-mq/rebound/republisher"
 )
 
 // Listing is what List found.
@@ -259,20 +261,7 @@ func (q Queue) settle(r *reader, batch []inFlight, returns <-chan amqp.Return, r
 // refuses one that is not the connection's own user) and expiration
 // (rebound never parks a message with one).
 func (q Queue) replayCopy(d amqp.Delivery, now time.Time) amqp.Publishing {
-	return amqp.Publishing{
-		Headers:         q.Codec.Replay(d.Headers, now),
-		ContentType:     d.ContentType,
-		ContentEncoding: d.ContentEncoding,
-		DeliveryMode:    d.DeliveryMode,
-		Priority:        d.Priority,
-		CorrelationId:   d.CorrelationId,
-		ReplyTo:         d.ReplyTo,
-		MessageId:       d.MessageId,
-		Timestamp:       d.Timestamp,
-		Type:            d.Type,
-		AppId:           d.AppId,
-		Body:            d.Body,
-	}
+	return republisher.Copy(d, q.Codec.Replay(d.Headers, now))
 }
 
 // queueCheck remembers which origin queues exist. A passive declare of a
