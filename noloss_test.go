@@ -249,43 +249,57 @@ func with(base map[string]string, extra ...string) map[string]string {
 	return out
 }
 
+// queueTypes runs a scenario once with classic and once with quorum queues.
+func queueTypes(t *testing.T, scenario func(t *testing.T, queueType string)) {
+	for _, qt := range []string{"classic", "quorum"} {
+		t.Run(qt, func(t *testing.T) {
+			t.Parallel()
+			scenario(t, qt)
+		})
+	}
+}
+
 func TestNoLossWhenKilled(t *testing.T) {
 	t.Parallel()
-	bin := buildBinary(t)
-	e := newTestEnv(t, fastLoop)
-	e.rejectAll(e.app)
-	proc := e.startBinary(bin)
-	const n = 5000
-	published := make(chan struct{})
-	go func() { defer close(published); e.publishNumbered(n) }()
-	for range 5 {
-		time.Sleep(time.Duration(200+rand.IntN(600)) * time.Millisecond)
-		if err := proc.signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
+	queueTypes(t, func(t *testing.T, queueType string) {
+		bin := buildBinary(t)
+		e := newTestEnv(t, with(fastLoop, "REBOUND_QUEUE_TYPE", queueType))
+		e.rejectAll(e.app)
+		proc := e.startBinary(bin)
+		const n = 5000
+		published := make(chan struct{})
+		go func() { defer close(published); e.publishNumbered(n) }()
+		for range 5 {
+			time.Sleep(time.Duration(200+rand.IntN(600)) * time.Millisecond)
+			if err := proc.signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			proc.wait(10 * time.Second)
+			proc = e.startBinary(bin)
 		}
-		proc.wait(10 * time.Second)
-		proc = e.startBinary(bin)
-	}
-	<-published
-	e.account(n, 0, 3*time.Minute)
+		<-published
+		e.account(n, 0, 3*time.Minute)
+	})
 }
 
 func TestNoLossWhenServerClosesConnections(t *testing.T) {
 	t.Parallel()
-	url := privateVhost(t)
-	e := newTestEnv(t, with(fastLoop, "REBOUND_AMQP_URL", url))
-	e.rejectAll(e.app)
-	e.startInProcess()
-	const n = 3000
-	e.publishNumbered(n)
-	for range 3 {
-		time.Sleep(time.Duration(100+rand.IntN(400)) * time.Millisecond)
-		rabbitmqctl(t, "-q", "close_all_connections", "-p", e.vhost(), "rebound no-loss test")
-	}
-	e.account(n, 0, 3*time.Minute)
-	if got := e.metric("rebound_reconnects_total"); got == "" || got == "0" {
-		t.Errorf("rebound_reconnects_total = %q, want at least 1", got)
-	}
+	queueTypes(t, func(t *testing.T, queueType string) {
+		url := privateVhost(t)
+		e := newTestEnv(t, with(fastLoop, "REBOUND_AMQP_URL", url, "REBOUND_QUEUE_TYPE", queueType))
+		e.rejectAll(e.app)
+		e.startInProcess()
+		const n = 3000
+		e.publishNumbered(n)
+		for range 3 {
+			time.Sleep(time.Duration(100+rand.IntN(400)) * time.Millisecond)
+			rabbitmqctl(t, "-q", "close_all_connections", "-p", e.vhost(), "rebound no-loss test")
+		}
+		e.account(n, 0, 3*time.Minute)
+		if got := e.metric("rebound_reconnects_total"); got == "" || got == "0" {
+			t.Errorf("rebound_reconnects_total = %q, want at least 1", got)
+		}
+	})
 }
 
 func TestNoLossWhenOperatorDeletesDelayQueue(t *testing.T) {
