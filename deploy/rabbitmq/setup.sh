@@ -25,9 +25,10 @@ APP_QUEUES=${APP_QUEUES:-'^orders\.'}
 #   read       consume from, get from or purge a queue; be the source of a binding
 # Dead-lettering is done by the broker itself and needs no permission.
 
-# configure: rebound declares its two exchanges and its queues, and deletes
-# idle delay queues. rebound.delay.<n> are the per-delay TTL queues (delay
-# in milliseconds). The application queues are not rebound's to declare.
+# configure: rebound declares its two exchanges and its queues (queue.delete,
+# for removing idle delay queues, needs the same). rebound.delay.<n> are the
+# per-delay TTL queues (delay in milliseconds), declared on first use. The
+# application queues are not rebound's to declare.
 CONFIGURE='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+)$'
 
 # write: rebound publishes delayed copies to the rebound.delay exchange, and

@@ -6,6 +6,7 @@ require (
 	github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring v0.88.0
 	github.com/prometheus/common v0.67.4
 	github.com/prometheus/prometheus v0.308.1
+	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/rebound-mq/rebound v0.0.0
 	k8s.io/api v0.34.5
 	k8s.io/apimachinery v0.34.5
@@ -45,7 +46,6 @@ require (
 	github.com/prometheus/client_golang v1.23.2 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/procfs v0.16.1 // indirect
-	github.com/rabbitmq/amqp091-go v1.16.0 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	github.com/xlab/treeprint v1.2.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.1.0 // indirect

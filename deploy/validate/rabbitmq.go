@@ -75,7 +75,7 @@ func Needs(c config.Config) []Access {
 	}
 	for _, q := range delayQueues {
 		a = append(a,
-			Access{"configure", q, "declare and delete a delay queue"},
+			Access{"configure", q, "declare a delay queue"},
 			Access{"write", q, "bind a delay queue to the delay exchange"},
 			Access{"read", q, "declare a delay queue that dead-letters to the default exchange"},
 		)

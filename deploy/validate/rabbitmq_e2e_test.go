@@ -1,0 +1,238 @@
+package validate
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// TestRabbitMQSetupEndToEnd runs deploy/rabbitmq/setup.sh against a real
+// RabbitMQ in a fresh vhost, then rebound as the user the script made:
+// a message an application rejects from a queue the policy matches is
+// retried (immediately, then through a delay queue) and parked, with no
+// permission refused along the way; rebound then exits 0 on SIGTERM. It
+// needs rabbitmqctl and a broker on localhost:5672, and skips without them
+// unless CI or REBOUND_REQUIRE_BROKER is set.
+func TestRabbitMQSetupEndToEnd(t *testing.T) {
+	requireBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	suffix := randomSuffix(t)
+	vhost, reboundUser, appUser := "deploy-validate-"+suffix, "rebound-"+suffix, "app-"+suffix
+	password := "pw-" + suffix
+	rabbitmqctl(t, "add_vhost", vhost)
+	t.Cleanup(func() { rabbitmqctl(t, "delete_vhost", vhost) })
+	rabbitmqctl(t, "add_user", appUser, password)
+	t.Cleanup(func() { rabbitmqctl(t, "delete_user", appUser) })
+	rabbitmqctl(t, "set_permissions", "-p", vhost, appUser, ".*", ".*", ".*")
+
+	setup := exec.CommandContext(ctx, "bash", setupScript)
+	setup.Env = append(os.Environ(), "VHOST="+vhost, "REBOUND_USER="+reboundUser,
+		"REBOUND_PASSWORD="+password, `APP_QUEUES=^orders\.`)
+	t.Cleanup(func() { rabbitmqctl(t, "delete_user", reboundUser) })
+	if out, err := setup.CombinedOutput(); err != nil {
+		t.Fatalf("setup.sh: %v\n%s", err, out)
+	}
+
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "rebound")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
+	build.Dir = "../.."
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build rebound: %v\n%s", err, out)
+	}
+	urlFile := filepath.Join(dir, "url")
+	url := fmt.Sprintf("amqp://%s:%s@localhost:5672/%s", reboundUser, password, vhost)
+	if err := os.WriteFile(urlFile, []byte(url), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	logs := &syncBuffer{}
+	rebound := exec.CommandContext(ctx, bin, "run")
+	rebound.Env = append(os.Environ(), "REBOUND_AMQP_URL_FILE="+urlFile, "REBOUND_HTTP_ADDR="+addr,
+		"REBOUND_MIN_DELAY=1s", "REBOUND_JITTER=none", "REBOUND_IMMEDIATE_RETRIES=1", "REBOUND_MAX_RETRIES=2")
+	rebound.Stdout, rebound.Stderr = logs, logs
+	if err := rebound.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- rebound.Wait() }()
+	defer func() {
+		_ = rebound.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("rebound's log:\n%s", logs.String())
+		}
+	}()
+	waitReady(t, ctx, "http://"+addr+"/readyz")
+
+	conn, err := amqp.Dial(fmt.Sprintf("amqp://%s:%s@localhost:5672/%s", appUser, password, vhost))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No x-dead-letter-exchange argument: the script's policy supplies it.
+	if _, err := ch.QueueDeclare("orders.e2e", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.PublishWithContext(ctx, "", "orders.e2e", false, false, amqp.Publishing{MessageId: "e2e-1", Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	rejects := 0
+	for {
+		if ctx.Err() != nil {
+			t.Fatalf("not parked after %d rejects", rejects)
+		}
+		if refused(logs.String()) {
+			t.Fatal("rebound was refused a permission")
+		}
+		d, ok, err := ch.Get("orders.e2e", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			rejects++
+			if err := d.Nack(false, false); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		p, ok, err := ch.Get("rebound.parked", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			if reason := p.Headers["x-retry-parked-reason"]; reason != "max-retries" || p.MessageId != "e2e-1" {
+				t.Errorf("parked %s with reason %v, want e2e-1 with max-retries", p.MessageId, reason)
+			}
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The original attempt, one immediate and one delayed retry.
+	if rejects != 3 {
+		t.Errorf("the application saw the message %d times, want 3", rejects)
+	}
+	if refused(logs.String()) {
+		t.Error("rebound was refused a permission")
+	}
+	if err := rebound.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		exited <- err // for the deferred Wait
+		if err != nil {
+			t.Errorf("rebound did not exit 0 on SIGTERM: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("rebound still running 30s after SIGTERM")
+	}
+}
+
+// requireBroker skips the test when no RabbitMQ and rabbitmqctl are here,
+// or fails it when CI or REBOUND_REQUIRE_BROKER says one must be.
+func requireBroker(t *testing.T) {
+	t.Helper()
+	missing := ""
+	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
+		missing = "rabbitmqctl not on PATH"
+	} else if c, err := net.DialTimeout("tcp", "localhost:5672", time.Second); err != nil {
+		missing = "no RabbitMQ on localhost:5672"
+	} else {
+		c.Close()
+	}
+	if missing == "" {
+		return
+	}
+	if os.Getenv("CI") != "" || os.Getenv("REBOUND_REQUIRE_BROKER") != "" {
+		t.Fatal(missing)
+	}
+	t.Skip(missing + "; start one with scripts/ensure-rabbitmq.sh")
+}
+
+func rabbitmqctl(t *testing.T, args ...string) {
+	t.Helper()
+	out, err := exec.Command("rabbitmqctl", append([]string{"-q"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Errorf("rabbitmqctl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+func randomSuffix(t *testing.T) string {
+	b := make([]byte, 4)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// freeAddr returns a loopback address with a port nothing listens on.
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func waitReady(t *testing.T, ctx context.Context, url string) {
+	t.Helper()
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal(errors.Join(ctx.Err(), err))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func refused(log string) bool {
+	return strings.Contains(strings.ToLower(log), "access_refused")
+}
+
+// syncBuffer collects a process's output while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
