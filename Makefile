@@ -5,7 +5,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
 GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: demo run test build lint broker bench
+.PHONY: demo run test build lint broker bench chaos
 
 # The demo: rebound plus an application that fails every message.
 demo: broker build
@@ -39,3 +39,8 @@ broker:
 # Throughput against RabbitMQ's Shovel and a naive consumer; rewrites BENCHMARKS.md.
 bench: broker
 	go run ./bench
+
+# Fault injection with message accounting (kill -9, broker restarts, closed
+# connections, memory alarm, deleted delay queue; classic and quorum).
+chaos: broker
+	./scripts/chaos.sh

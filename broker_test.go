@@ -54,13 +54,14 @@ func randomSuffix() string {
 
 // testEnv is one test's private rebound deployment on the shared broker.
 type testEnv struct {
-	t      *testing.T
-	conn   *amqp.Connection
-	ch     *amqp.Channel
-	prefix string
-	app    string // the application queue, dead-lettering to rebound
-	http   string // rebound's HTTP address
-	vars   map[string]string
+	t       *testing.T
+	conn    *amqp.Connection
+	ch      *amqp.Channel
+	prefix  string
+	app     string // the application queue, dead-lettering to rebound
+	http    string // rebound's HTTP address
+	vars    map[string]string
+	started time.Time
 }
 
 var unsafeName = regexp.MustCompile(`[^a-zA-Z0-9]+`)
@@ -77,7 +78,7 @@ func newTestEnv(t *testing.T, overrides map[string]string) *testEnv {
 		t.Fatal(err)
 	}
 	prefix := fmt.Sprintf("rt.%s.%s.", strings.Trim(unsafeName.ReplaceAllString(t.Name(), "-"), "-"), randomSuffix())
-	e := &testEnv{t: t, conn: conn, ch: ch, prefix: prefix, app: prefix + "app", http: freeAddr(t)}
+	e := &testEnv{t: t, conn: conn, ch: ch, prefix: prefix, app: prefix + "app", http: freeAddr(t), started: time.Now()}
 	e.vars = map[string]string{
 		"REBOUND_AMQP_URL":             brokerURL(),
 		"REBOUND_INBOX_QUEUE":          prefix + "inbox",
@@ -111,6 +112,21 @@ func (e *testEnv) environ() []string {
 		out = append(out, k+"="+v)
 	}
 	return out
+}
+
+// quorumApp makes the application queue a quorum queue with at-least-once
+// dead-lettering, so the broker confirms the hop from it to rebound's inbox.
+func (e *testEnv) quorumApp() {
+	e.t.Helper()
+	if _, err := e.ch.QueueDelete(e.app, false, false, false); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.ch.QueueDeclare(e.app, true, false, false, false, amqp.Table{
+		"x-queue-type": "quorum", "x-dead-letter-exchange": e.vars["REBOUND_DEAD_LETTER_EXCHANGE"],
+		"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish",
+	}); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 // cleanup deletes every queue and exchange with the test's prefix.
