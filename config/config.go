@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/url"
 	"os"
 	"reflect"
@@ -197,11 +198,16 @@ func (c Config) validate(failed map[string]bool) []FieldError {
 	oneOf("LOG_LEVEL", c.LogLevel, []string{"debug", "info", "warn", "error"})
 	oneOf("LOG_FORMAT", c.LogFormat, []string{"json", "console"})
 
-	if c.AMQPURL == "" {
-		add("AMQP_URL", "", "an amqp:// or amqps:// URL")
-	} else if u, err := url.Parse(c.AMQPURL); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
-		// The value may hold a password: never echo it back.
-		add("AMQP_URL", Redact(c.AMQPURL), "an amqp:// or amqps:// URL")
+	if u, err := url.Parse(c.AMQPURL); c.AMQPURL == "" || err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
+		if c.AMQPURLFile != "" {
+			// Name the file, not its content: the content holds a password.
+			add("AMQP_URL_FILE", c.AMQPURLFile, "a file holding an amqp:// or amqps:// URL")
+		} else {
+			add("AMQP_URL", Redact(c.AMQPURL), "an amqp:// or amqps:// URL")
+		}
+	}
+	if _, port, err := net.SplitHostPort(c.HTTPAddr); err != nil || port == "" {
+		add("HTTP_ADDR", c.HTTPAddr, "host:port or :port to listen on, such as :9464")
 	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		add("TLS_CERT_FILE", c.TLSCertFile, "set together with REBOUND_TLS_KEY_FILE (both or neither)")
@@ -212,8 +218,8 @@ func (c Config) validate(failed map[string]bool) []FieldError {
 	if c.MinDelay < time.Millisecond {
 		add("MIN_DELAY", c.MinDelay, "a duration of at least 1ms")
 	}
-	if c.MaxDelay < time.Millisecond {
-		add("MAX_DELAY", c.MaxDelay, "a duration of at least 1ms")
+	if c.MaxDelay < time.Millisecond || c.MaxDelay > headers.MaxLastDelay {
+		add("MAX_DELAY", c.MaxDelay, fmt.Sprintf("a duration from 1ms to %s (what the last-delay header carries)", headers.MaxLastDelay))
 	}
 	if c.MinDelay >= time.Millisecond && c.MaxDelay >= time.Millisecond && c.MinDelay > c.MaxDelay && parsed("MAX_DELAY") {
 		add("MIN_DELAY", c.MinDelay, fmt.Sprintf("at most REBOUND_MAX_DELAY (%s)", c.MaxDelay))
@@ -233,8 +239,8 @@ func (c Config) validate(failed map[string]bool) []FieldError {
 	if c.ImmediateRetries < 0 {
 		add("IMMEDIATE_RETRIES", c.ImmediateRetries, "a whole number of 0 or more")
 	}
-	if c.MaxRetries < 0 {
-		add("MAX_RETRIES", c.MaxRetries, "a whole number of 0 or more (0 = no limit by count)")
+	if c.MaxRetries < 0 || c.MaxRetries > headers.MaxRetryCount {
+		add("MAX_RETRIES", c.MaxRetries, fmt.Sprintf("a whole number from 0 (no limit by count) to %d (the largest count the header carries)", headers.MaxRetryCount))
 	}
 	if c.MaxDuration < 0 {
 		add("MAX_DURATION", c.MaxDuration, "a duration of 0 or more (0 = no budget)")
