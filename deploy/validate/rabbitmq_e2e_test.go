@@ -26,7 +26,7 @@ import (
 // retried (immediately, then through a delay queue) and parked, with no
 // permission refused along the way; rebound then exits 0 on SIGTERM. It
 // needs rabbitmqctl and a broker on localhost:5672, and skips without them
-// unless CI or REBOUND_REQUIRE_BROKER is set.
+// unless CI or REBOUND_REQUIRE_BROKER is set; -short skips it too.
 func TestRabbitMQSetupEndToEnd(t *testing.T) {
 	requireBroker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -154,6 +154,9 @@ func TestRabbitMQSetupEndToEnd(t *testing.T) {
 // or fails it when CI or REBOUND_REQUIRE_BROKER says one must be.
 func requireBroker(t *testing.T) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end test; -short skips it")
+	}
 	missing := ""
 	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
 		missing = "rabbitmqctl not on PATH"
