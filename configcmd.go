@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,22 +12,16 @@ import (
 // configuration without connecting anywhere, for CI and for manifests.
 func runConfig(args, environ []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("config check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: rebound config check\n\nValidates the REBOUND_* environment like the sidecar does at start,\nwithout connecting. Exit status 2 and every problem when it is invalid.")
-	}
+	const usage = "usage: rebound config check\n\nValidates the REBOUND_* environment like the sidecar does at start,\nwithout connecting. Exit status 2 and every problem when it is invalid."
 	if len(args) == 0 || args[0] != "check" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			fs.Usage()
+			fmt.Fprintln(stderr, usage)
 			return nil
 		}
 		return usageError{"usage: rebound config check"}
 	}
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return usageError{err.Error()}
+	if done, err := parseFlags(fs, args[1:], usage, stderr); done || err != nil {
+		return err
 	}
 	cfg, err := config.Load(environ)
 	if err != nil {

@@ -100,17 +100,7 @@ func (e *testEnv) parked(want int, timeout time.Duration) []amqp.Delivery {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	var out []amqp.Delivery
-	for {
-		d, ok, err := e.ch.Get(queue, true)
-		if err != nil {
-			e.t.Fatalf("get from %s: %v", queue, err)
-		}
-		if !ok {
-			return out
-		}
-		out = append(out, d)
-	}
+	return e.drain(queue)
 }
 
 func (e *testEnv) queueLen(queue string) int {

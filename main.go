@@ -15,6 +15,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -90,4 +91,21 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		return nil
 	}
 	return usageError{fmt.Sprintf("unknown command %q\n%s", name, usage)}
+}
+
+// parseFlags parses args, mapping -h to a nil error with done set and any
+// other problem to a usageError.
+func parseFlags(fs *flag.FlagSet, args []string, usage string, stderr io.Writer) (done bool, err error) {
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, usage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return true, nil
+		}
+		return false, usageError{err.Error()}
+	}
+	return false, nil
 }

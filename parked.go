@@ -8,7 +8,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -76,22 +75,6 @@ func filterFlags(fs *flag.FlagSet) *parking.Filter {
 	return f
 }
 
-// parseFlags parses args, mapping -h to a nil error with done set and any
-// other problem to a usageError.
-func parseFlags(fs *flag.FlagSet, args []string, usage string, stderr io.Writer) (done bool, err error) {
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, usage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return true, nil
-		}
-		return false, usageError{err.Error()}
-	}
-	return false, nil
-}
 
 func checkFilter(f *parking.Filter) error {
 	if f.Limit < 0 {

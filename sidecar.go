@@ -32,15 +32,9 @@ var version = "dev"
 // runSidecar runs the retry sidecar until ctx is cancelled.
 func runSidecar(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: rebound run\n\nRuns the retry sidecar. Configuration comes from REBOUND_* environment variables (see README.md).")
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return usageError{err.Error()}
+	usage := "usage: rebound run\n\nRuns the retry sidecar. Configuration comes from REBOUND_* environment variables (see README.md)."
+	if done, err := parseFlags(fs, args, usage, stderr); done || err != nil {
+		return err
 	}
 	cfg, err := config.Load(environ)
 	if err != nil {
@@ -68,7 +62,7 @@ func runSidecar(ctx context.Context, args, environ []string, stdout, stderr io.W
 		ConfirmTimeout: cfg.ConfirmTimeout,
 		ShutdownGrace:  cfg.ShutdownGrace,
 		Logger:         log,
-		Metrics:        consumer.NewMetrics(reg),
+		Metrics:        consumer.NewMetrics(reg, readHeaders(cfg.HeaderNames())...),
 	})
 
 	listener, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -94,6 +88,11 @@ func runSidecar(ctx context.Context, args, environ []string, stdout, stderr io.W
 	_ = server.Shutdown(shutdownCtx)
 	wg.Wait()
 	return runErr
+}
+
+// readHeaders lists the headers whose problems the sidecar counts.
+func readHeaders(n headers.Names) []string {
+	return []string{n.RetryCount, n.TaskStartedAt, n.LastDelay, n.OriginQueue, n.NonRetryable, headers.XDeath, headers.XFirstDeathQueue}
 }
 
 func topology(cfg config.Config) republisher.Topology {

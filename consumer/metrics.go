@@ -24,8 +24,10 @@ type Metrics struct {
 	Ready           prometheus.Gauge
 }
 
-// NewMetrics creates the metrics and registers them with reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+// NewMetrics creates the metrics and registers them with reg. headerNames
+// are the headers rebound reads: their invalid-header series start at 0,
+// so that increase() counts the first bad header too.
+func NewMetrics(reg prometheus.Registerer, headerNames ...string) *Metrics {
 	m := &Metrics{
 		Received: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rebound_messages_received_total", Help: "Messages delivered to rebound from its inbox.",
@@ -74,6 +76,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	for _, r := range policy.Reasons {
 		m.Parked.WithLabelValues(string(r))
+	}
+	for _, h := range headerNames {
+		m.InvalidHeaders.WithLabelValues(h)
 	}
 	for _, o := range []republisher.Outcome{republisher.Nacked, republisher.Returned, republisher.TimedOut, republisher.Closed} {
 		m.PublishFailures.WithLabelValues(o.String())
