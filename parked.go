@@ -75,7 +75,6 @@ func filterFlags(fs *flag.FlagSet) *parking.Filter {
 	return f
 }
 
-
 func checkFilter(f *parking.Filter) error {
 	if f.Limit < 0 {
 		return usageError{fmt.Sprintf("--limit %d: want 0 (all) or more", f.Limit)}
