@@ -446,6 +446,11 @@ func TestNoLossWhenBrokerRestarts(t *testing.T) {
 	// and a loss could only be rebound's.
 	e := newTestEnv(t, with(fastLoop, "REBOUND_MIN_DELAY", "200ms", "REBOUND_QUEUE_TYPE", "quorum"))
 	e.quorumApp()
+	// Whatever happens below, leave the broker running for what comes next.
+	t.Cleanup(func() {
+		_ = exec.Command("rabbitmqctl", "-q", "start_app").Run()
+		_ = exec.Command("rabbitmqctl", "-q", "await_startup").Run()
+	})
 	e.rejectAll(e.app)
 	e.startInProcess()
 	const n = 3000
