@@ -318,7 +318,8 @@ func TestGarbageHeadersAreCountedAndRepaired(t *testing.T) {
 
 func TestQuorumQueuesLoop(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, map[string]string{"REBOUND_QUEUE_TYPE": "quorum", "REBOUND_MAX_RETRIES": "2", "REBOUND_MIN_DELAY": "200ms"})
+	e := newTestEnv(t, map[string]string{"REBOUND_QUEUE_TYPE": "quorum", "REBOUND_MAX_RETRIES": "2", "REBOUND_MIN_DELAY": "200ms",
+		"REBOUND_DELAY_QUEUE_IDLE": "1s"})
 	e.startInProcess()
 	r := e.rejectAll(e.app)
 	for i := range 20 {
@@ -329,5 +330,57 @@ func TestQuorumQueuesLoop(t *testing.T) {
 	}
 	if n := len(r.seen()); n != 60 {
 		t.Errorf("application saw %d deliveries, want 60 (20 messages, 3 attempts each)", n)
+	}
+	// Quorum delay queues are never swept: RabbitMQ answers an if-empty
+	// delete on them with a connection error, which would show here.
+	time.Sleep(2500 * time.Millisecond)
+	if got := e.metric("rebound_reconnects_total"); got != "0" {
+		t.Errorf("rebound_reconnects_total = %q after idle sweeps, want 0", got)
+	}
+	if n := e.freshQueueLen(e.prefix + "delay.200"); n != 0 {
+		t.Errorf("quorum delay queue: %d messages or gone (-1), want kept and empty", n)
+	}
+}
+
+func TestIdleEmptyDelayQueuesAreDeleted(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, map[string]string{
+		"REBOUND_BACKOFF": "constant", "REBOUND_MIN_DELAY": "100ms", "REBOUND_MAX_RETRIES": "1", "REBOUND_DELAY_QUEUE_IDLE": "1s",
+	})
+	e.startInProcess()
+	e.rejectAll(e.app)
+	delayQueue := e.prefix + "delay.100"
+	for round := range 2 {
+		e.publish(amqp.Publishing{MessageId: strconv.Itoa(round)})
+		if parked := e.parked(1, 30*time.Second); len(parked) != 1 {
+			t.Fatalf("round %d: parked %d, want 1", round, len(parked))
+		}
+		// Idle for a second and empty: the next sweep deletes it; the next
+		// round's copy declares it again.
+		deadline := time.Now().Add(15 * time.Second)
+		for e.freshQueueLen(delayQueue) >= 0 && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if n := e.freshQueueLen(delayQueue); n >= 0 {
+			t.Fatalf("round %d: idle, empty delay queue still there (%d messages)", round, n)
+		}
+	}
+}
+
+func TestBusyDelayQueueIsNotDeleted(t *testing.T) {
+	t.Parallel()
+	// The idle period is shorter than the delay: a queue is only idle after
+	// twice its delay, and never deleted while it holds a message.
+	e := newTestEnv(t, map[string]string{
+		"REBOUND_BACKOFF": "constant", "REBOUND_MIN_DELAY": "4s", "REBOUND_MAX_RETRIES": "1", "REBOUND_DELAY_QUEUE_IDLE": "1s",
+	})
+	e.startInProcess()
+	r := e.rejectAll(e.app)
+	e.publish(amqp.Publishing{MessageId: "slow"})
+	if parked := e.parked(1, 30*time.Second); len(parked) != 1 {
+		t.Fatalf("parked %d, want 1 (the copy waiting 4s must survive the sweeps)", len(parked))
+	}
+	if n := len(r.seen()); n != 2 {
+		t.Errorf("application saw the message %d times, want 2", n)
 	}
 }

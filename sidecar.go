@@ -61,6 +61,7 @@ func runSidecar(ctx context.Context, args, environ []string, stdout, stderr io.W
 		Prefetch:       cfg.Prefetch,
 		ConfirmTimeout: cfg.ConfirmTimeout,
 		ShutdownGrace:  cfg.ShutdownGrace,
+		DelayQueueIdle: cfg.DelayQueueIdle,
 		Logger:         log,
 		Metrics:        consumer.NewMetrics(reg, readHeaders(cfg.HeaderNames())...),
 	})

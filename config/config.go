@@ -66,6 +66,7 @@ type Config struct {
 	Deadline         policy.Deadline `env:"DEADLINE" envDefault:"clamp"`
 
 	Prefetch       int           `env:"PREFETCH" envDefault:"256"`
+	DelayQueueIdle time.Duration `env:"DELAY_QUEUE_IDLE" envDefault:"15m"`
 	ConfirmTimeout time.Duration `env:"CONFIRM_TIMEOUT" envDefault:"30s"`
 	ShutdownGrace  time.Duration `env:"SHUTDOWN_GRACE" envDefault:"20s"`
 	HTTPAddr       string        `env:"HTTP_ADDR" envDefault:":9464"`
@@ -257,6 +258,9 @@ func (c Config) validate(failed map[string]bool) []FieldError {
 	}
 	if c.Prefetch < 1 || c.Prefetch > 65535 {
 		add("PREFETCH", c.Prefetch, "a whole number from 1 to 65535")
+	}
+	if c.DelayQueueIdle < 0 {
+		add("DELAY_QUEUE_IDLE", c.DelayQueueIdle, "a duration of 0 or more (0 = never delete idle delay queues)")
 	}
 	if c.ConfirmTimeout <= 0 {
 		add("CONFIRM_TIMEOUT", c.ConfirmTimeout, "a duration above 0")

@@ -110,6 +110,7 @@ func TestLoadInvalid(t *testing.T) {
 		{"zero min delay", []string{"REBOUND_MIN_DELAY=0s"}, "REBOUND_MIN_DELAY", "0s", "at least 1ms"},
 		{"min delay under a millisecond", []string{"REBOUND_MIN_DELAY=500us"}, "REBOUND_MIN_DELAY", "500µs", "at least 1ms"},
 		{"negative max delay", []string{"REBOUND_MAX_DELAY=-1s"}, "REBOUND_MAX_DELAY", "-1s", "from 1ms to 720h0m0s"},
+		{"negative delay queue idle", []string{"REBOUND_DELAY_QUEUE_IDLE=-1m"}, "REBOUND_DELAY_QUEUE_IDLE", "-1m0s", "0 or more"},
 		{"max delay beyond the header's range", []string{"REBOUND_MAX_DELAY=1000h"}, "REBOUND_MAX_DELAY", "1000h0m0s", "from 1ms to 720h0m0s"},
 		{"HTTP address without a port", []string{"REBOUND_HTTP_ADDR=localhost"}, "REBOUND_HTTP_ADDR", "localhost", "host:port or :port"},
 		{"min above max", []string{"REBOUND_MIN_DELAY=2h"}, "REBOUND_MIN_DELAY", "2h0m0s", "at most REBOUND_MAX_DELAY (1h0m0s)"},

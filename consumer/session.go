@@ -93,6 +93,7 @@ func (s *Sidecar) session(ctx context.Context) error {
 
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	lastSweep := s.opt.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -127,6 +128,16 @@ func (s *Sidecar) session(ctx context.Context) error {
 		case <-tick.C:
 			s.beat()
 			s.setBlocked(pub.Blocked())
+			if idle := s.opt.DelayQueueIdle; idle > 0 && s.opt.Now().Sub(lastSweep) >= min(idle, time.Minute) {
+				lastSweep = s.opt.Now()
+				deleted, err := pub.SweepIdle(idle)
+				if len(deleted) > 0 {
+					s.log.Info("deleted idle empty delay queues", zap.Strings("queues", deleted))
+				}
+				if err != nil {
+					return err
+				}
+			}
 		}
 	}
 }

@@ -44,6 +44,9 @@ type Options struct {
 	Prefetch       int
 	ConfirmTimeout time.Duration
 	ShutdownGrace  time.Duration
+	// DelayQueueIdle: delay queues with no publish for this long (or twice
+	// their delay) are deleted when empty; 0 keeps them forever.
+	DelayQueueIdle time.Duration
 	Logger         *zap.Logger
 	Metrics        *Metrics
 

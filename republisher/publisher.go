@@ -92,7 +92,7 @@ type Publisher struct {
 
 	declMu   sync.Mutex // guards declCh and the declared/origin caches
 	declCh   *amqp.Channel
-	declared map[int64]bool
+	declared map[int64]time.Time  // delay queue (ms) -> last publish to it
 	origins  map[string]time.Time // origin queue -> when it was last seen to exist
 
 	mu      sync.Mutex // guards pending and blocked
@@ -120,7 +120,7 @@ func New(conn *amqp.Connection, topo Topology, window int, confirmTimeout time.D
 	}
 	p := &Publisher{
 		conn: conn, ch: ch, declCh: declCh, topo: topo, timeout: confirmTimeout, now: time.Now,
-		declared: map[int64]bool{}, origins: map[string]time.Time{},
+		declared: map[int64]time.Time{}, origins: map[string]time.Time{},
 		pending: map[uint64]*pending{}, done: make(chan struct{}),
 	}
 	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, window+16))
@@ -301,19 +301,62 @@ func (p *Publisher) stop(outcome Outcome, err error) {
 	close(p.done)
 }
 
-// ensureDelayQueue declares the delay queue for d once per Publisher.
+// ensureDelayQueue declares the delay queue for d once per Publisher and
+// notes that it is in use.
 func (p *Publisher) ensureDelayQueue(d time.Duration) error {
 	p.declMu.Lock()
 	defer p.declMu.Unlock()
 	ms := d.Milliseconds()
-	if p.declared[ms] {
-		return nil
+	if _, ok := p.declared[ms]; !ok {
+		if err := p.withDeclareChannel(func(ch *amqp.Channel) error { return p.topo.DeclareDelayQueue(ch, d) }); err != nil {
+			return err
+		}
 	}
-	if err := p.withDeclareChannel(func(ch *amqp.Channel) error { return p.topo.DeclareDelayQueue(ch, d) }); err != nil {
-		return err
-	}
-	p.declared[ms] = true
+	p.declared[ms] = p.now()
 	return nil
+}
+
+// SweepIdle deletes the delay queues this Publisher declared that have had
+// no publish for idle, or for twice their delay if that is longer, and
+// that are empty. The broker refuses to delete a queue that still holds a
+// message (if-empty), so nothing waiting in one is lost; a copy published
+// by another replica just as the queue goes is returned, requeued, and the
+// queue is declared again. It returns the names of the queues deleted.
+//
+// Quorum queues are never swept: RabbitMQ (3.10) refuses if-empty deletes
+// on them with a connection error, and deleting without it could drop a
+// copy published between a check and the delete.
+func (p *Publisher) SweepIdle(idle time.Duration) ([]string, error) {
+	if p.topo.Quorum {
+		return nil, nil
+	}
+	p.declMu.Lock()
+	defer p.declMu.Unlock()
+	now := p.now()
+	var deleted []string
+	for ms, last := range p.declared {
+		if now.Sub(last) < max(idle, 2*time.Duration(ms)*time.Millisecond) {
+			continue
+		}
+		q, _ := p.topo.DelayQueue(time.Duration(ms) * time.Millisecond)
+		err := p.withDeclareChannel(func(ch *amqp.Channel) error {
+			_, err := ch.QueueDelete(q.Name, false, true, false)
+			return err
+		})
+		var amqpErr *amqp.Error
+		switch {
+		case err == nil:
+			delete(p.declared, ms)
+			deleted = append(deleted, q.Name)
+		case errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound:
+			delete(p.declared, ms) // gone already: declare it again on next use
+		case errors.As(err, &amqpErr) && amqpErr.Code == amqp.PreconditionFailed:
+			p.declared[ms] = now // not empty: look again after another idle period
+		default:
+			return deleted, fmt.Errorf("delete idle delay queue %s: %w", q.Name, err)
+		}
+	}
+	return deleted, nil
 }
 
 // originRecheck is how long a queue seen to exist is trusted to still exist.
