@@ -38,7 +38,7 @@ broker:
 
 # Throughput against RabbitMQ's Shovel and a naive consumer; rewrites BENCHMARKS.md.
 bench: broker
-	go run ./bench
+	go run ./bench -backlog 1000000
 
 # Fault injection with message accounting (kill -9, broker restarts, closed
 # connections, memory alarm, deleted delay queue; classic and quorum).

@@ -56,6 +56,7 @@ type options struct {
 	bgRate     int
 	micro      bool
 	throughput bool
+	backlog    int
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -73,6 +74,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.bgRate, "bg-rate", 1000, "background load, messages per second through rebound, while delays are measured")
 	fs.BoolVar(&o.micro, "micro", true, "run the Go micro-benchmarks of ./policy and ./headers")
 	fs.BoolVar(&o.throughput, "throughput", true, "run the throughput comparison")
+	fs.IntVar(&o.backlog, "backlog", 0, "measure rebound's RSS while it drains an inbox backlog of this many messages; 0 to skip (make bench uses 1000000)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -137,6 +139,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if len(rep.delays) > 0 {
 		fmt.Fprint(stdout, delayTable(rep.delays))
+	}
+	if o.backlog > 0 {
+		if rep.backlog, err = measureBacklog(ctx, b, o.backlog, stdout); err != nil {
+			return err
+		}
 	}
 	if o.micro {
 		fmt.Fprintln(stdout, "\n# go test -run '^$' -bench . -benchmem ./policy/ ./headers/")
