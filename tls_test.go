@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -140,7 +141,7 @@ func TestPasswordNeverLogged(t *testing.T) {
 	t.Parallel()
 	dialBroker(t, brokerURL()) // skip without a broker
 	logs := &syncBuffer{}
-	ctx, cancel := contextWithTimeout(t, 8*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Second)
 	defer cancel()
 	const secret = "hunter2-not-the-password"
 	err := run(ctx, []string{"run"}, []string{

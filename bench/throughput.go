@@ -279,11 +279,8 @@ func startRebound(ctx context.Context, url string, topo republisher.Topology, de
 		return nil, fmt.Errorf("configure rebound: %w", err)
 	}
 	sidecar := consumer.New(consumer.Options{
-		URL: cfg.AMQPURL,
-		Topology: republisher.Topology{
-			InboxQueue: cfg.InboxQueue, DeadLetterExchange: cfg.DeadLetterExchange, DelayExchange: cfg.DelayExchange,
-			DelayQueuePrefix: cfg.DelayQueuePrefix, ParkingQueue: cfg.ParkingQueue, Quorum: cfg.QueueType == config.Quorum,
-		},
+		URL:            cfg.AMQPURL,
+		Topology:       topo,
 		Policy:         cfg.Policy(),
 		Codec:          headers.NewCodec(cfg.HeaderNames()),
 		Prefetch:       cfg.Prefetch,
