@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -110,16 +111,21 @@ func dialCLI(cfg config.Config, role string) (*amqp.Connection, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := amqp.DialConfig(cfg.AMQPURL, amqp.Config{
-		Heartbeat:       10 * time.Second,
-		Locale:          "en_US",
-		TLSClientConfig: tlsConfig,
-		Properties:      amqp.Table{"connection_name": "rebound " + role},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", config.Redact(cfg.AMQPURL), err)
+	// The first broker of a cluster list that answers will do.
+	var errs []error
+	for _, url := range cfg.BrokerURLs() {
+		conn, err := amqp.DialConfig(url, amqp.Config{
+			Heartbeat:       10 * time.Second,
+			Locale:          "en_US",
+			TLSClientConfig: tlsConfig,
+			Properties:      amqp.Table{"connection_name": "rebound " + role},
+		})
+		if err == nil {
+			return conn, nil
+		}
+		errs = append(errs, fmt.Errorf("connect to %s: %w", config.Redact(url), err))
 	}
-	return conn, nil
+	return nil, errors.Join(errs...)
 }
 
 // parkedJSON is one message in `list --format json`.

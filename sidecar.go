@@ -53,7 +53,7 @@ func runSidecar(ctx context.Context, args, environ []string, stdout, stderr io.W
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	sidecar := consumer.New(consumer.Options{
-		URL:            cfg.AMQPURL,
+		URLs:           cfg.BrokerURLs(),
 		TLS:            tlsConfig,
 		Topology:       topology(cfg),
 		Policy:         cfg.Policy(),

@@ -68,10 +68,7 @@ queue declared with its own x-dead-letter-exchange argument ignores it.`, stderr
 	if err != nil {
 		return err
 	}
-	vhost, err := urlVhost(cfg.AMQPURL)
-	if err != nil {
-		return err
-	}
+	vhost := cfg.Vhost()
 	topo := topology(cfg)
 	defs := topo.Definitions(vhost)
 	if *pattern != "" {
@@ -120,7 +117,7 @@ their dead-letter policy are left to you (see rebound topology print).`, stderr)
 		}
 		return err
 	}
-	vhost, _ := urlVhost(cfg.AMQPURL)
+	vhost := cfg.Vhost()
 	fmt.Fprintf(stdout, "declared in virtual host %q:\n", vhost)
 	for _, e := range topo.Exchanges() {
 		fmt.Fprintf(stdout, "  exchange %s (%s, durable)\n", e.Name, e.Kind)
@@ -132,21 +129,6 @@ their dead-letter policy are left to you (see rebound topology print).`, stderr)
 		fmt.Fprintf(stdout, "  binding %s -> %s\n", b.Exchange, b.Queue)
 	}
 	return nil
-}
-
-// urlVhost is the virtual host an AMQP URL names ("/" by default).
-func urlVhost(raw string) (string, error) {
-	u, err := amqp.ParseURI(raw)
-	if err != nil {
-		// The URL may hold a password: do not echo it.
-		return "", &config.Error{Problems: []config.FieldError{{
-			Variable: config.Prefix + "AMQP_URL", Value: config.Redact(raw), Allowed: "an amqp:// or amqps:// URL: " + err.Error(),
-		}}}
-	}
-	if u.Vhost == "" {
-		return "/", nil
-	}
-	return u.Vhost, nil
 }
 
 func formatArgs(args amqp.Table) string {

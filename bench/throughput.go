@@ -279,7 +279,7 @@ func startRebound(ctx context.Context, url string, topo republisher.Topology, de
 		return nil, fmt.Errorf("configure rebound: %w", err)
 	}
 	sidecar := consumer.New(consumer.Options{
-		URL:            cfg.AMQPURL,
+		URLs:           cfg.BrokerURLs(),
 		Topology:       topo,
 		Policy:         cfg.Policy(),
 		Codec:          headers.NewCodec(cfg.HeaderNames()),

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/rebound-mq/rebound/headers"
 	"github.com/rebound-mq/rebound/policy"
@@ -199,12 +200,12 @@ func (c Config) validate(failed map[string]bool) []FieldError {
 	oneOf("LOG_LEVEL", c.LogLevel, []string{"debug", "info", "warn", "error"})
 	oneOf("LOG_FORMAT", c.LogFormat, []string{"json", "console"})
 
-	if u, err := url.Parse(c.AMQPURL); c.AMQPURL == "" || err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
+	if allowed := c.checkBrokerURLs(); allowed != "" {
 		if c.AMQPURLFile != "" {
 			// Name the file, not its content: the content holds a password.
-			add("AMQP_URL_FILE", c.AMQPURLFile, "a file holding an amqp:// or amqps:// URL")
+			add("AMQP_URL_FILE", c.AMQPURLFile, "a file holding "+allowed)
 		} else {
-			add("AMQP_URL", Redact(c.AMQPURL), "an amqp:// or amqps:// URL")
+			add("AMQP_URL", Redact(c.AMQPURL), allowed)
 		}
 	}
 	if _, port, err := net.SplitHostPort(c.HTTPAddr); err != nil || port == "" {
@@ -342,12 +343,75 @@ func (c Config) HeaderNames() headers.Names {
 	}
 }
 
-// Redact returns the URL with any password replaced, for logs and errors.
-// A value that does not parse as a URL is hidden whole, and so is one with
-// an @ that url.Parse did not read as the end of the user info (a missing
-// "//", as in guest:secret@host, or a slash too many): the password may
-// sit right before it.
+// BrokerURLs lists the broker URLs in REBOUND_AMQP_URL: one, or several
+// separated by commas (the nodes of a cluster). A comma inside a password
+// must be written %2C.
+func (c Config) BrokerURLs() []string {
+	var urls []string
+	for _, u := range strings.Split(c.AMQPURL, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			urls = append(urls, u)
+		}
+	}
+	return urls
+}
+
+// Vhost is the virtual host the broker URLs name, "/" if they name none.
+// Only for a Config that Load accepted.
+func (c Config) Vhost() string {
+	u, err := amqp.ParseURI(c.BrokerURLs()[0])
+	if err != nil || u.Vhost == "" {
+		return "/"
+	}
+	return u.Vhost
+}
+
+// checkBrokerURLs returns what is allowed if REBOUND_AMQP_URL is not a
+// list of amqp:// or amqps:// URLs that all name the same virtual host, or
+// "" if it is. The nodes of one cluster share their virtual hosts; URLs
+// naming different ones would move rebound's topology between sessions.
+func (c Config) checkBrokerURLs() string {
+	const allowed = "an amqp:// or amqps:// URL, or several separated by commas"
+	urls := c.BrokerURLs()
+	if len(urls) == 0 {
+		return allowed
+	}
+	vhost := ""
+	for i, raw := range urls {
+		u, err := amqp.ParseURI(raw)
+		if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
+			if len(urls) > 1 {
+				return fmt.Sprintf("%s (URL %d of %d is not)", allowed, i+1, len(urls))
+			}
+			return allowed
+		}
+		if i == 0 {
+			vhost = u.Vhost
+		} else if u.Vhost != vhost {
+			return fmt.Sprintf("%s, all naming the same virtual host (URL %d names %q, URL 1 %q)", allowed, i+1, u.Vhost, vhost)
+		}
+	}
+	return ""
+}
+
+// Redact returns the URL with any password replaced, for logs and errors;
+// each URL of a comma-separated list is redacted on its own. A value that
+// does not parse as a URL is hidden whole, and so is one with an @ that
+// url.Parse did not read as the end of the user info (a missing "//", as
+// in guest:secret@host, or a slash too many): the password may sit right
+// before it.
 func Redact(raw string) string {
+	if strings.Contains(raw, ",") {
+		parts := strings.Split(raw, ",")
+		for i, p := range parts {
+			parts[i] = redactOne(strings.TrimSpace(p))
+		}
+		return strings.Join(parts, ",")
+	}
+	return redactOne(raw)
+}
+
+func redactOne(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "<unparseable URL>"

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -143,6 +144,9 @@ func TestLoadInvalid(t *testing.T) {
 		{"header used twice", []string{"REBOUND_HEADER_PARKED_REASON=x-a", "REBOUND_HEADER_ERROR=x-a"}, "REBOUND_HEADER_PARKED_REASON", "x-a", "(REBOUND_HEADER_ERROR does)"},
 		{"header clashing with a default", []string{"REBOUND_HEADER_PARKED_AT=x-retry-count"}, "REBOUND_HEADER_PARKED_AT", "x-retry-count", "(REBOUND_HEADER_RETRY_COUNT does)"},
 		{"not an AMQP URL", []string{"REBOUND_AMQP_URL=http://localhost:5672/"}, "REBOUND_AMQP_URL", "http://localhost:5672/", "an amqp:// or amqps:// URL"},
+		{"one bad URL in a list", []string{"REBOUND_AMQP_URL=amqp://a:5672/,http://b:5672/"}, "REBOUND_AMQP_URL", "amqp://a:5672/,http://b:5672/", "(URL 2 of 2 is not)"},
+		{"URLs naming different vhosts", []string{"REBOUND_AMQP_URL=amqp://a/orders, amqp://b/billing"}, "REBOUND_AMQP_URL", "amqp://a/orders,amqp://b/billing", `URL 2 names "billing", URL 1 "orders"`},
+		{"only commas", []string{"REBOUND_AMQP_URL=, ,"}, "REBOUND_AMQP_URL", ",,", "an amqp:// or amqps:// URL"},
 		{"empty AMQP URL file", []string{"REBOUND_AMQP_URL_FILE=" + os.DevNull}, "REBOUND_AMQP_URL_FILE", os.DevNull, "a file holding an amqp:// or amqps:// URL"},
 		{"missing AMQP URL file", []string{"REBOUND_AMQP_URL_FILE=/nonexistent/url"}, "REBOUND_AMQP_URL_FILE", "/nonexistent/url", "a readable file holding the broker URL"},
 		{"TLS cert without key", []string{"REBOUND_TLS_CERT_FILE=/tls/cert.pem"}, "REBOUND_TLS_CERT_FILE", "/tls/cert.pem", "both or neither"},
@@ -280,12 +284,35 @@ func TestLoadNeverEchoesPassword(t *testing.T) {
 	}
 }
 
+func TestBrokerURLs(t *testing.T) {
+	tests := []struct {
+		raw  string
+		want []string
+	}{
+		{"amqp://guest:guest@localhost:5672/", []string{"amqp://guest:guest@localhost:5672/"}},
+		{"amqp://n1:5672/, amqp://n2:5672/ ,,amqp://n3:5672/", []string{"amqp://n1:5672/", "amqp://n2:5672/", "amqp://n3:5672/"}},
+		{"amqp://u:a%2Cb@n1/", []string{"amqp://u:a%2Cb@n1/"}},
+	}
+	for _, tt := range tests {
+		c, err := Load([]string{"REBOUND_AMQP_URL=" + tt.raw})
+		if err != nil {
+			t.Errorf("Load(REBOUND_AMQP_URL=%q): %v", tt.raw, err)
+			continue
+		}
+		if got := c.BrokerURLs(); !slices.Equal(got, tt.want) {
+			t.Errorf("BrokerURLs() of %q = %q, want %q", tt.raw, got, tt.want)
+		}
+	}
+}
+
 func TestRedact(t *testing.T) {
 	tests := []struct{ raw, want string }{
 		{"amqp://guest:guest@localhost:5672/", "amqp://guest:xxxxx@localhost:5672/"},
 		{"amqps://broker:5671/vhost", "amqps://broker:5671/vhost"},
 		{"guest:s3cr3t@broker:5672", "<URL hidden: it holds an @ outside the user info>"},
 		{"amqp://app:s3cr3t%zz@broker/", "<unparseable URL>"},
+		{"amqp://a:s3cr3t@n1/,amqp://a:s3cr3t@n2/", "amqp://a:xxxxx@n1/,amqp://a:xxxxx@n2/"},
+		{"amqp://a:s3cr3t@n1/, guest:s3cr3t@n2", "amqp://a:xxxxx@n1/,<URL hidden: it holds an @ outside the user info>"},
 	}
 	for _, tt := range tests {
 		if got := Redact(tt.raw); got != tt.want {

@@ -89,7 +89,8 @@ func (s *Sidecar) session(ctx context.Context) error {
 
 	ss := &session{Sidecar: s, pub: pub, acks: acks, rng: s.opt.NewRand()}
 	s.setReady(true)
-	s.log.Info("consuming", zap.String("inbox", s.opt.Topology.InboxQueue), zap.Int("prefetch", s.opt.Prefetch))
+	s.log.Info("consuming", zap.String("inbox", s.opt.Topology.InboxQueue), zap.Int("prefetch", s.opt.Prefetch),
+		zap.String("broker", s.brokerHost()))
 
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()

@@ -19,9 +19,11 @@ package consumer
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,7 +38,8 @@ import (
 
 // Options configure a Sidecar. Logger and Metrics are required.
 type Options struct {
-	URL            string
+	// URLs are the broker's addresses: one, or the nodes of a cluster.
+	URLs           []string
 	TLS            *tls.Config // nil: the library's default for amqps://
 	Topology       republisher.Topology
 	Policy         policy.Policy
@@ -67,6 +70,9 @@ type Sidecar struct {
 	ready     atomic.Bool
 	blocked   atomic.Bool
 	heartbeat atomic.Int64 // Unix nanoseconds of the last sign of life
+	// broker indexes the URL that last accepted a connection: the next
+	// dial tries it first.
+	broker atomic.Int64
 
 	received, retried, parked, failed atomic.Int64 // for the periodic summary
 }
@@ -89,6 +95,11 @@ func New(opt Options) *Sidecar {
 		}
 	}
 	s := &Sidecar{opt: opt, log: opt.Logger, m: opt.Metrics}
+	// Replicas given the same list start on different nodes, spreading
+	// their connections over the cluster.
+	if len(opt.URLs) > 1 {
+		s.broker.Store(rand.Int64N(int64(len(opt.URLs))))
+	}
 	s.beat()
 	return s
 }
@@ -211,12 +222,40 @@ func (s *Sidecar) dial(ctx context.Context, role string) (*amqp.Connection, erro
 			return conn, nil
 		},
 	}
-	conn, err := amqp.DialConfig(s.opt.URL, cfg)
-	if err != nil {
-		// amqp091-go's errors do not carry the URL; keep it that way.
-		return nil, fmt.Errorf("connect (%s): %w", role, err)
+	// Try each broker once, starting with the one that last worked: a
+	// stopped node costs one refused connection, and both connections of
+	// a session land on the same node.
+	n := int64(len(s.opt.URLs))
+	first := s.broker.Load()
+	var errs []error
+	for i := range n {
+		at := (first + i) % n
+		conn, err := amqp.DialConfig(s.opt.URLs[at], cfg)
+		if err == nil {
+			s.broker.Store(at)
+			return conn, nil
+		}
+		// amqp091-go's errors do not carry the URL, which may hold a
+		// password; name the broker by its place in the list instead.
+		if n > 1 {
+			err = fmt.Errorf("broker %d of %d: %w", at+1, n, err)
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
 	}
-	return conn, nil
+	return nil, fmt.Errorf("connect (%s): %w", role, errors.Join(errs...))
+}
+
+// brokerHost names the broker that last accepted a connection by its
+// host and port: never the whole URL, which may hold a password.
+func (s *Sidecar) brokerHost() string {
+	u, err := url.Parse(s.opt.URLs[s.broker.Load()])
+	if err != nil {
+		return "?"
+	}
+	return u.Host
 }
 
 // summarize logs, once per SummaryEvery, what happened since the last line.

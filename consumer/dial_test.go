@@ -1,0 +1,115 @@
+package consumer
+
+import (
+	"context"
+	"net"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+)
+
+// refusingURL is an AMQP URL whose port nothing listens on, with a
+// password that must never show up in an error.
+func refusingURL(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return "amqp://guest:Pw9zq7@" + addr + "/"
+}
+
+// hangUp listens on a port and closes every connection at once, counting
+// them: a broker that is there but will not talk.
+func hangUp(t *testing.T) (url string, accepted *atomic.Int64) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	accepted = new(atomic.Int64)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	return "amqp://guest:guest@" + l.Addr().String() + "/", accepted
+}
+
+func newTestSidecar(urls ...string) *Sidecar {
+	return New(Options{URLs: urls, Logger: zap.NewNop(), Metrics: NewMetrics(prometheus.NewRegistry())})
+}
+
+func TestDialSkipsBrokersThatFailAndStartsWithTheLastThatWorked(t *testing.T) {
+	live := os.Getenv("REBOUND_TEST_AMQP_URL")
+	if live == "" {
+		live = "amqp://guest:guest@127.0.0.1:5672/"
+	}
+	first, firstCalls := hangUp(t)
+	s := newTestSidecar(first, refusingURL(t), live)
+	s.broker.Store(0) // New starts at a random one
+	conn, err := s.dial(context.Background(), "test")
+	if err != nil {
+		if os.Getenv("CI") != "" || os.Getenv("REBOUND_REQUIRE_BROKER") != "" {
+			t.Fatalf("dial with the live broker third: %v", err)
+		}
+		t.Skipf("no RabbitMQ at %s: %v", live, err)
+	}
+	conn.Close()
+	if got := s.broker.Load(); got != 2 {
+		t.Errorf("after dialling, the preferred broker is %d, want 2 (the live one)", got)
+	}
+	if n := firstCalls.Load(); n != 1 {
+		t.Errorf("the first dial reached the first broker %d times, want 1", n)
+	}
+	conn, err = s.dial(context.Background(), "test")
+	if err != nil {
+		t.Fatalf("second dial: %v", err)
+	}
+	conn.Close()
+	if n := firstCalls.Load(); n != 1 {
+		t.Errorf("the second dial went to the first broker again (%d connections), want straight to the live one", n-1)
+	}
+}
+
+func TestDialErrorNamesEveryBrokerButNoPassword(t *testing.T) {
+	s := newTestSidecar(refusingURL(t), refusingURL(t))
+	_, err := s.dial(context.Background(), "consume")
+	if err == nil {
+		t.Fatal("dial succeeded with every broker refusing")
+	}
+	msg := err.Error()
+	for _, want := range []string{"connect (consume)", "broker 1 of 2", "broker 2 of 2", "connection refused"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q does not say %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "Pw9zq7") {
+		t.Errorf("error %q holds the password", msg)
+	}
+}
+
+func TestDialStopsTryingOnceCancelled(t *testing.T) {
+	s := newTestSidecar(refusingURL(t), refusingURL(t), refusingURL(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.dial(ctx, "consume")
+	if err == nil {
+		t.Fatal("dial succeeded with a cancelled context")
+	}
+	if n := strings.Count(err.Error(), "broker "); n != 1 {
+		t.Errorf("a cancelled dial tried %d brokers, want 1: %v", n, err)
+	}
+}
