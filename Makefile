@@ -16,10 +16,15 @@ run: broker build
 	./bin/rebound run
 
 # The whole test suite against a real RabbitMQ: formatting, vet,
-# staticcheck, race-enabled tests, and the Kubernetes manifest checks.
+# staticcheck, race-enabled tests, the cluster test on three extra nodes
+# (stopped and deleted afterwards, pass or fail), and the Kubernetes
+# manifest checks.
 test: broker lint
 	go test $(GO_TEST_FLAGS) ./...
 	REBOUND_TEST_BROKER_RESTART=1 go test $(GO_TEST_FLAGS) -run 'TestNoLossWhenBrokerRestarts' .
+	trap './scripts/cluster.sh stop' EXIT; ./scripts/cluster.sh start && \
+	  REBOUND_TEST_CLUSTER=amqp://guest:guest@127.0.0.1:5701/,amqp://guest:guest@127.0.0.1:5702/,amqp://guest:guest@127.0.0.1:5703/ \
+	  go test $(GO_TEST_FLAGS) -run '^TestClusterNodeStopped$$' .
 	@if [ -f deploy/validate/go.mod ]; then cd deploy/validate && go vet ./... && go test -count=1 ./...; fi
 
 build:

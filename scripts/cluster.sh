@@ -1,0 +1,258 @@
+#!/usr/bin/env bash
+# A three-node RabbitMQ cluster on this host, for the cluster test
+# (TestClusterNodeStopped in cluster_test.go; `make test` runs it).
+#
+#   scripts/cluster.sh start              start rebound-c1..c3@localhost, cluster them, wait for 3 running
+#   scripts/cluster.sh stop               stop them and delete their data
+#   scripts/cluster.sh status             the nodes and the running cluster members (exit 1 unless 3 run)
+#   scripts/cluster.sh stop-node N        stop node N (1-3), keeping its data: the test's fault
+#   scripts/cluster.sh start-node N       start node N again; it rejoins the cluster from its data
+#
+# The nodes run beside the host's main node (rabbit@localhost on 5672), which
+# this script never touches: AMQP on 127.0.0.1:5701-5703, distribution on
+# 25701-25703, each with its own environment, config, data and log under
+# $REBOUND_CLUSTER_DIR (default /var/lib/rabbitmq/rebound-cluster), and no
+# plugins, so no management or Prometheus port clashes with the main node's.
+# They share the host's Erlang cookie and epmd. Run as root (or as the
+# rabbitmq user) after scripts/ensure-rabbitmq.sh. `start` is idempotent: a
+# healthy cluster is left alone, anything else (a previous run's remains) is
+# stopped and wiped first. `stop` is safe to run again and again.
+set -euo pipefail
+
+BASE=${REBOUND_CLUSTER_DIR:-/var/lib/rabbitmq/rebound-cluster}
+NODES=(1 2 3)
+SBIN=/usr/lib/rabbitmq/bin # Debian's rabbitmq-server package; /usr/sbin holds wrappers
+WAIT_SECONDS=120
+
+node() { echo "rebound-c$1@localhost"; }
+amqp_port() { echo $((5700 + $1)); }
+dir() { echo "$BASE/c$1"; }
+
+log() { echo "cluster: $*" >&2; }
+die() {
+  log "$*"
+  exit 1
+}
+
+# as_rabbitmq runs a command as the rabbitmq user, in a clean environment
+# so nothing from the caller's (a RABBITMQ_* variable) leaks into a node.
+as_rabbitmq() {
+  local env=(env -i HOME=/var/lib/rabbitmq PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 LC_ALL=C.UTF-8)
+  if [ "$(id -un)" = rabbitmq ]; then
+    "${env[@]}" "$@"
+  elif [ "$(id -u)" -eq 0 ]; then
+    runuser -u rabbitmq -- "${env[@]}" "$@"
+  else
+    die "run as root or as the rabbitmq user (the nodes run as rabbitmq, with its Erlang cookie)"
+  fi
+}
+
+ctl() { as_rabbitmq "$SBIN/rabbitmqctl" "$@"; }
+
+# quiet runs a command and shows its output only if it fails (join_cluster
+# logs errors about the node it is leaving even when all goes well).
+quiet() {
+  local out
+  out=$("$@" 2>&1) || {
+    echo "$out" >&2
+    die "failed: ${*: -3}"
+  }
+}
+
+answers() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+pinged() { ctl -n "$(node "$1")" -q ping >/dev/null 2>&1; }
+
+# running_count prints how many cluster members node $1 sees running.
+running_count() {
+  local json
+  json=$(ctl -n "$(node "$1")" -q cluster_status --formatter json 2>/dev/null) || {
+    echo 0
+    return
+  }
+  { grep -o '"running_nodes":\[[^]]*\]' <<<"$json" || true; } | { grep -o '"rebound-c[0-9]@localhost"' || true; } | sort -u | wc -l
+}
+
+healthy() {
+  local i
+  for i in "${NODES[@]}"; do
+    pinged "$i" || return 1
+  done
+  [ "$(running_count 1)" -eq 3 ]
+}
+
+# configure writes node $1's environment file (read through
+# RABBITMQ_CONF_ENV_FILE instead of /etc/rabbitmq/rabbitmq-env.conf), its
+# config file (instead of /etc/rabbitmq/rabbitmq.conf, which binds 5672) and
+# an empty plugin list.
+configure() {
+  local d
+  d=$(dir "$1")
+  mkdir -p "$d/mnesia" "$d/log"
+  cat >"$d/rabbitmq-env.conf" <<EOF
+NODENAME=$(node "$1")
+NODE_IP_ADDRESS=127.0.0.1
+NODE_PORT=$(amqp_port "$1")
+DIST_PORT=$((20000 + $(amqp_port "$1")))
+CONFIG_FILE=$d/rabbitmq.conf
+ADVANCED_CONFIG_FILE=$d/advanced.config
+ENABLED_PLUGINS_FILE=$d/enabled_plugins
+MNESIA_BASE=$d/mnesia
+LOG_BASE=$d/log
+PID_FILE=$d/rabbitmq.pid
+ERL_EPMD_ADDRESS=127.0.0.1
+export ERL_FLAGS="-kernel inet_dist_use_interface {127,0,0,1}"
+EOF
+  cat >"$d/rabbitmq.conf" <<EOF
+listeners.tcp.1 = 127.0.0.1:$(amqp_port "$1")
+EOF
+  echo '[].' >"$d/enabled_plugins"
+}
+
+# launch starts node $1 from its files, detached, and waits until it runs.
+launch() {
+  local d
+  d=$(dir "$1")
+  as_rabbitmq RABBITMQ_CONF_ENV_FILE="$d/rabbitmq-env.conf" "$SBIN/rabbitmq-server" -detached
+  ctl -n "$(node "$1")" -q wait "$d/rabbitmq.pid" --timeout "$WAIT_SECONDS" >/dev/null ||
+    die "$(node "$1") did not start within ${WAIT_SECONDS}s; see $d/log"
+}
+
+# node_pids prints the processes of node $1: the Erlang VMs started with
+# its environment file (the node name is not on their command line).
+node_pids() {
+  local pid want
+  want="RABBITMQ_CONF_ENV_FILE=$(dir "$1")/rabbitmq-env.conf"
+  for pid in $(pgrep -u rabbitmq -x beam.smp || true); do
+    # An exiting process has no environment left to read.
+    if { tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null | grep -qxF "$want"; then
+      echo "$pid"
+    fi
+  done
+}
+
+# halt stops node $1, and kills it if it will not stop (or does not answer,
+# as when a previous run was interrupted). Its data stays.
+halt() {
+  local pids
+  if pinged "$1"; then
+    ctl -n "$(node "$1")" -q stop >/dev/null 2>&1 || true
+  fi
+  pids=$(node_pids "$1")
+  if [ -n "$pids" ]; then
+    # shellcheck disable=SC2086 # one word per pid
+    kill $pids 2>/dev/null || true
+    for _ in $(seq 1 20); do
+      pids=$(node_pids "$1")
+      [ -z "$pids" ] && break
+      sleep 0.5
+    done
+    if [ -n "$pids" ]; then
+      # shellcheck disable=SC2086
+      kill -9 $pids 2>/dev/null || true
+    fi
+  fi
+  rm -f "$(dir "$1")/rabbitmq.pid"
+}
+
+cmd_stop() {
+  local i
+  for i in "${NODES[@]}"; do
+    halt "$i" &
+  done
+  wait
+  case "$BASE" in
+    /*/*) rm -rf "$BASE" ;;
+    *) die "refusing to delete REBOUND_CLUSTER_DIR=$BASE" ;;
+  esac
+  log "stopped; $BASE deleted"
+}
+
+cmd_start() {
+  local i began=$SECONDS
+  [ -x "$SBIN/rabbitmq-server" ] || die "$SBIN/rabbitmq-server not found; run scripts/ensure-rabbitmq.sh first"
+  if healthy; then
+    log "already running: $(node 1), $(node 2), $(node 3) on 127.0.0.1:5701-5703"
+    return
+  fi
+  if [ -e "$BASE" ]; then
+    log "wiping what a previous run left in $BASE"
+  fi
+  cmd_stop
+  for i in "${NODES[@]}"; do
+    if answers "$(amqp_port "$i")"; then
+      die "127.0.0.1:$(amqp_port "$i") is taken by something else"
+    fi
+  done
+  mkdir -p "$BASE"
+  for i in "${NODES[@]}"; do
+    configure "$i"
+  done
+  if [ "$(id -u)" -eq 0 ]; then
+    chown -R rabbitmq:rabbitmq "$BASE"
+  fi
+  for i in "${NODES[@]}"; do
+    launch "$i" &
+  done
+  for i in "${NODES[@]}"; do
+    wait -n || die "a node did not start"
+  done
+  for i in 2 3; do
+    quiet ctl -n "$(node "$i")" -q stop_app
+    quiet ctl -n "$(node "$i")" -q join_cluster "$(node 1)"
+    quiet ctl -n "$(node "$i")" -q start_app
+  done
+  for _ in $(seq 1 "$WAIT_SECONDS"); do
+    if [ "$(running_count 1)" -eq 3 ]; then
+      log "3 nodes running ($(node 1), $(node 2), $(node 3)) on 127.0.0.1:5701-5703 after $((SECONDS - began))s"
+      return
+    fi
+    sleep 1
+  done
+  die "the cluster did not show 3 running nodes within ${WAIT_SECONDS}s"
+}
+
+cmd_status() {
+  local i
+  for i in "${NODES[@]}"; do
+    if pinged "$i"; then
+      echo "$(node "$i") up, amqp://127.0.0.1:$(amqp_port "$i")/"
+    else
+      echo "$(node "$i") down"
+    fi
+  done
+  for i in "${NODES[@]}"; do
+    if pinged "$i"; then
+      local running
+      running=$(running_count "$i")
+      echo "running members seen by $(node "$i"): $running"
+      [ "$running" -eq 3 ] && return 0
+      return 1
+    fi
+  done
+  return 1
+}
+
+node_arg() {
+  case "${1:-}" in
+    1 | 2 | 3) ;;
+    *) die "usage: $0 stop-node|start-node 1|2|3" ;;
+  esac
+}
+
+case "${1:-}" in
+  start) cmd_start ;;
+  stop) cmd_stop ;;
+  status) cmd_status ;;
+  stop-node)
+    node_arg "${2:-}"
+    halt "$2"
+    log "$(node "$2") stopped"
+    ;;
+  start-node)
+    node_arg "${2:-}"
+    pinged "$2" || launch "$2"
+    log "$(node "$2") running"
+    ;;
+  *) die "usage: $0 start|stop|status|stop-node N|start-node N" ;;
+esac
