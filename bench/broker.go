@@ -67,6 +67,31 @@ func (b *broker) channel() (*amqp.Channel, error) {
 	return b.ch, nil
 }
 
+// pauseBeforeRetry waits 5 s, then until the broker accepts a connection
+// again, for two minutes at most: other tests on this machine stop and
+// restart the shared broker, which takes longer than a fixed pause.
+func (b *broker) pauseBeforeRetry(ctx context.Context) error {
+	deadline := time.Now().Add(5*time.Second + 2*time.Minute)
+	wait := 5 * time.Second
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		b.mu.Lock()
+		_, err := b.channel()
+		b.mu.Unlock()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("broker still unreachable after 2m: %w", err)
+		}
+		wait = time.Second
+	}
+}
+
 // declare declares a durable classic queue with args.
 func (b *broker) declare(name string, args amqp.Table) error {
 	b.mu.Lock()

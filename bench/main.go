@@ -7,15 +7,18 @@
 // rebound, a RabbitMQ dynamic Shovel and a naive one-confirm-at-a-time
 // consumer, each moving the same N persistent 512-byte messages from one
 // queue to another on the same broker; what matters is the ratio within one
-// invocation, since the machine is shared. Then it measures how close delayed
-// retries come back to their intended delay under a background load, and
-// runs the Go micro-benchmarks of the hot path.
+// invocation, since the machine is shared. Replica runs then move the same
+// messages with 1, 2, 4, … rebound sidecars on one inbox, to show where
+// adding replicas stops paying. Then it measures how close delayed retries
+// come back to their intended delay under a background load, and runs the
+// Go micro-benchmarks of the hot path.
 //
 // Every queue and exchange it declares has a unique "bench.<random>." prefix
 // and is deleted after its run. A run that does not deliver all N messages
 // makes bench exit with status 1.
 //
 //	go run ./bench -n 20000 -runs 3
+//	go run ./bench -throughput=false -micro=false -delays= -out= -replicas 1,2,4  # replica runs only
 package main
 
 import (
@@ -26,6 +29,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -56,6 +61,7 @@ type options struct {
 	bgRate     int
 	micro      bool
 	throughput bool
+	replicas   []int // replica counts, ascending
 	backlog    int
 }
 
@@ -66,10 +72,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.url, "url", "amqp://guest:guest@127.0.0.1:5672/", "broker URL (the shovel is created on this broker with rabbitmqctl)")
 	fs.IntVar(&o.n, "n", 20000, "messages per throughput run (rebound and shovel)")
 	fs.IntVar(&o.naiveN, "naive-n", 0, "messages per naive run; 0 means n/4 (the naive consumer is slow, its rate does not depend on n)")
-	fs.IntVar(&o.runs, "runs", 3, "throughput runs per contender, alternated")
+	fs.IntVar(&o.runs, "runs", 3, "rounds of throughput and replica runs: each contender and each replica count runs once per round")
 	fs.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write; empty for none")
 	fs.StringVar(&o.profile, "cpuprofile", os.TempDir()+"/rebound-bench.pprof", "where to write the CPU profile of rebound's profiled run")
-	delays := fs.String("delays", "1s,10s", "delays whose accuracy to measure, comma separated; empty to skip")
+	replicas := fs.String("replicas", "1,2,4", "rebound replicas on one inbox, counts compared by the replica runs (-n messages, -runs rounds), comma separated; empty to skip")
+	delays := fs.String("delays", "1s,10s,60s", "delays whose accuracy to measure, comma separated; empty to skip")
 	fs.IntVar(&o.delayMsgs, "delay-msgs", 200, "messages rejected once per measured delay")
 	fs.IntVar(&o.bgRate, "bg-rate", 1000, "background load, messages per second through rebound, while delays are measured")
 	fs.BoolVar(&o.micro, "micro", true, "run the Go micro-benchmarks of ./policy and ./headers")
@@ -84,6 +91,20 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.naiveN <= 0 {
 		o.naiveN = max(o.n/4, 1)
 	}
+	for _, s := range strings.Split(*replicas, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		k, err := strconv.Atoi(s)
+		if err != nil || k <= 0 {
+			return o, fmt.Errorf("-replicas: %q is not a positive count", s)
+		}
+		if slices.Contains(o.replicas, k) {
+			return o, fmt.Errorf("-replicas: %d appears twice", k)
+		}
+		o.replicas = append(o.replicas, k)
+	}
+	slices.Sort(o.replicas)
 	for _, s := range strings.Split(*delays, ",") {
 		if s = strings.TrimSpace(s); s == "" {
 			continue
@@ -124,12 +145,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprint(stdout, rep.throughput.String())
 	}
+	if len(o.replicas) > 0 {
+		if rep.replicas, err = runReplicas(ctx, b, o, stdout); err != nil {
+			return err
+		}
+		fmt.Fprint(stdout, rep.replicas.String())
+	}
 	for _, d := range o.delays {
 		res, err := measureDelay(ctx, b, d, o, stdout)
 		for attempt := 2; err != nil && !errors.Is(err, errLost) && attempt <= 3 && ctx.Err() == nil; attempt++ {
 			// As for throughput runs: the shared broker may have been restarted.
-			fmt.Fprintf(stdout, "delay %s failed, not by losing messages (%v); measuring again in 5s\n", d, err)
-			time.Sleep(5 * time.Second)
+			fmt.Fprintf(stdout, "delay %s failed, not by losing messages (%v); measuring again once the broker answers, in 5s at least\n", d, err)
+			if err = b.pauseBeforeRetry(ctx); err != nil {
+				break
+			}
 			res, err = measureDelay(ctx, b, d, o, stdout)
 		}
 		if err != nil {

@@ -5,8 +5,11 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rebound-mq/rebound/policy"
 )
 
 // report is everything BENCHMARKS.md is written from.
@@ -16,6 +19,7 @@ type report struct {
 	opts       options
 	machine    machine
 	throughput *throughput
+	replicas   *replicaScaling
 	delays     []delayResult
 	backlog    *backlogResult
 	micro      string
@@ -60,6 +64,11 @@ func (r *report) markdown() string {
 
 	if t := r.throughput; t != nil {
 		r.writeThroughput(&sb, t)
+	}
+	if r.replicas != nil {
+		r.writeReplicas(&sb, r.replicas)
+	} else {
+		w("## Scaling: several replicas on one inbox\n\nNot measured in this invocation (`-replicas` was empty).\n\n")
 	}
 	if len(r.delays) > 0 {
 		r.writeDelays(&sb)
@@ -203,6 +212,72 @@ func keptReading(previous string) string {
 	return "_No reading written yet: read the profile and the CPU split above, and write it here._"
 }
 
+func (r *report) writeReplicas(sb *strings.Builder, rs *replicaScaling) {
+	w := func(format string, a ...any) { fmt.Fprintf(sb, format, a...) }
+	w("## Scaling: several replicas on one inbox\n\n")
+	w("Each run fills a fresh inbox with the same N persistent messages as the throughput runs, then starts k "+
+		"rebound replicas at once on that one inbox, each a whole sidecar built as in the throughput runs "+
+		"(`consumer.New`, its own consume and publish connections, prefetch 256, publisher confirms), all "+
+		"moving the messages into one delay queue. It is timed as the throughput runs are: from the moment the "+
+		"first replica's consumer appears on the inbox to the moment the delay queue holds all N, so the time "+
+		"the other replicas take to connect counts against them (*all in after* is how long after the first they "+
+		"were all consuming; *msg/s once all in* counts only the messages moved from then on, over the time "+
+		"from then on, for the reader to see how much that costs: the medians and ratios use the first rate). Then bench waits 500 ms, stops the replicas, checks that the delay queue holds N "+
+		"and the inbox none, and deletes the queues; a run short of N makes bench fail. Rounds run the counts "+
+		"%s in ascending order, then descending, and so on; the ratio is the median over rounds of k replicas' "+
+		"rate divided by the rate of %d in the same round.\n\n", joinInts(rs.Counts), rs.Counts[0])
+	w("The replicas run as goroutines in this process, not as separate processes. The broker cannot tell " +
+		"the difference: each replica has its own two AMQP connections, channels, prefetch window and confirms, " +
+		"so it sees k independent clients (2k connections), as it would see k pods. What they share is one Go " +
+		"runtime (scheduler and garbage collector) and this machine's cores, which separate processes on this " +
+		"host would share as well, each with a runtime of its own to pay for. In one process a single getrusage " +
+		"measures all replicas together, and the one-replica run is the throughput runs' rebound. Neither is " +
+		"production, where replicas run in other pods, usually on other machines than the broker: here every " +
+		"replica's CPU comes out of the cores the broker runs on. *Cores* are CPU seconds per wall second over the timed window: *process* is this process " +
+		"(the replicas plus bench's poller), *broker* the RabbitMQ node's beam.smp (all of its work, other " +
+		"clients' included), *machine* every CPU of the machine busy (user, nice, system, irq and softirq " +
+		"from /proc/stat), whoever used it.\n\n")
+	w("| round | replicas | N | seconds | msg/s | all in after | msg/s once all in | process CPU s (cores) | broker CPU s (cores) | machine busy cores |\n")
+	w("|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, t := range rs.Trials {
+		allIn := "–"
+		if v := t.rateAllIn(); v > 0 {
+			allIn = fmt.Sprintf("%.0f", v)
+		}
+		w("| %d | %d | %d | %.2f | %.0f | %d ms | %s | %.2f (%.2f) | %.2f (%.2f) | %.2f |\n", t.Round+1, t.Replicas, t.N,
+			t.Elapsed.Seconds(), t.rate(), t.AllIn.Milliseconds(), allIn, t.CPU.self.Seconds(), t.cores(t.CPU.self),
+			t.CPU.broker.Seconds(), t.cores(t.CPU.broker), t.cores(t.CPU.machine))
+	}
+	w("\nMedians over rounds, per replica count:\n\n")
+	w("| replicas | runs | msg/s | ratio to %d | process cores | broker cores | machine busy cores | broker CPU s per 100 000 msgs |\n", rs.Counts[0])
+	w("|---|---|---|---|---|---|---|---|\n")
+	for _, s := range rs.summaries() {
+		w("| %d | %d | %.0f | **%.2f** | %.2f | %.2f | %.2f | %.1f |\n",
+			s.Replicas, s.Runs, s.Rate, s.Ratio, s.Self, s.Broker, s.Machine, s.BrokerPer100k)
+	}
+	w("\n")
+	for _, t := range rs.Trials {
+		if t.Attempts > 1 {
+			w("Note: %d replicas, round %d, is attempt %d; the earlier attempts failed without losing messages (broker connection lost).\n\n",
+				t.Replicas, t.Round+1, t.Attempts)
+		}
+		if t.Leftover != 0 || t.Extra != 0 {
+			w("Note: %d replicas, round %d, left %d messages in the inbox and %d extra copies (duplicates) in the delay queue.\n\n",
+				t.Replicas, t.Round+1, t.Leftover, t.Extra)
+		}
+	}
+	cpus, _ := strconv.Atoi(r.machine.CPUs)
+	w("**Where it stops scaling** (written by bench from the medians above): %s\n\n", rs.reading(cpus))
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ", ")
+}
+
 func (r *report) writeDelays(sb *strings.Builder) {
 	w := func(format string, a ...any) { fmt.Fprintf(sb, format, a...) }
 	w("## Delay accuracy\n\n")
@@ -211,10 +286,21 @@ func (r *report) writeDelays(sb *strings.Builder) {
 		"published to it at 50/s, and a consumer rejects each (requeue=false) on its first delivery and times "+
 		"its redelivery. The error is (redelivered − rejected) − delay, so it includes every hop: dead-lettering "+
 		"to the inbox, rebound, the delay queue's TTL, dead-lettering back and the consumer's own latency. "+
-		"Meanwhile %d msg/s of background load go through the same rebound into the same delay queue. Both "+
-		"delays are round numbers, which the two-significant-digit rounding of delay queues keeps exact; "+
-		"the target allows 5 %% for rounding plus 100 ms. 60 s was not measured by default (it would add a "+
-		"minute for the same information); `-delays 1s,10s,60s` measures it.\n",
+		"Meanwhile %d msg/s of background load go through the same rebound into the same delay queue. ",
 		r.opts.delayMsgs, r.opts.bgRate)
+	var rounded []string
+	for _, d := range r.delays {
+		if q := policy.RoundDelay(d.Delay); q != d.Delay {
+			rounded = append(rounded, fmt.Sprintf("%s (queued as %s)", d.Delay, q))
+		}
+	}
+	if len(rounded) == 0 {
+		w("Every delay measured has at most two significant digits in milliseconds, so the rounding of delay " +
+			"queues leaves it exact; ")
+	} else {
+		w("Delay queues round to two significant digits in milliseconds, so these are off by their rounding "+
+			"before any hop: %s; ", strings.Join(rounded, ", "))
+	}
+	w("the target allows 5 %% for rounding plus 100 ms.\n")
 	w("%s\n", delayTable(r.delays))
 }

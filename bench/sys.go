@@ -13,20 +13,25 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// clockTick is the unit of utime and stime in /proc/<pid>/stat. It is 100
-// on every Linux bench runs on; reading it needs cgo (sysconf).
+// clockTick is the unit of utime and stime in /proc/<pid>/stat and of the
+// counters in /proc/stat (USER_HZ). It is 100 on every Linux bench runs on;
+// reading it needs cgo (sysconf).
 const clockTick = 10 * time.Millisecond
 
 // cpu is a snapshot of CPU time spent so far.
 type cpu struct {
-	self   time.Duration // this process: rebound, naive consumer, poller
-	broker time.Duration // the RabbitMQ node
+	self    time.Duration // this process: rebound, naive consumer, poller
+	broker  time.Duration // the RabbitMQ node
+	machine time.Duration // every CPU of the machine, whoever used it
 }
 
-// sampleCPU reads this process's CPU time with getrusage and the broker's
-// from /proc/<pid>/stat. brokerPID 0 means unknown: broker time stays 0.
+// sampleCPU reads this process's CPU time with getrusage, the broker's
+// from /proc/<pid>/stat and the machine's from /proc/stat. brokerPID 0
+// means unknown: broker time stays 0.
 func sampleCPU(brokerPID int) cpu {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
@@ -34,10 +39,37 @@ func sampleCPU(brokerPID int) cpu {
 	if brokerPID > 0 {
 		c.broker, _ = procCPU(brokerPID)
 	}
+	c.machine, _ = machineCPU()
 	return c
 }
 
-func (c cpu) sub(o cpu) cpu { return cpu{self: c.self - o.self, broker: c.broker - o.broker} }
+func (c cpu) sub(o cpu) cpu {
+	return cpu{self: c.self - o.self, broker: c.broker - o.broker, machine: c.machine - o.machine}
+}
+
+// machineCPU returns the time all CPUs together have been busy since boot
+// (user, nice, system, irq and softirq in /proc/stat; not idle, iowait or
+// steal), so that CPU used by neither bench nor the broker shows.
+func machineCPU() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 8 || fields[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	var busy int64
+	for _, i := range []int{1, 2, 3, 6, 7} { // user nice system (idle iowait) irq softirq
+		v, err := strconv.ParseInt(fields[i], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		busy += v
+	}
+	return time.Duration(busy) * clockTick, nil
+}
 
 // procCPU returns utime+stime of a process.
 func procCPU(pid int) (time.Duration, error) {
@@ -58,13 +90,28 @@ func procCPU(pid int) (time.Duration, error) {
 	return time.Duration(utime+stime) * clockTick, nil
 }
 
-// brokerPID finds the RabbitMQ node's beam.smp, not a CLI tool's.
-func brokerPID(ctx context.Context) int {
-	out, err := exec.CommandContext(ctx, "pgrep", "-f", "beam.smp.*-s rabbit boot").Output()
+// brokerPID finds the RabbitMQ node that serves rawURL: the process
+// listening on its port on this machine. Matching beam.smp by name is not
+// enough: cluster tests run more nodes here, and a restarted node has a
+// new pid. 0 when it cannot be told (a remote broker, no ss).
+func brokerPID(ctx context.Context, rawURL string) int {
+	u, err := amqp.ParseURI(rawURL)
 	if err != nil {
 		return 0
 	}
-	pid, _ := strconv.Atoi(strings.Fields(string(out) + " 0")[0])
+	out, err := exec.CommandContext(ctx, "ss", "-ltnpH", fmt.Sprintf("sport = :%d", u.Port)).Output()
+	if err != nil {
+		return 0
+	}
+	// users:(("beam.smp",pid=2962,fd=35))
+	_, rest, ok := strings.Cut(string(out), "pid=")
+	if !ok {
+		return 0
+	}
+	if end := strings.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' }); end >= 0 {
+		rest = rest[:end]
+	}
+	pid, _ := strconv.Atoi(rest)
 	return pid
 }
 
@@ -105,7 +152,7 @@ type machine struct {
 }
 
 func describeMachine(ctx context.Context, b *broker) (machine, error) {
-	m := machine{CPUs: strconv.Itoa(runtime.NumCPU()), Go: runtime.Version(), BrokerPID: brokerPID(ctx)}
+	m := machine{CPUs: strconv.Itoa(runtime.NumCPU()), Go: runtime.Version(), BrokerPID: brokerPID(ctx, b.url)}
 	if info, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, line := range strings.Split(string(info), "\n") {
 			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {

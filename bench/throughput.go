@@ -98,16 +98,14 @@ func runThroughput(ctx context.Context, b *broker, o options, stdout io.Writer) 
 // other tests stop and restart the broker. A retried trial is reported.
 func runTrialRetrying(ctx context.Context, b *broker, c string, round, n int, profile string, stdout io.Writer) (trial, error) {
 	for attempt := 1; ; attempt++ {
-		t, err := runTrial(ctx, b, c, round, n, brokerPID(ctx), profile)
+		t, err := runTrial(ctx, b, c, round, n, brokerPID(ctx, b.url), profile)
 		t.Attempts = attempt
 		if err == nil || errors.Is(err, errLost) || attempt == 3 || ctx.Err() != nil {
 			return t, err
 		}
-		fmt.Fprintf(stdout, "%s run failed, not by losing messages (%v); running it again in 5s\n", c, err)
-		select {
-		case <-ctx.Done():
-			return t, ctx.Err()
-		case <-time.After(5 * time.Second):
+		fmt.Fprintf(stdout, "%s run failed, not by losing messages (%v); running it again once the broker answers, in 5s at least\n", c, err)
+		if err := b.pauseBeforeRetry(ctx); err != nil {
+			return t, err
 		}
 	}
 }
