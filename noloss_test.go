@@ -1,14 +1,19 @@
 package main
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -19,7 +24,8 @@ import (
 
 // No-loss tests: N uniquely numbered messages are driven through the loop
 // to the parking queue while a fault is injected; at the end every id must
-// be parked. Duplicates are allowed and reported.
+// be parked. Duplicates are allowed and reported, and so is, for every
+// fault that ends, how long rebound took to move messages again.
 
 var (
 	buildOnce sync.Once
@@ -49,10 +55,12 @@ func buildBinary(t *testing.T) string {
 	return binPath
 }
 
-// proc is a rebound process started by startBinary.
+// proc is a rebound process started by launch or startBinary.
 type proc struct {
-	cmd    *exec.Cmd
-	exited chan error
+	cmd     *exec.Cmd
+	exited  chan error
+	logs    *syncBuffer
+	started time.Time // just before the process was started
 }
 
 func (p *proc) signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
@@ -68,18 +76,18 @@ func (p *proc) wait(timeout time.Duration) (error, bool) {
 	}
 }
 
-// startBinary starts the rebound binary with the env's variables and waits
-// until it is ready. Its log is shown if the test fails.
-func (e *testEnv) startBinary(bin string) *proc {
+// launch starts the rebound binary with the env's variables and returns at
+// once. Its log is shown if the test fails.
+func (e *testEnv) launch(bin string) *proc {
 	e.t.Helper()
 	cmd := exec.Command(bin, "run")
 	cmd.Env = append(os.Environ(), e.environ()...)
 	logs := &syncBuffer{}
 	cmd.Stderr = logs
+	p := &proc{cmd: cmd, exited: make(chan error, 1), logs: logs, started: time.Now()}
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, exited: make(chan error, 1)}
 	go func() { p.exited <- cmd.Wait() }()
 	e.t.Cleanup(func() {
 		_ = cmd.Process.Kill()
@@ -87,6 +95,13 @@ func (e *testEnv) startBinary(bin string) *proc {
 			e.t.Logf("rebound (pid %d) logs:\n%s", cmd.Process.Pid, logs.String())
 		}
 	})
+	return p
+}
+
+// startBinary launches the rebound binary and waits until it is ready.
+func (e *testEnv) startBinary(bin string) *proc {
+	e.t.Helper()
+	p := e.launch(bin)
 	e.waitReady(p.exited)
 	return p
 }
@@ -126,11 +141,54 @@ func (e *testEnv) publishNumberedFrom(first, n int) {
 	conn.Close()
 }
 
+// publishCanary puts message id straight into rebound's inbox, as if
+// dead-lettered from the application queue. Published as a fault ends, it
+// makes sure rebound has something to move then, even when the scenario's
+// own messages are all parked already; it is counted like them. It returns
+// an error rather than failing the test, so that a goroutine may call it.
+func (e *testEnv) publishCanary(id int) error {
+	conn, err := amqp.Dial(e.vars["REBOUND_AMQP_URL"])
+	if err != nil {
+		return fmt.Errorf("canary %d: %w", id, err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("canary %d: %w", id, err)
+	}
+	inbox := e.vars["REBOUND_INBOX_QUEUE"]
+	if _, err := ch.QueueDeclarePassive(inbox, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("canary %d: %w", id, err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		return fmt.Errorf("canary %d: %w", id, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", inbox, false, false, amqp.Publishing{
+		MessageId: strconv.Itoa(id), DeliveryMode: amqp.Persistent, Headers: amqp.Table{"x-retry-origin-queue": e.app},
+	})
+	if err != nil {
+		return fmt.Errorf("canary %d: %w", id, err)
+	}
+	if ok, err := dc.WaitContext(ctx); !ok || err != nil {
+		return fmt.Errorf("canary %d not confirmed: %v", id, err)
+	}
+	return nil
+}
+
 // account takes parked messages off the parking queue until want distinct
 // ids are there (then a little longer, for duplicates) or timeout, and
 // fails the test for every id that is missing. It uses its own
 // connections, so it survives faults injected into the broker.
 func (e *testEnv) account(n, operatorLost int, timeout time.Duration) (duplicates int) {
+	e.t.Helper()
+	return e.accountRecovered(n, operatorLost, nil, timeout)
+}
+
+// accountRecovered is account for a scenario whose faults end: it also
+// reports the worst of their times to recover.
+func (e *testEnv) accountRecovered(n, operatorLost int, faults []recovery, timeout time.Duration) (duplicates int) {
 	e.t.Helper()
 	seen := map[string]int{}
 	total := 0
@@ -153,9 +211,14 @@ func (e *testEnv) account(n, operatorLost int, timeout time.Duration) (duplicate
 		}
 	}
 	duplicates = total - len(seen)
+	worst := "-" // no fault with an end
+	if len(faults) > 0 {
+		worst = seconds(slices.MaxFunc(faults, func(a, b recovery) int { return cmp.Compare(a.recover, b.recover) }).recover)
+	}
 	// One line per scenario; scripts/chaos.sh turns these into a table.
-	e.t.Logf("ACCOUNT scenario=%s N=%d parked=%d distinct=%d lost=%d duplicates=%d operator-lost=%d elapsed=%s",
-		e.t.Name(), n, total, len(seen), max(0, want-len(seen)), duplicates, operatorLost, time.Since(e.started).Round(100*time.Millisecond))
+	e.t.Logf("ACCOUNT scenario=%s N=%d parked=%d distinct=%d lost=%d duplicates=%d operator-lost=%d elapsed=%s recover=%s faults=%d",
+		e.t.Name(), n, total, len(seen), max(0, want-len(seen)), duplicates, operatorLost, time.Since(e.started).Round(100*time.Millisecond),
+		worst, len(faults))
 	if len(seen) < want {
 		var missing []int
 		for i := range n {
@@ -207,9 +270,116 @@ func (e *testEnv) freshQueueLen(queue string) int {
 	return q.Messages
 }
 
-// rabbitmqctl runs the broker's control tool, skipping the test where the
-// broker is not local (and failing where CI promises a local one).
-func rabbitmqctl(t *testing.T, args ...string) {
+// recovery is one fault that ends, as a test measured it.
+type recovery struct {
+	fault   string        // what was done, one word: broker-SIGKILL, rebound-SIGTERM, ...
+	outage  time.Duration // from the fault's start to its end
+	recover time.Duration // from the fault's end to rebound moving messages again
+}
+
+// progress is what rebound shows of itself over HTTP.
+type progress struct {
+	ready      bool    // /readyz answered 200
+	moved      float64 // copies the broker confirmed: every rebound_messages_retried_total and rebound_messages_parked_total series
+	reconnects float64 // rebound_reconnects_total
+}
+
+var probeClient = &http.Client{Timeout: time.Second}
+
+// progress reads rebound's /readyz and /metrics; ok is false when rebound
+// does not answer. It never fails the test, so a goroutine may call it.
+func (e *testEnv) progress() (p progress, ok bool) {
+	resp, err := probeClient.Get("http://" + e.http + "/readyz")
+	if err != nil {
+		return p, false
+	}
+	resp.Body.Close()
+	p.ready = resp.StatusCode == http.StatusOK
+	resp, err = probeClient.Get("http://" + e.http + "/metrics")
+	if err != nil {
+		return p, false
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return p, false
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		series, value, _ := strings.Cut(line, " ")
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(series, "rebound_messages_retried_total{"), strings.HasPrefix(series, "rebound_messages_parked_total{"):
+			p.moved += v
+		case series == "rebound_reconnects_total":
+			p.reconnects = v
+		}
+	}
+	return p, true
+}
+
+// watchRecovery polls rebound every 20 ms, from now on, until it moves
+// messages again: /readyz answers 200 and the broker has confirmed a copy
+// (a retry or a parked message) not counted in base. With newSession (the
+// fault drops rebound's connections) only a session begun after base
+// counts. The channel gets the moment that was first seen, or the zero
+// time after timeout. Start it before the fault, so that a recovery
+// faster than the test's own view of the fault's end is seen too.
+func (e *testEnv) watchRecovery(base progress, newSession bool, timeout time.Duration) <-chan time.Time {
+	seen := make(chan time.Time, 1)
+	go func() {
+		moved := base.moved
+		for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			at := time.Now()
+			p, ok := e.progress()
+			switch {
+			case !ok:
+			case newSession && p.reconnects <= base.reconnects:
+				moved = p.moved // the session the fault is to end still runs
+			case p.ready && p.moved > moved:
+				seen <- at
+				return
+			}
+		}
+		seen <- time.Time{}
+	}()
+	return seen
+}
+
+// recovered records a fault that started at start and ended at end, once
+// moving (from watchRecovery) says when rebound moved messages again.
+func (e *testEnv) recovered(fault string, start, end time.Time, moving <-chan time.Time) recovery {
+	e.t.Helper()
+	at := <-moving
+	if at.IsZero() {
+		e.t.Fatalf("%s: rebound did not move messages again after the fault ended", fault)
+	}
+	r := recovery{fault: fault, outage: end.Sub(start), recover: max(0, at.Sub(end))}
+	// scripts/chaos.sh lists these lines under the table.
+	e.t.Logf("RECOVER scenario=%s fault=%s outage=%s recover=%s", e.t.Name(), fault, seconds(r.outage), seconds(r.recover))
+	return r
+}
+
+// seconds formats d for the reliability tables: 0.31s, 12.40s.
+func seconds(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
+
+// closedAt tells when the server closed conn.
+func closedAt(conn *amqp.Connection) <-chan time.Time {
+	at := make(chan time.Time, 1)
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	go func() {
+		<-closed
+		at <- time.Now()
+	}()
+	return at
+}
+
+// rabbitmqctl runs the broker's control tool and returns what it printed,
+// skipping the test where the broker is not local (and failing where CI
+// promises a local one).
+func rabbitmqctl(t *testing.T, args ...string) string {
 	t.Helper()
 	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
 		if os.Getenv("CI") != "" {
@@ -217,9 +387,127 @@ func rabbitmqctl(t *testing.T, args ...string) {
 		}
 		t.Skip("rabbitmqctl not found: this test needs a local RabbitMQ")
 	}
-	if out, err := exec.Command("rabbitmqctl", args...).CombinedOutput(); err != nil {
-		t.Fatalf("rabbitmqctl %v: %v\n%s", args, err, out)
+	var stderr bytes.Buffer
+	cmd := exec.Command("rabbitmqctl", args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("rabbitmqctl %v: %v\n%s%s", args, err, out, stderr.Bytes())
 	}
+	return string(out)
+}
+
+// brokerDownMarker exists while a test has the shared local broker down
+// on purpose, so that benchmarks and suites run beside it by hand can wait.
+const brokerDownMarker = "/tmp/rebound-broker-down"
+
+// brokerGoesDown is called just before a test stops or kills the local
+// broker. It creates brokerDownMarker and, whatever happens next, has the
+// broker running again (and the marker gone) at cleanup.
+func brokerGoesDown(t *testing.T) {
+	t.Helper()
+	if err := os.WriteFile(brokerDownMarker, []byte(t.Name()+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { restoreBroker(t) })
+}
+
+// brokerBack removes brokerDownMarker once the broker answers again.
+func brokerBack(t *testing.T) {
+	t.Helper()
+	if err := os.Remove(brokerDownMarker); err != nil && !os.IsNotExist(err) {
+		t.Error(err)
+	}
+}
+
+// restoreBroker starts the local broker again from wherever a test left it:
+// the application stopped (start_app) or the node gone (rabbitmq-server).
+func restoreBroker(t *testing.T) {
+	t.Helper()
+	if !brokerAnswers() && exec.Command("rabbitmqctl", "-q", "start_app").Run() != nil {
+		if err := startBrokerNode(); err != nil {
+			t.Error(err)
+		}
+	}
+	if at := <-brokerAccepts(3 * time.Minute); at.IsZero() {
+		t.Errorf("the local broker did not come back within 3 minutes; %s left in place", brokerDownMarker)
+		return
+	}
+	_ = exec.Command("rabbitmqctl", "-q", "await_startup").Run()
+	brokerBack(t)
+}
+
+// brokerAnswers reports whether an AMQP connection to the broker opens now.
+func brokerAnswers() bool {
+	conn, err := amqp.DialConfig(brokerURL(), amqp.Config{Dial: amqp.DefaultDial(2 * time.Second)})
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
+}
+
+// brokerAccepts polls the broker every 20 ms, from now on, with a fresh
+// AMQP connection. The channel gets the moment one first opened, or the
+// zero time after timeout.
+func brokerAccepts(timeout time.Duration) <-chan time.Time {
+	up := make(chan time.Time, 1)
+	go func() {
+		for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if brokerAnswers() {
+				up <- time.Now()
+				return
+			}
+		}
+		up <- time.Time{}
+	}()
+	return up
+}
+
+// killBroker kills the local broker node's Erlang VM with SIGKILL, as a
+// crash or the OOM killer would, and waits until it is gone. The pid comes
+// from the node itself (the one rabbitmqctl manages), so other RabbitMQ
+// nodes on this host, a cluster test's, are left alone.
+func killBroker(t *testing.T) {
+	t.Helper()
+	out := strings.Trim(strings.TrimSpace(rabbitmqctl(t, "-q", "eval", "os:getpid().")), `"`)
+	pid, err := strconv.Atoi(out)
+	if err != nil {
+		t.Fatalf("broker node's pid: %q: %v", out, err)
+	}
+	if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err != nil || !bytes.Contains(cmdline, []byte("beam")) {
+		t.Fatalf("pid %d, from the broker node, is not an Erlang VM (%q, %v)", pid, cmdline, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 %d (the broker node): %v", pid, err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		// Gone, or a zombie nobody reaps: either way it holds no socket.
+		if i := bytes.LastIndexByte(stat, ')'); err != nil || (i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z') {
+			return
+		}
+	}
+	t.Fatalf("the broker node (pid %d) still runs 30s after SIGKILL", pid)
+}
+
+// startBrokerNode starts the local broker node as scripts/ensure-rabbitmq.sh
+// does. The node detaches; its output goes to a file rather than a pipe,
+// so that nothing here waits for the node to exit.
+func startBrokerNode() error {
+	out, err := os.CreateTemp("", "rebound-rabbitmq-server-*.log")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(out.Name())
+	defer out.Close()
+	cmd := exec.Command("rabbitmq-server", "-detached")
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Run(); err != nil {
+		text, _ := os.ReadFile(out.Name())
+		return fmt.Errorf("rabbitmq-server -detached: %w\n%s", err, text)
+	}
+	return nil
 }
 
 // privateVhost creates a virtual host for one test, so that faults it
@@ -271,16 +559,25 @@ func TestNoLossWhenKilled(t *testing.T) {
 		const n = 5000
 		published := make(chan struct{})
 		go func() { defer close(published); e.publishNumbered(n) }()
-		for range 5 {
+		const kills = 5
+		var faults []recovery
+		for k := range kills {
 			time.Sleep(time.Duration(200+rand.IntN(600)) * time.Millisecond)
+			killed := time.Now()
 			if err := proc.signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
 			proc.wait(10 * time.Second)
-			proc = e.startBinary(bin)
+			if err := e.publishCanary(n + k); err != nil {
+				t.Fatal(err)
+			}
+			// The fault ends when rebound is started again; a fresh
+			// process has moved nothing yet.
+			proc = e.launch(bin)
+			faults = append(faults, e.recovered("rebound-SIGKILL", killed, proc.started, e.watchRecovery(progress{}, false, time.Minute)))
 		}
 		<-published
-		e.account(n, 0, 3*time.Minute)
+		e.accountRecovered(n+kills, 0, faults, 3*time.Minute)
 	})
 }
 
@@ -293,11 +590,30 @@ func TestNoLossWhenServerClosesConnections(t *testing.T) {
 		e.startInProcess()
 		const n = 3000
 		e.publishNumbered(n)
-		for range 3 {
+		const closes = 3
+		var faults []recovery
+		for k := range closes {
 			time.Sleep(time.Duration(100+rand.IntN(400)) * time.Millisecond)
+			// The fault is over as soon as it happens: the moment the
+			// server closes a probe connection in the same vhost. The
+			// canary goes out then, not once rabbitmqctl has exited.
+			closed := dialBroker(t, url).NotifyClose(make(chan *amqp.Error, 1))
+			ended, canary := make(chan time.Time, 1), make(chan error, 1)
+			go func() {
+				<-closed
+				ended <- time.Now()
+				canary <- e.publishCanary(n + k)
+			}()
+			base, _ := e.progress()
+			moving := e.watchRecovery(base, true, time.Minute)
 			rabbitmqctl(t, "-q", "close_all_connections", "-p", e.vhost(), "rebound no-loss test")
+			at := <-ended
+			if err := <-canary; err != nil {
+				t.Fatal(err)
+			}
+			faults = append(faults, e.recovered("close_all_connections", at, at, moving))
 		}
-		e.account(n, 0, 3*time.Minute)
+		e.accountRecovered(n+closes, 0, faults, 3*time.Minute)
 		if got := e.metric("rebound_reconnects_total"); got == "" || got == "0" {
 			t.Errorf("rebound_reconnects_total = %q, want at least 1", got)
 		}
@@ -355,9 +671,27 @@ func TestNoLossOnSIGTERMWithFullWindow(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Each start after a SIGTERM ends a fault: rebound was down from the
+	// signal until then.
+	var faults []recovery
+	var stopped time.Time
+	restart := func() *proc {
+		if err := e.publishCanary(n + len(faults)); err != nil {
+			t.Fatal(err)
+		}
+		proc := e.launch(bin)
+		faults = append(faults, e.recovered("rebound-SIGTERM", stopped, proc.started, e.watchRecovery(progress{}, false, time.Minute)))
+		return proc
+	}
 	for round := range 3 {
-		proc := e.startBinary(bin)
+		var proc *proc
+		if round == 0 {
+			proc = e.startBinary(bin)
+		} else {
+			proc = restart()
+		}
 		time.Sleep(time.Duration(50+rand.IntN(150)) * time.Millisecond)
+		stopped = time.Now()
 		if err := proc.signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
@@ -369,8 +703,8 @@ func TestNoLossOnSIGTERMWithFullWindow(t *testing.T) {
 			t.Fatalf("round %d: rebound exited with %v after SIGTERM, want status 0", round, err)
 		}
 	}
-	e.startBinary(bin)
-	e.account(n, 0, 3*time.Minute)
+	restart()
+	e.accountRecovered(n+len(faults), 0, faults, 3*time.Minute)
 }
 
 // TestNoLossUnderMemoryAlarm raises a memory alarm while messages flow.
@@ -383,9 +717,38 @@ func TestNoLossUnderMemoryAlarm(t *testing.T) {
 	e.startInProcess()
 	const n = 2000
 	e.publishNumbered(n)
+	// A probe connection tells when the alarm ends: RabbitMQ blocks a
+	// connection that publishes under an alarm and unblocks it when the
+	// alarm clears.
+	probe := dialBroker(t, brokerURL())
+	blocking := probe.NotifyBlocked(make(chan amqp.Blocking, 4))
+	probeCh, err := probe.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
 	rabbitmqctl(t, "-q", "set_vm_memory_high_watermark", "0")
+	alarmed := time.Now()
 	restore := func() { _ = exec.Command("rabbitmqctl", "-q", "set_vm_memory_high_watermark", "0.4").Run() }
 	t.Cleanup(restore)
+	// Routed nowhere: the default exchange drops it.
+	if err := probeCh.PublishWithContext(context.Background(), "", e.prefix+"nowhere", false, false, amqp.Publishing{}); err != nil {
+		t.Fatal(err)
+	}
+	awaitBlocking := func(active bool) time.Time {
+		t.Helper()
+		timeout := time.After(30 * time.Second)
+		for {
+			select {
+			case b := <-blocking:
+				if b.Active == active {
+					return time.Now()
+				}
+			case <-timeout:
+				t.Fatalf("probe connection: no connection.blocked active=%v within 30s", active)
+			}
+		}
+	}
+	awaitBlocking(true)
 
 	deadline := time.Now().Add(15 * time.Second)
 	for e.metric("rebound_connection_blocked") != "1" && time.Now().Before(deadline) {
@@ -401,8 +764,15 @@ func TestNoLossUnderMemoryAlarm(t *testing.T) {
 		t.Errorf("/healthz during the alarm: %v %v, want 200 (an alarm is not a wedge)", resp, err)
 	}
 	time.Sleep(2 * time.Second)
+	base, _ := e.progress()
+	moving := e.watchRecovery(base, false, 3*time.Minute)
 	restore()
-	e.account(n, 0, 3*time.Minute)
+	lifted := awaitBlocking(false)
+	if err := e.publishCanary(n); err != nil {
+		t.Fatal(err)
+	}
+	faults := []recovery{e.recovered("memory-alarm", alarmed, lifted, moving)}
+	e.accountRecovered(n+1, 0, faults, 3*time.Minute)
 	if got := e.metric("rebound_connection_blocked"); got != "0" {
 		t.Errorf("rebound_connection_blocked = %q after the alarm, want 0", got)
 	}
@@ -432,35 +802,116 @@ func TestInboxDeletedIsReestablishedWithoutSpinning(t *testing.T) {
 	e.account(n, 0, time.Minute)
 }
 
-// TestNoLossWhenBrokerRestarts stops and starts the broker application
-// while messages flow. It disturbs every test using the broker, so it only
-// runs when asked: `make test` runs it on its own after the rest.
+// TestNoLossWhenBrokerRestarts takes the broker down while messages flow,
+// once briefly (the application stopped for 5 s) and once for longer than
+// rebound's reconnect backoff cap of 30 s (the node's Erlang VM killed
+// with SIGKILL, started again 35 s later). It disturbs every test using
+// the broker, so it only runs when asked: `make test` runs it on its own
+// after the rest.
 func TestNoLossWhenBrokerRestarts(t *testing.T) {
 	if os.Getenv("REBOUND_TEST_BROKER_RESTART") == "" {
 		t.Skip("restarts the broker; set REBOUND_TEST_BROKER_RESTART=1 (make test does, in a step of its own)")
 	}
-	// Classic queues dead-letter at most once inside the broker (no
-	// internal confirms), so a restart can drop a message in the app queue
-	// -> inbox or delay queue -> app queue hop whatever rebound does. With
-	// quorum queues and at-least-once dead-lettering every hop is confirmed,
-	// and a loss could only be rebound's.
+	for _, sc := range []struct {
+		name, fault string
+		down        time.Duration // from the stop or kill (once done) to the start
+		stop, start func(t *testing.T)
+	}{
+		{
+			name: "stop_app-5s", fault: "broker-stop_app", down: 5 * time.Second,
+			stop:  func(t *testing.T) { rabbitmqctl(t, "-q", "stop_app") },
+			start: func(t *testing.T) { rabbitmqctl(t, "-q", "start_app") },
+		},
+		{
+			name: "SIGKILL-35s", fault: "broker-SIGKILL", down: 35 * time.Second,
+			stop: killBroker,
+			start: func(t *testing.T) {
+				if err := startBrokerNode(); err != nil {
+					t.Fatal(err)
+				}
+			},
+		},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			brokerRestart(t, sc.fault, sc.down, sc.stop, sc.start)
+		})
+	}
+}
+
+// brokerRestart runs one broker outage of about down while messages flow.
+// Classic queues dead-letter at most once inside the broker (no internal
+// confirms), so a restart can drop a message in the app queue -> inbox or
+// delay queue -> app queue hop whatever rebound does. With quorum queues
+// and at-least-once dead-lettering every hop is confirmed, and a loss
+// could only be rebound's.
+func brokerRestart(t *testing.T, fault string, down time.Duration, stop, start func(t *testing.T)) {
+	bin := buildBinary(t)
 	e := newTestEnv(t, with(fastLoop, "REBOUND_MIN_DELAY", "200ms", "REBOUND_QUEUE_TYPE", "quorum"))
 	e.quorumApp()
-	// Whatever happens below, leave the broker running for what comes next.
-	t.Cleanup(func() {
-		_ = exec.Command("rabbitmqctl", "-q", "start_app").Run()
-		_ = exec.Command("rabbitmqctl", "-q", "await_startup").Run()
-	})
 	e.rejectAll(e.app)
-	e.startInProcess()
+	proc := e.startBinary(bin)
 	const n = 3000
 	e.publishNumbered(n)
-	for _, pause := range []time.Duration{time.Second, 5 * time.Second} {
-		time.Sleep(300 * time.Millisecond)
-		rabbitmqctl(t, "-q", "stop_app")
-		time.Sleep(pause)
-		rabbitmqctl(t, "-q", "start_app")
-		rabbitmqctl(t, "-q", "await_startup")
+	time.Sleep(300 * time.Millisecond)
+
+	base, _ := e.progress()
+	moving := e.watchRecovery(base, true, down+5*time.Minute)
+	// The outage starts when the broker drops a probe connection, as every
+	// client sees it (stop_app takes seconds to get there).
+	dropped := closedAt(dialBroker(t, brokerURL()))
+	brokerGoesDown(t)
+	stop(t)
+	var stopped time.Time
+	select {
+	case stopped = <-dropped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the broker did not drop the probe connection within 30s of the stop")
 	}
-	e.account(n, 0, 3*time.Minute)
+	time.Sleep(down - time.Second)
+	// A broker outage is not a wedge: rebound is not ready, stays
+	// healthy (a liveness probe must not restart it) and keeps trying to
+	// connect, backing off up to its cap, without spinning.
+	into := time.Since(stopped).Round(time.Second)
+	during, ok := e.progress()
+	if !ok || during.ready {
+		t.Errorf("%s into the outage: rebound answers %v, ready %v; want /readyz 503", into, ok, during.ready)
+	}
+	healthz := 0
+	if resp, err := probeClient.Get("http://" + e.http + "/healthz"); err == nil {
+		resp.Body.Close()
+		healthz = resp.StatusCode
+	}
+	if healthz != http.StatusOK {
+		t.Errorf("/healthz %s into the outage: %d, want 200", into, healthz)
+	}
+	attempts := during.reconnects - base.reconnects
+	t.Logf("OUTAGE %s in: ready=%v /healthz %d, %v reconnect attempts", into, during.ready, healthz, attempts)
+	if attempts < 1 || attempts > 10 {
+		t.Errorf("%v reconnect attempts in %s of outage, want 1 to 10 (trying, with backoff)", attempts, into)
+	}
+	time.Sleep(time.Second)
+
+	// The fault ends when the broker accepts a connection again.
+	up := brokerAccepts(3 * time.Minute)
+	start(t)
+	upAt := <-up
+	if upAt.IsZero() {
+		t.Fatal("the broker did not accept connections within 3 minutes of its start")
+	}
+	brokerBack(t)
+	if err := e.publishCanary(n); err != nil {
+		t.Fatal(err)
+	}
+	faults := []recovery{e.recovered(fault, stopped, upAt, moving)}
+	// Recovery takes at most one capped backoff (30 s) plus connecting.
+	if faults[0].recover > 45*time.Second {
+		t.Errorf("rebound moved messages again %s after the broker came back, want within 45s", faults[0].recover)
+	}
+	rabbitmqctl(t, "-q", "await_startup")
+	e.accountRecovered(n+1, 0, faults, 3*time.Minute)
+	for _, line := range strings.Split(proc.logs.String(), "\n") {
+		if strings.Contains(line, "reconnecting") {
+			t.Log(line)
+		}
+	}
 }

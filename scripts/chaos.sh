@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Fault injection with message accounting: runs every no-loss scenario
 # against the local RabbitMQ (including broker restarts) and prints one
-# table row per scenario. Lost must be 0 everywhere; duplicates are allowed.
+# table row per scenario, then one row per fault that ends. Lost must be 0
+# everywhere; duplicates are allowed. Time to recover is measured from the
+# fault's end to rebound moving messages again (see RELIABILITY.md); with
+# several faults in a scenario the table shows the worst.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/ensure-rabbitmq.sh
@@ -9,9 +12,22 @@ out=$(mktemp)
 status=0
 REBOUND_TEST_BROKER_RESTART=1 REBOUND_REQUIRE_BROKER=1 \
   go test -count=1 -v -timeout 30m -run 'TestNoLoss|TestInboxDeleted' . >"$out" 2>&1 || status=$?
-echo "| scenario | N | lost | duplicates | operator-deleted | elapsed |"
-echo "|---|---:|---:|---:|---:|---:|"
-grep -o 'ACCOUNT .*' "$out" | sed -E 's/ACCOUNT scenario=([^ ]+) N=([0-9]+) parked=[0-9]+ distinct=[0-9]+ lost=([0-9]+) duplicates=([0-9]+) operator-lost=([0-9]+) elapsed=([^ ]+)/| \1 | \2 | \3 | \4 | \5 | \6 |/'
+# fields turns "KEY k=v k=v ..." lines into an awk array f.
+fields='{ split("", f); for (i = 2; i <= NF; i++) { k = $i; sub(/=.*/, "", k); v = $i; sub(/^[^=]*=/, "", v); f[k] = v } }'
+echo "| scenario | N | lost | duplicates | operator-deleted | time to recover | elapsed |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
+grep -o 'ACCOUNT .*' "$out" | awk "$fields"'
+  {
+    rec = "—"
+    if (f["faults"] == 1) rec = f["recover"]
+    if (f["faults"] > 1) rec = f["recover"] " (worst of " f["faults"] ")"
+    printf "| %s | %s | %s | %s | %s | %s | %s |\n", f["scenario"], f["N"], f["lost"], f["duplicates"], f["operator-lost"], rec, f["elapsed"]
+  }'
+echo
+echo "| scenario | fault | outage | time to recover |"
+echo "|---|---|---:|---:|"
+grep -o 'RECOVER .*' "$out" | awk "$fields"'
+  { printf "| %s | %s | %s | %s |\n", f["scenario"], f["fault"], f["outage"], f["recover"] }'
 grep -E '^(--- FAIL|FAIL|ok)' "$out" || true
 if [ "$status" -ne 0 ]; then
   echo "chaos: some scenario failed; full output in $out" >&2
