@@ -92,6 +92,57 @@ func (b *broker) pauseBeforeRetry(ctx context.Context) error {
 	}
 }
 
+// sweep deletes the queues and exchanges whose names start with prefix
+// and clears the shovels named so: what a run that failed because the
+// broker went away could not delete itself. It lists them with rabbitmqctl.
+func (b *broker) sweep(ctx context.Context, prefix string) error {
+	u, err := amqp.ParseURI(b.url)
+	if err != nil {
+		return fmt.Errorf("parse broker URL: %w", err)
+	}
+	vhost := u.Vhost
+	if vhost == "" {
+		vhost = "/"
+	}
+	// list returns the names in column of `rabbitmqctl list_<what>` that
+	// start with prefix, in the rows whose first column is first (if set).
+	list := func(what, vhost, first string, column int) ([]string, error) {
+		out, err := exec.CommandContext(ctx, "rabbitmqctl", "-q", "-p", vhost, "list_"+what, "--no-table-headers").Output()
+		if err != nil {
+			return nil, fmt.Errorf("rabbitmqctl list_%s: %w", what, err)
+		}
+		var names []string
+		for _, line := range strings.Split(string(out), "\n") {
+			f := strings.Split(line, "\t")
+			if len(f) > column && strings.HasPrefix(f[column], prefix) && (first == "" || f[0] == first) {
+				names = append(names, f[column])
+			}
+		}
+		return names, nil
+	}
+	// startShovel creates shovels in the default vhost, whatever the URL's.
+	shovels, err := list("parameters", "/", "shovel", 1)
+	if err != nil {
+		return err
+	}
+	for _, name := range shovels {
+		if err := rabbitmqctl(ctx, "clear_parameter", "shovel", name); err != nil {
+			return err
+		}
+	}
+	queues, err := list("queues", vhost, "", 0)
+	if err != nil {
+		return err
+	}
+	exchanges, err := list("exchanges", vhost, "", 0)
+	if err != nil {
+		return err
+	}
+	b.deleteQueues(queues...)
+	b.deleteExchanges(exchanges...)
+	return nil
+}
+
 // declare declares a durable classic queue with args.
 func (b *broker) declare(name string, args amqp.Table) error {
 	b.mu.Lock()

@@ -82,7 +82,8 @@ func runReplicas(ctx context.Context, b *broker, o options, stdout io.Writer) (*
 // tests on this machine restart the shared broker.
 func runReplicaTrialRetrying(ctx context.Context, b *broker, k, round, n int, stdout io.Writer) (replicaTrial, error) {
 	for attempt := 1; ; attempt++ {
-		t, err := runReplicaTrial(ctx, b, k, round, n, brokerPID(ctx, b.url))
+		prefix := fmt.Sprintf("%sreplicas%d.%d.%d.", b.prefix, k, round+1, attempt) // as in runTrialRetrying
+		t, err := runReplicaTrial(ctx, b, prefix, k, round, n, brokerPID(ctx, b.url))
 		t.Attempts = attempt
 		if err == nil || errors.Is(err, errLost) || attempt == 3 || ctx.Err() != nil {
 			return t, err
@@ -91,16 +92,19 @@ func runReplicaTrialRetrying(ctx context.Context, b *broker, k, round, n int, st
 		if err := b.pauseBeforeRetry(ctx); err != nil {
 			return t, err
 		}
+		if err := b.sweep(ctx, prefix); err != nil {
+			fmt.Fprintf(stdout, "could not delete what the failed run left behind (%s*): %v\n", prefix, err)
+		}
 	}
 }
 
 // runReplicaTrial fills a fresh inbox with n messages, starts k replicas
 // on it at once and times them as runTrial times one: from the first
 // consumer on the inbox to n messages in the delay queue. Then it stops
-// them, checks that nothing was lost and deletes the queues.
-func runReplicaTrial(ctx context.Context, b *broker, k, round, n, brokerPID int) (replicaTrial, error) {
+// them, checks that nothing was lost and deletes the queues, all named
+// with prefix.
+func runReplicaTrial(ctx context.Context, b *broker, prefix string, k, round, n, brokerPID int) (replicaTrial, error) {
 	t := replicaTrial{Replicas: k, Round: round, N: n}
-	prefix := fmt.Sprintf("%sreplicas%d.%d.", b.prefix, k, round+1)
 	topo := republisher.Topology{
 		InboxQueue: prefix + "inbox", DeadLetterExchange: prefix + "dlx", DelayExchange: prefix + "delay",
 		DelayQueuePrefix: prefix + "delay.", ParkingQueue: prefix + "parked",

@@ -98,7 +98,10 @@ func runThroughput(ctx context.Context, b *broker, o options, stdout io.Writer) 
 // other tests stop and restart the broker. A retried trial is reported.
 func runTrialRetrying(ctx context.Context, b *broker, c string, round, n int, profile string, stdout io.Writer) (trial, error) {
 	for attempt := 1; ; attempt++ {
-		t, err := runTrial(ctx, b, c, round, n, brokerPID(ctx, b.url), profile)
+		// Each attempt has names of its own: a failed one may leave its
+		// queues, full, when the broker goes away before they are deleted.
+		prefix := fmt.Sprintf("%s%s.%d.%d.", b.prefix, c, round+1, attempt)
+		t, err := runTrial(ctx, b, c, prefix, round, n, brokerPID(ctx, b.url), profile)
 		t.Attempts = attempt
 		if err == nil || errors.Is(err, errLost) || attempt == 3 || ctx.Err() != nil {
 			return t, err
@@ -107,16 +110,18 @@ func runTrialRetrying(ctx context.Context, b *broker, c string, round, n int, pr
 		if err := b.pauseBeforeRetry(ctx); err != nil {
 			return t, err
 		}
+		if err := b.sweep(ctx, prefix); err != nil {
+			fmt.Fprintf(stdout, "could not delete what the failed run left behind (%s*): %v\n", prefix, err)
+		}
 	}
 }
 
 // runTrial fills a fresh source queue with n messages, starts contender c,
 // times it from its first consumer on the source to n messages in the
-// destination, stops it and deletes the queues. Losing messages is an
+// destination, stops it and deletes the queues, all named with prefix. Losing messages is an
 // error wrapping errLost.
-func runTrial(ctx context.Context, b *broker, c string, round, n, brokerPID int, profile string) (trial, error) {
+func runTrial(ctx context.Context, b *broker, c, prefix string, round, n, brokerPID int, profile string) (trial, error) {
 	t := trial{Contender: c, Round: round, N: n}
-	prefix := fmt.Sprintf("%s%s.%d.", b.prefix, c, round+1)
 	var (
 		src, dst string
 		start    func(context.Context) (stop func() error, err error)
