@@ -9,7 +9,8 @@
 // queue to another on the same broker; what matters is the ratio within one
 // invocation, since the machine is shared. Replica runs then move the same
 // messages with 1, 2, 4, … rebound sidecars on one inbox, to show where
-// adding replicas stops paying. Then it measures how close delayed retries
+// adding replicas stops paying, and one extra run samples the broker's
+// queue processes to show why. Then it measures how close delayed retries
 // come back to their intended delay under a background load, and runs the
 // Go micro-benchmarks of the hot path.
 //

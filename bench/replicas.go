@@ -25,6 +25,7 @@ type replicaTrial struct {
 	Round    int // 0-based
 	N        int
 	Elapsed  time.Duration // first replica consuming to n messages in the delay queue
+	Finished time.Time     // when the delay queue held n
 	AllIn    time.Duration // first replica consuming to all k consuming
 	MovedIn  int           // messages in the delay queue when all k were consuming
 	CPU      cpu           // over Elapsed
@@ -51,6 +52,7 @@ func (t replicaTrial) cores(d time.Duration) float64 { return d.Seconds() / t.El
 type replicaScaling struct {
 	Counts []int // replica counts, ascending; the first is the base of the ratios
 	Trials []replicaTrial
+	Probe  *queueProbe // an extra run with the largest count, the broker's queue processes sampled
 }
 
 // runReplicas runs every replica count once per round, opts.runs rounds,
@@ -74,6 +76,11 @@ func runReplicas(ctx context.Context, b *broker, o options, stdout io.Writer) (*
 			res.Trials = append(res.Trials, t)
 		}
 	}
+	var err error
+	res.Probe, err = runProbe(ctx, b, o.replicas[len(o.replicas)-1], o.n, stdout)
+	if err != nil {
+		return nil, err
+	}
 	return res, nil
 }
 
@@ -83,7 +90,7 @@ func runReplicas(ctx context.Context, b *broker, o options, stdout io.Writer) (*
 func runReplicaTrialRetrying(ctx context.Context, b *broker, k, round, n int, stdout io.Writer) (replicaTrial, error) {
 	for attempt := 1; ; attempt++ {
 		prefix := fmt.Sprintf("%sreplicas%d.%d.%d.", b.prefix, k, round+1, attempt) // as in runTrialRetrying
-		t, err := runReplicaTrial(ctx, b, prefix, k, round, n, brokerPID(ctx, b.url))
+		t, err := runReplicaTrial(ctx, b, prefix, k, round, n, brokerPID(ctx, b.url), nil)
 		t.Attempts = attempt
 		if err == nil || errors.Is(err, errLost) || attempt == 3 || ctx.Err() != nil {
 			return t, err
@@ -102,8 +109,8 @@ func runReplicaTrialRetrying(ctx context.Context, b *broker, k, round, n int, st
 // on it at once and times them as runTrial times one: from the first
 // consumer on the inbox to n messages in the delay queue. Then it stops
 // them, checks that nothing was lost and deletes the queues, all named
-// with prefix.
-func runReplicaTrial(ctx context.Context, b *broker, prefix string, k, round, n, brokerPID int) (replicaTrial, error) {
+// with prefix. allIn, if set, is called once all k are consuming.
+func runReplicaTrial(ctx context.Context, b *broker, prefix string, k, round, n, brokerPID int, allIn func()) (replicaTrial, error) {
 	t := replicaTrial{Replicas: k, Round: round, N: n}
 	topo := republisher.Topology{
 		InboxQueue: prefix + "inbox", DeadLetterExchange: prefix + "dlx", DelayExchange: prefix + "delay",
@@ -154,6 +161,9 @@ func runReplicaTrial(ctx context.Context, b *broker, prefix string, k, round, n,
 		return t, fmt.Errorf("%d replicas: not all started consuming: %w", k, err)
 	}
 	t.AllIn = time.Since(t0)
+	if allIn != nil {
+		allIn()
+	}
 	moved, _, err := b.inspect(delayQueue.Name)
 	if err != nil {
 		return t, err
@@ -161,7 +171,8 @@ func runReplicaTrial(ctx context.Context, b *broker, prefix string, k, round, n,
 	t.MovedIn = moved
 	timeout := time.Minute + time.Duration(n)*20*time.Millisecond
 	got, err := b.waitFor(ctx, delayQueue.Name, 10*time.Millisecond, timeout, func(messages, _ int) bool { return messages >= n })
-	t.Elapsed, t.CPU = time.Since(t0), sampleCPU(brokerPID).sub(cpu0)
+	t.Finished = time.Now()
+	t.Elapsed, t.CPU = t.Finished.Sub(t0), sampleCPU(brokerPID).sub(cpu0)
 	if errors.Is(err, errTimeout) {
 		return t, fmt.Errorf("%d replicas run %d: %d of %d messages arrived: %w (%w)", k, round+1, got, n, errLost, err)
 	}
@@ -252,6 +263,10 @@ const scalingStep = 1.10
 // says the numbers reflect the machine's load rather than rebound.
 const busyOther = 0.25
 
+// saturatedQueue is how often a queue's process must be busy for the
+// reading to name that queue as the limit.
+const saturatedQueue = 0.75
+
 // reading says, from the numbers, where adding replicas stops paying and
 // what the CPU looked like there. cpus is the machine's CPU count.
 func (r *replicaScaling) reading(cpus int) string {
@@ -302,6 +317,14 @@ func (r *replicaScaling) reading(cpus int) string {
 	w("From %s to %s the broker went from %.2f to %.2f cores and from %.1f to %.1f CPU-seconds per 100 000 "+
 		"messages, this process from %.2f to %.2f cores. ", nReplicas(base.Replicas), nReplicas(top.Replicas),
 		base.Broker, top.Broker, base.BrokerPer100k, top.BrokerPer100k, base.Self, top.Self)
+	busiest, probed := queueLoad{}, false
+	if r.Probe != nil {
+		busiest, probed = r.Probe.busiest()
+	}
+	if probed && other <= busyOther {
+		w("In the probed run with %s, the busiest queue process, %s's, was busy %.0f %% of the time, with %.1f "+
+			"messages waiting in its mailbox on average. ", nReplicas(r.Probe.Replicas), busiest.Queue, busiest.Busy*100, busiest.Mailbox)
+	}
 	switch {
 	case other > busyOther:
 		w("Other processes took more than %.2f cores during these runs, so the numbers say more about the "+
@@ -313,9 +336,13 @@ func (r *replicaScaling) reading(cpus int) string {
 			"more replicas could only take CPU from the broker that every replica waits on, so on this "+
 			"%d-core host the limit is the CPU the broker and rebound share, not the number of replicas.",
 			nReplicas(lim.Replicas), cpus)
+	case probed && busiest.Busy >= saturatedQueue && !r.Probe.Late:
+		w("The machine still had idle CPU with %s, so the limit is not this host's CPU count but that queue: a "+
+			"queue is one Erlang process, which runs on one core at a time, and every message goes through it "+
+			"whatever the number of replicas.", nReplicas(lim.Replicas))
 	default:
 		w("The machine still had idle CPU with %s, so the limit is not this host's CPU count; this benchmark "+
-			"does not measure what it is.", nReplicas(lim.Replicas))
+			"does not show what it is.", nReplicas(lim.Replicas))
 	}
 	return strings.TrimSpace(sb.String())
 }

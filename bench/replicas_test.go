@@ -27,6 +27,16 @@ func trials(runs map[int][2]float64, cores map[int][3]float64) *replicaScaling {
 	return r
 }
 
+// probed adds a probe in which the delay queue's process was busy 90 % of
+// the time and the inbox's 45 %.
+func probed(r *replicaScaling, late bool) *replicaScaling {
+	r.Probe = &queueProbe{Replicas: r.Counts[len(r.Counts)-1], Late: late, Queues: []queueLoad{
+		{Queue: "inbox", Busy: 0.45, Mailbox: 1.2, MaxMailbox: 25},
+		{Queue: "delay.600000", Busy: 0.9, Mailbox: 28.5, MaxMailbox: 510},
+	}}
+	return r
+}
+
 func TestReplicaReading(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -54,7 +64,20 @@ func TestReplicaReading(t *testing.T) {
 		name: "idle CPU left",
 		r: trials(map[int][2]float64{1: {4, 4}, 2: {4, 4}},
 			map[int][3]float64{1: {0.2, 0.8, 1.0}, 2: {0.3, 0.9, 1.2}}),
-		want: []string{"still had idle CPU", "does not measure what it is"},
+		want: []string{"still had idle CPU", "does not show what it is"},
+	}, {
+		name: "idle CPU left, one queue process always busy",
+		r: probed(trials(map[int][2]float64{1: {4, 4}, 2: {4, 4}},
+			map[int][3]float64{1: {0.2, 0.8, 1.0}, 2: {0.3, 0.9, 1.2}}), false),
+		want: []string{"the busiest queue process, delay.600000's, was busy 90 % of the time, with 28.5 messages waiting",
+			"not this host's CPU count but that queue"},
+		never: []string{"does not show"},
+	}, {
+		name: "a probe that ran past the end names no limit",
+		r: probed(trials(map[int][2]float64{1: {4, 4}, 2: {4, 4}},
+			map[int][3]float64{1: {0.2, 0.8, 1.0}, 2: {0.3, 0.9, 1.2}}), true),
+		want:  []string{"was busy 90 %", "does not show what it is"},
+		never: []string{"but that queue"},
 	}, {
 		name: "still scaling",
 		r: trials(map[int][2]float64{1: {4, 4}, 2: {2, 2}, 4: {1, 1}},

@@ -266,8 +266,30 @@ func (r *report) writeReplicas(sb *strings.Builder, rs *replicaScaling) {
 				t.Replicas, t.Round+1, t.Leftover, t.Extra)
 		}
 	}
+	if p := rs.Probe; p != nil {
+		w("**Inside the broker.** An extra run with %s (%d messages; not in the tables above) samples, every 2 ms "+
+			"for %s from the moment all replicas consume, the state of each of the run's queues' Erlang processes "+
+			"(`rabbitmqctl eval` of `erlang:process_info(Pid, [status, message_queue_len])`; rabbitmqctl's own "+
+			"start-up uses the same cores, which is why this run is not timed). *Busy* is the share of samples in "+
+			"which the process was running or waiting for a scheduler rather than for a message; a queue is one "+
+			"process, and a process runs on one core at a time. Every copy goes into one delay queue here, since "+
+			"the runs use one fixed delay; with jitter, copies spread over many delay queues, and the one inbox "+
+			"is what all replicas still share.\n\n", nReplicas(p.Replicas), p.Trial.N, p.Window)
+		if p.Err != "" {
+			w("Not available in this invocation: %s.\n\n", p.Err)
+		} else {
+			w("| queue | busy | mailbox, mean | mailbox, max |\n|---|---|---|---|\n")
+			for _, q := range p.Queues {
+				w("| %s | %.0f %% | %.1f | %d |\n", q.Queue, q.Busy*100, q.Mailbox, q.MaxMailbox)
+			}
+			w("\n")
+			if p.Late {
+				w("Sampling went on after the run had finished, so these shares include idle time: run with a larger `-n`.\n\n")
+			}
+		}
+	}
 	cpus, _ := strconv.Atoi(r.machine.CPUs)
-	w("**Where it stops scaling** (written by bench from the medians above): %s\n\n", rs.reading(cpus))
+	w("**Where it stops scaling** (written by bench from the numbers above): %s\n\n", rs.reading(cpus))
 }
 
 func joinInts(xs []int) string {
