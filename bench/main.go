@@ -76,7 +76,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.runs, "runs", 3, "rounds of throughput and replica runs: each contender and each replica count runs once per round")
 	fs.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write; empty for none")
 	fs.StringVar(&o.profile, "cpuprofile", os.TempDir()+"/rebound-bench.pprof", "where to write the CPU profile of rebound's profiled run")
-	replicas := fs.String("replicas", "1,2,4", "rebound replicas on one inbox, counts compared by the replica runs (-n messages, -runs rounds), comma separated; empty to skip")
+	replicas := fs.String("replicas", "1,2,4", "replica counts to compare, comma separated: each runs that many rebound sidecars on one inbox (-n messages, -runs rounds); empty to skip")
 	delays := fs.String("delays", "1s,10s,60s", "delays whose accuracy to measure, comma separated; empty to skip")
 	fs.IntVar(&o.delayMsgs, "delay-msgs", 200, "messages rejected once per measured delay")
 	fs.IntVar(&o.bgRate, "bg-rate", 1000, "background load, messages per second through rebound, while delays are measured")
