@@ -49,7 +49,7 @@ func measureBacklog(ctx context.Context, b *broker, n int, stdout io.Writer) (*b
 		return nil, err
 	}
 	fmt.Fprintf(stdout, "backlog: filling the inbox with %d messages\n", n)
-	if err := b.fill(ctx, topo.InboxQueue, n, app); err != nil {
+	if err := b.fill(ctx, topo.InboxQueue, n, deadLettered(app)); err != nil {
 		return nil, err
 	}
 	debug.FreeOSMemory()

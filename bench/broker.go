@@ -15,6 +15,9 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/rebound-mq/rebound/headers"
+	"github.com/rebound-mq/rebound/republisher"
 )
 
 // broker is bench's own connection to RabbitMQ, for declaring, filling,
@@ -197,23 +200,49 @@ func (b *broker) deleteExchanges(names ...string) {
 var body = []byte(strings.Repeat("rebound benchmark payload 0123456789abcdef.", 12)[:512])
 
 // message returns message i as an application would publish it:
-// persistent, with an id, a timestamp and a few application headers.
-// origin, if set, is written as x-retry-origin-queue so rebound knows where
-// the copy goes back to, as if the broker had dead-lettered it.
+// persistent, with an id, a timestamp and a few application headers. With
+// an origin it is that message as the broker dead-letters it the first
+// time its consumer rejects it from queue origin: with one x-death entry,
+// from which rebound learns where its copy goes back to.
 func message(i int, origin string) amqp.Publishing {
+	now := time.Now().Truncate(time.Second) // what an AMQP timestamp carries
 	h := amqp.Table{"app": "orders", "tenant": "acme", "seq": int64(i), "x-retry-error": "timeout calling payments"}
 	if origin != "" {
-		h["x-retry-origin-queue"] = origin
+		h["x-death"] = []any{amqp.Table{
+			"count": int64(1), "reason": "rejected", "queue": origin, "time": now,
+			"exchange": "", "routing-keys": []any{origin},
+		}}
+		h["x-first-death-queue"], h["x-first-death-reason"], h["x-first-death-exchange"] = origin, "rejected", ""
 	}
 	return amqp.Publishing{
-		ContentType: "application/json", DeliveryMode: amqp.Persistent, Timestamp: time.Now(),
+		ContentType: "application/json", DeliveryMode: amqp.Persistent, Timestamp: now,
 		MessageId: strconv.Itoa(i), Headers: h, Body: body,
 	}
 }
 
-// fill publishes messages 0..n-1 to queue through the default exchange and
-// waits for every confirm, on a connection of its own.
-func (b *broker) fill(ctx context.Context, queue string, n int, origin string) error {
+// deadLettered returns the messages from origin as rebound receives them.
+func deadLettered(origin string) func(i int) amqp.Publishing {
+	return func(i int) amqp.Publishing { return message(i, origin) }
+}
+
+// retried returns the messages from origin as rebound republishes them
+// into the delay queue for retryDelay: with the retry headers its codec
+// writes and the header the delay queue is bound on, as the sidecar's
+// handler adds them.
+func retried(origin string) func(i int) amqp.Publishing {
+	codec := headers.NewCodec(headers.DefaultNames())
+	return func(i int) amqp.Publishing {
+		m := message(i, origin)
+		state, _ := codec.Decode(m.Headers, m.Timestamp, time.Now(), nil)
+		m.Headers = codec.Retry(m.Headers, state, retryDelay)
+		m.Headers[republisher.DelayRouteHeader] = retryDelay.Milliseconds()
+		return m
+	}
+}
+
+// fill publishes messages msg(0)..msg(n-1) to queue through the default
+// exchange and waits for every confirm, on a connection of its own.
+func (b *broker) fill(ctx context.Context, queue string, n int, msg func(i int) amqp.Publishing) error {
 	conn, err := amqp.Dial(b.url)
 	if err != nil {
 		return fmt.Errorf("connect to fill %s: %w", queue, err)
@@ -244,7 +273,7 @@ func (b *broker) fill(ctx context.Context, queue string, n int, origin string) e
 		return nil
 	}
 	for i := range n {
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, message(i, origin))
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, msg(i))
 		if err != nil {
 			return fmt.Errorf("fill %s: %w", queue, err)
 		}

@@ -4,10 +4,13 @@
 // It runs rebound in this process (consumer.New, configured from REBOUND_*
 // variables exactly as `rebound run` is), so that its CPU can be profiled
 // with runtime/pprof and measured with getrusage. Throughput runs alternate
-// rebound, a RabbitMQ dynamic Shovel and a naive one-confirm-at-a-time
-// consumer, each moving the same N persistent 512-byte messages from one
-// queue to another on the same broker; what matters is the ratio within one
-// invocation, since the machine is shared. Replica runs then move the same
+// rebound, a RabbitMQ dynamic Shovel, the same Shovel moving rebound's
+// copies into a queue like its delay queue (so that the broker's work per
+// message is rebound's), and a naive one-confirm-at-a-time consumer, each
+// moving N persistent 512-byte messages from one queue to another on the
+// same broker; what matters is the ratio within one invocation, since the
+// machine is shared. Extra runs sample the broker's queue processes to show
+// what limits them. Replica runs then move the same
 // messages with 1, 2, 4, … rebound sidecars on one inbox, to show where
 // adding replicas stops paying, and one extra run samples the broker's
 // queue processes to show why. Then it measures how close delayed retries
@@ -18,7 +21,7 @@
 // and is deleted after its run. A run that does not deliver all N messages
 // makes bench exit with status 1.
 //
-//	go run ./bench -n 20000 -runs 3
+//	go run ./bench -n 20000 -runs 5
 //	go run ./bench -throughput=false -micro=false -delays= -out= -replicas 1,2,4  # replica runs only
 package main
 
@@ -73,7 +76,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.url, "url", "amqp://guest:guest@127.0.0.1:5672/", "broker URL (the shovel is created on this broker with rabbitmqctl)")
 	fs.IntVar(&o.n, "n", 20000, "messages per throughput run (rebound and shovel)")
 	fs.IntVar(&o.naiveN, "naive-n", 0, "messages per naive run; 0 means n/4 (the naive consumer is slow, its rate does not depend on n)")
-	fs.IntVar(&o.runs, "runs", 3, "rounds of throughput and replica runs: each contender and each replica count runs once per round")
+	fs.IntVar(&o.runs, "runs", 5, "rounds of throughput and replica runs: each contender and each replica count runs once per round")
 	fs.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write; empty for none")
 	fs.StringVar(&o.profile, "cpuprofile", os.TempDir()+"/rebound-bench.pprof", "where to write the CPU profile of rebound's profiled run")
 	replicas := fs.String("replicas", "1,2,4", "replica counts to compare, comma separated: each runs that many rebound sidecars on one inbox (-n messages, -runs rounds); empty to skip")

@@ -25,18 +25,16 @@ type queueLoad struct {
 	MaxMailbox int
 }
 
-// queueProbe is the outcome of the probed replica run.
-type queueProbe struct {
-	Replicas int
-	Trial    replicaTrial
-	Window   time.Duration // sampled for this long
-	Late     bool          // sampling went on after the run had ended, so the shares include idle time
-	Queues   []queueLoad
-	Err      string // why there are no Queues
+// queueSample is what sampling a run's queue processes found.
+type queueSample struct {
+	Window time.Duration // sampled for this long
+	Late   bool          // sampling went on after the run had ended, so the shares include idle time
+	Queues []queueLoad
+	Err    string // why there are no Queues
 }
 
 // busiest returns the queue whose process was busy most often.
-func (p *queueProbe) busiest() (queueLoad, bool) {
+func (p *queueSample) busiest() (queueLoad, bool) {
 	var top queueLoad
 	for _, q := range p.Queues {
 		if q.Busy > top.Busy {
@@ -46,25 +44,77 @@ func (p *queueProbe) busiest() (queueLoad, bool) {
 	return top, top.Queue != ""
 }
 
+// queueProbe is the outcome of the probed replica run.
+type queueProbe struct {
+	Replicas int
+	Trial    replicaTrial
+	queueSample
+}
+
+// trialProbe is the outcome of a probed throughput run of one contender.
+type trialProbe struct {
+	Contender string
+	Trial     trial
+	queueSample
+}
+
 // probeWindow is how long the probe samples. rabbitmqctl takes under a
-// second to start, and the probed run moves three times -n messages so
-// that it outlasts both: about 13 s for the default 20 000.
+// second to start, and a probed run moves three times -n messages so that
+// it outlasts both: several seconds for the default 20 000.
 const probeWindow = 1500 * time.Millisecond
 
 // runProbe runs k replicas once more with 3n messages, untimed for the
-// ratios, and while they move messages samples inside the broker, every
-// 2 ms, the status and mailbox of each of the run's queue processes.
+// ratios, and samples their queue processes while they move messages.
 func runProbe(ctx context.Context, b *broker, k, n int, stdout io.Writer) (*queueProbe, error) {
 	n *= 3
 	prefix := fmt.Sprintf("%sreplicas%d.probe.", b.prefix, k)
-	p := &queueProbe{Replicas: k, Window: probeWindow, Trial: replicaTrial{N: n}}
+	p := &queueProbe{Replicas: k, Trial: replicaTrial{N: n}}
+	var err error
+	p.queueSample, err = sampleDuring(ctx, b, prefix, stdout, func(started func()) (time.Time, error) {
+		t, err := runReplicaTrial(ctx, b, prefix, k, -1, n, brokerPID(ctx, b.url), started)
+		p.Trial = t
+		return t.Finished, err
+	})
+	if err != nil || p.Err != "" {
+		return p, err
+	}
+	fmt.Fprintf(stdout, "probed run, %s: %s\n", nReplicas(k), p.queueSample)
+	return p, nil
+}
+
+// runTrialProbe runs contender c once more with 3n messages, untimed for
+// the ratios, and samples its queue processes while it moves messages.
+func runTrialProbe(ctx context.Context, b *broker, c string, n int, stdout io.Writer) (*trialProbe, error) {
+	n *= 3
+	prefix := fmt.Sprintf("%s%s.probe.", b.prefix, c)
+	p := &trialProbe{Contender: c, Trial: trial{Contender: c, N: n}}
+	var err error
+	p.queueSample, err = sampleDuring(ctx, b, prefix, stdout, func(started func()) (time.Time, error) {
+		t, err := runTrial(ctx, b, c, prefix, -1, n, brokerPID(ctx, b.url), "", started)
+		p.Trial = t
+		return t.Finished, err
+	})
+	if err != nil || p.Err != "" {
+		return p, err
+	}
+	fmt.Fprintf(stdout, "probed run, %s: %s\n", c, p.queueSample)
+	return p, nil
+}
+
+// sampleDuring runs run, which calls started once messages are moving and
+// returns when the run finished, and samples the queues named prefix* from
+// started on for probeWindow. A probed run is only an illustration: when it
+// fails without losing messages, the sample says why instead of failing
+// the whole bench.
+func sampleDuring(ctx context.Context, b *broker, prefix string, stdout io.Writer, run func(started func()) (time.Time, error)) (queueSample, error) {
+	res := queueSample{Window: probeWindow}
 	var (
 		wg       sync.WaitGroup
 		loads    []queueLoad
 		sampled  time.Time // when sampling ended
 		probeErr error
 	)
-	t, err := runReplicaTrial(ctx, b, prefix, k, -1, n, brokerPID(ctx, b.url), func() {
+	finished, err := run(func() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -73,30 +123,31 @@ func runProbe(ctx context.Context, b *broker, k, n int, stdout io.Writer) (*queu
 	})
 	wg.Wait()
 	if err != nil && (errors.Is(err, errLost) || ctx.Err() != nil) {
-		return nil, err
+		return res, err
 	}
 	if err != nil {
-		// Only an illustration: report it rather than fail the whole bench.
-		p.Err = fmt.Sprintf("the probed run failed (%v)", err)
-		fmt.Fprintln(stdout, p.Err)
+		res.Err = fmt.Sprintf("the probed run failed (%v)", err)
+		fmt.Fprintln(stdout, res.Err)
 		if b.pauseBeforeRetry(ctx) == nil {
 			_ = b.sweep(ctx, prefix)
 		}
-		return p, nil
+		return res, nil
 	}
-	p.Trial = t
 	if probeErr != nil {
-		p.Err, _, _ = strings.Cut(probeErr.Error(), "\n") // the rest is rabbitmqctl's output, on stdout
+		res.Err, _, _ = strings.Cut(probeErr.Error(), "\n") // the rest is rabbitmqctl's output, on stdout
 		fmt.Fprintf(stdout, "probe of the queue processes failed: %v\n", probeErr)
-		return p, nil
+		return res, nil
 	}
-	p.Queues, p.Late = loads, sampled.After(t.Finished)
-	fmt.Fprintf(stdout, "probed run, %s: ", nReplicas(k))
+	res.Queues, res.Late = loads, sampled.After(finished)
+	return res, nil
+}
+
+func (p queueSample) String() string {
+	var sb strings.Builder
 	for _, q := range p.Queues {
-		fmt.Fprintf(stdout, "%s busy %.0f %% (mailbox mean %.1f, max %d)  ", q.Queue, q.Busy*100, q.Mailbox, q.MaxMailbox)
+		fmt.Fprintf(&sb, "%s busy %.0f %% (mailbox mean %.1f, max %d)  ", q.Queue, q.Busy*100, q.Mailbox, q.MaxMailbox)
 	}
-	fmt.Fprintln(stdout)
-	return p, nil
+	return strings.TrimSpace(sb.String())
 }
 
 // probeQueues samples the classic queues on the broker's node whose names

@@ -126,7 +126,7 @@ func runReplicaTrial(ctx context.Context, b *broker, prefix string, k, round, n,
 	if err := b.declareTopology(topo, retryDelay); err != nil {
 		return t, err
 	}
-	if err := b.fill(ctx, topo.InboxQueue, n, app); err != nil {
+	if err := b.fill(ctx, topo.InboxQueue, n, deadLettered(app)); err != nil {
 		return t, err
 	}
 

@@ -30,10 +30,10 @@ func trials(runs map[int][2]float64, cores map[int][3]float64) *replicaScaling {
 // probed adds a probe in which the delay queue's process was busy 90 % of
 // the time and the inbox's 45 %.
 func probed(r *replicaScaling, late bool) *replicaScaling {
-	r.Probe = &queueProbe{Replicas: r.Counts[len(r.Counts)-1], Late: late, Queues: []queueLoad{
+	r.Probe = &queueProbe{Replicas: r.Counts[len(r.Counts)-1], queueSample: queueSample{Late: late, Queues: []queueLoad{
 		{Queue: "inbox", Busy: 0.45, Mailbox: 1.2, MaxMailbox: 25},
 		{Queue: "delay.600000", Busy: 0.9, Mailbox: 28.5, MaxMailbox: 510},
-	}}
+	}}}
 	return r
 }
 

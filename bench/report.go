@@ -94,7 +94,8 @@ func (r *report) writeThroughput(sb *strings.Builder, t *throughput) {
 	w := func(format string, a ...any) { fmt.Fprintf(sb, format, a...) }
 	w("## Throughput: moving dead-lettered messages\n\n")
 	w("Each run fills a fresh, uniquely named queue with N persistent messages (512-byte body, four " +
-		"application headers, a message id and a timestamp; publisher-confirmed before the clock starts), " +
+		"application headers, a message id and a timestamp, and the x-death entry and x-first-death-* headers " +
+		"RabbitMQ adds when it first dead-letters a rejected message; publisher-confirmed before the clock starts), " +
 		"then starts one contender and times it from the moment its consumer appears on that queue to the " +
 		"moment the destination queue holds all N (polled every 10 ms with a passive queue.declare). Every " +
 		"contender acks a source message only after the broker confirmed its copy, so none can lose a message. " +
@@ -103,20 +104,28 @@ func (r *report) writeThroughput(sb *strings.Builder, t *throughput) {
 	w("- **rebound**: the sidecar in this process, built with `consumer.New` from `config.Load` as `rebound run` " +
 		"builds it (defaults: prefetch 256, one consume and one publish connection), a no-op logger and a fresh " +
 		"Prometheus registry; `REBOUND_BACKOFF=constant`, `REBOUND_MIN_DELAY=10m`, `REBOUND_JITTER=none`. The " +
-		"messages are published straight into its inbox with `x-retry-origin-queue` set, and it moves them " +
+		"messages are published straight into its inbox, as if dead-lettered from an application queue that " +
+		"rebound finds in their x-death entry, and it moves them " +
 		"through the headers exchange into the one delay queue (10 min TTL), where they are counted. Per " +
 		"message it decodes the headers, decides, re-encodes the headers, publishes (mandatory, confirmed) " +
 		"and acks after the confirm.\n")
 	w("- **shovel**: a RabbitMQ dynamic shovel (`rabbitmq_shovel`, created with `rabbitmqctl set_parameter`) " +
 		"from one classic queue to another on the same broker, `ack-mode: on-confirm`, `src-prefetch-count: 256`. " +
 		"It runs inside the broker and does no per-message work beyond forwarding.\n")
+	w("- **shovel-same**: the same shovel, moving what rebound makes of those messages, its copies (the " +
+		"retry headers its codec writes and the header its delay queues are bound on), into a queue declared " +
+		"with the arguments of its delay queue (`x-message-ttl` 10 min, dead-lettering to the default exchange). " +
+		"The broker then does per message what it does for rebound's copies: the like-for-like comparison of " +
+		"rebound with the broker alone. The copies are bigger than the messages (five more headers), and a queue " +
+		"with a message TTL does more per message than a plain one; that work comes with the retry state and " +
+		"the delay queues of the design, whoever moves the messages.\n")
 	w("- **naive**: one consumer in this process, one channel, prefetch 256, that for each delivery publishes " +
 		"a copy, waits for that copy's confirm, then acks: what hand-written retry consumers do. It moves " +
 		"N/4 messages (`-naive-n`), since it is slow and its rate does not depend on N.\n\n")
-	w("Runs alternate rebound, shovel, naive, rebound, …; the ratios are the median over rounds of " +
+	w("Runs alternate rebound, shovel, shovel-same, naive, rebound, …; the ratios are the median over rounds of " +
 		"rebound's rate divided by the other's rate in the same round. *Process CPU* is this process's " +
 		"user+system time during the timed window (getrusage): for rebound that is rebound plus bench's poller, " +
-		"for naive the naive consumer plus the poller, and for shovel the poller alone, which gives its cost. " +
+		"for naive the naive consumer plus the poller, and for the shovels the poller alone, which gives its cost. " +
 		"*Broker CPU* is the RabbitMQ node's beam.smp (/proc/<pid>/stat) over the same window. RSS is this " +
 		"process's (VmHWM reset through /proc/self/clear_refs after a GC before each run), so it includes " +
 		"bench's own few MiB.\n\n")
@@ -140,7 +149,8 @@ func (r *report) writeThroughput(sb *strings.Builder, t *throughput) {
 		}
 		w("%s %.0f", c, median(t.rates(c)))
 	}
-	w(".  \n**Median ratio rebound/shovel: %.2f; rebound/naive: %.2f.**\n\n", t.ratio(shovel), t.ratio(naive))
+	w(".  \n**Median ratio rebound/shovel: %.2f; rebound/shovel-same: %.2f; rebound/naive: %.2f.**\n\n",
+		t.ratio(shovel), t.ratio(shovelSame), t.ratio(naive))
 	for _, tr := range t.Trials {
 		if tr.Attempts > 1 {
 			w("Note: %s round %d is attempt %d; the earlier attempts failed without losing messages (broker connection lost).\n\n",
@@ -178,18 +188,33 @@ func (r *report) writeThroughput(sb *strings.Builder, t *throughput) {
 		w("```\n%s```\n\n", t.Profile)
 	}
 	w("### What limits throughput\n\n")
-	var rebWall, rebSelf, rebBroker, shWall, shBroker float64
-	for _, tr := range t.Trials {
-		switch tr.Contender {
-		case rebound:
-			rebWall, rebSelf, rebBroker = rebWall+tr.Elapsed.Seconds(), rebSelf+tr.CPU.self.Seconds(), rebBroker+tr.CPU.broker.Seconds()
-		case shovel:
-			shWall, shBroker = shWall+tr.Elapsed.Seconds(), shBroker+tr.CPU.broker.Seconds()
-		}
-	}
+	rebBroker, rebSelf := t.cores(rebound)
+	shBroker, _ := t.cores(shovel)
+	sameBroker, _ := t.cores(shovelSame)
 	w("Measured in this invocation: while rebound ran, the broker used %.2f cores and this process %.2f "+
-		"(CPU seconds per wall second, summed over rebound's runs); while the shovel ran, the broker used %.2f cores. "+
-		"The machine has %s.\n\n", rebBroker/rebWall, rebSelf/rebWall, shBroker/shWall, r.machine.CPUs)
+		"(CPU seconds per wall second, summed over a contender's runs); while the shovel ran, the broker used %.2f "+
+		"cores, and %.2f while shovel-same ran. The machine has %s.\n\n", rebBroker, rebSelf, shBroker, sameBroker, r.machine.CPUs)
+	if len(t.Probes) > 0 {
+		w("**Inside the broker.** One extra run of each contender below (3N messages; not in the ratios) samples, "+
+			"every 2 ms for %s from the moment it consumes, the state of each of the run's queues' Erlang processes, "+
+			"as the replica probe further down does. *Busy* is the share of samples in which the process was "+
+			"running or waiting for a scheduler rather than for a message; a queue is one process, which runs on "+
+			"one core at a time.\n\n", probeWindow)
+		w("| contender | msg/s | queue | busy | mailbox, mean | mailbox, max |\n|---|---|---|---|---|---|\n")
+		for _, p := range t.Probes {
+			if p.Err != "" {
+				w("| %s | – | not available: %s | | | |\n", p.Contender, p.Err)
+				continue
+			}
+			for _, q := range p.Queues {
+				w("| %s | %.0f | %s | %.0f %% | %.1f | %d |\n", p.Contender, p.Trial.rate(), q.Queue, q.Busy*100, q.Mailbox, q.MaxMailbox)
+			}
+			if p.Late {
+				w("| %s | | sampling went on after the run ended: these shares include idle time | | | |\n", p.Contender)
+			}
+		}
+		w("\n")
+	}
 	w("%s\n%s\n%s\n\n", readingBegin, r.reading, readingEnd)
 }
 

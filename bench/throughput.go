@@ -26,12 +26,13 @@ import (
 // into a destination queue on the same broker, acking each source delivery
 // only once its copy is confirmed.
 const (
-	rebound = "rebound" // in-process sidecar: inbox -> delay exchange -> delay queue (10 min TTL)
-	shovel  = "shovel"  // dynamic shovel, ack-mode on-confirm, prefetch 256, queue to queue
-	naive   = "naive"   // one consumer: publish a copy, wait for its confirm, ack, next
+	rebound    = "rebound"     // in-process sidecar: inbox -> delay exchange -> delay queue (10 min TTL)
+	shovel     = "shovel"      // dynamic shovel, ack-mode on-confirm, prefetch 256, queue to queue
+	shovelSame = "shovel-same" // the same shovel, moving rebound's copies into a queue like rebound's delay queue
+	naive      = "naive"       // one consumer: publish a copy, wait for its confirm, ack, next
 )
 
-var contenders = []string{rebound, shovel, naive}
+var contenders = []string{rebound, shovel, shovelSame, naive}
 
 // retryDelay is long enough that copies sit in the delay queue for the
 // whole run, where they are counted.
@@ -47,6 +48,7 @@ type trial struct {
 	RSSBefore int64         // this process's RSS after a GC, before the contender starts
 	RSSPeak   int64         // peak RSS during the run
 	RSSEnd    int64         // RSS when the last message arrived
+	Finished  time.Time     // when the last message arrived
 	Leftover  int           // messages still in the source after the contender stopped
 	Extra     int           // copies beyond n in the destination (duplicates)
 	Attempts  int           // 1 unless an earlier attempt failed without losing messages
@@ -59,7 +61,14 @@ type throughput struct {
 	Trials   []trial
 	Profiled *trial
 	Profile  string // go tool pprof -top of the profiled run
+	// Probes are extra runs of the contenders that move messages at the
+	// broker's pace, with their queue processes sampled.
+	Probes []*trialProbe
 }
+
+// probedContenders are those whose queues are sampled in probe runs: the
+// naive consumer waits on every confirm and shows nothing about the broker.
+var probedContenders = []string{rebound, shovel, shovelSame}
 
 // runThroughput alternates the contenders opts.runs times, then profiles
 // one more rebound run.
@@ -75,7 +84,7 @@ func runThroughput(ctx context.Context, b *broker, o options, stdout io.Writer) 
 			if err != nil {
 				return nil, err
 			}
-			fmt.Fprintf(stdout, "round %d %-7s n=%-6d %6.2fs %8.0f msg/s  process CPU %6.2fs  broker CPU %6.2fs\n",
+			fmt.Fprintf(stdout, "round %d %-12s n=%-6d %6.2fs %8.0f msg/s  process CPU %6.2fs  broker CPU %6.2fs\n",
 				round+1, c, n, t.Elapsed.Seconds(), t.rate(), t.CPU.self.Seconds(), t.CPU.broker.Seconds())
 			res.Trials = append(res.Trials, t)
 		}
@@ -90,6 +99,13 @@ func runThroughput(ctx context.Context, b *broker, o options, stdout io.Writer) 
 	if err != nil {
 		return nil, err
 	}
+	for _, c := range probedContenders {
+		p, err := runTrialProbe(ctx, b, c, o.n, stdout)
+		if err != nil {
+			return nil, err
+		}
+		res.Probes = append(res.Probes, p)
+	}
 	return res, nil
 }
 
@@ -101,7 +117,7 @@ func runTrialRetrying(ctx context.Context, b *broker, c string, round, n int, pr
 		// Each attempt has names of its own: a failed one may leave its
 		// queues, full, when the broker goes away before they are deleted.
 		prefix := fmt.Sprintf("%s%s.%d.%d.", b.prefix, c, round+1, attempt)
-		t, err := runTrial(ctx, b, c, prefix, round, n, brokerPID(ctx, b.url), profile)
+		t, err := runTrial(ctx, b, c, prefix, round, n, brokerPID(ctx, b.url), profile, nil)
 		t.Attempts = attempt
 		if err == nil || errors.Is(err, errLost) || attempt == 3 || ctx.Err() != nil {
 			return t, err
@@ -118,9 +134,10 @@ func runTrialRetrying(ctx context.Context, b *broker, c string, round, n int, pr
 
 // runTrial fills a fresh source queue with n messages, starts contender c,
 // times it from its first consumer on the source to n messages in the
-// destination, stops it and deletes the queues, all named with prefix. Losing messages is an
+// destination, stops it and deletes the queues, all named with prefix.
+// started, if set, is called when the clock starts. Losing messages is an
 // error wrapping errLost.
-func runTrial(ctx context.Context, b *broker, c, prefix string, round, n, brokerPID int, profile string) (trial, error) {
+func runTrial(ctx context.Context, b *broker, c, prefix string, round, n, brokerPID int, profile string, started func()) (trial, error) {
 	t := trial{Contender: c, Round: round, N: n}
 	var (
 		src, dst string
@@ -148,23 +165,33 @@ func runTrial(ctx context.Context, b *broker, c, prefix string, round, n, broker
 			return t, err
 		}
 		start = func(ctx context.Context) (func() error, error) { return startRebound(ctx, b.url, topo, retryDelay) }
-		if err := b.fill(ctx, src, n, app); err != nil {
+		if err := b.fill(ctx, src, n, deadLettered(app)); err != nil {
 			return t, err
 		}
-	case shovel, naive:
+	case shovel, shovelSame, naive:
 		src, dst = prefix+"src", prefix+"dst"
 		queues = []string{src, dst}
 		defer b.deleteQueues(queues...)
-		for _, q := range queues {
-			// Plain durable queues: that is what the shovel declares.
-			if err := b.declare(q, nil); err != nil {
-				return t, err
-			}
+		// The messages rebound gets, into plain durable queues (what the
+		// shovel declares). For shovel-same, what rebound makes of them:
+		// its copies, into a queue declared as its delay queue (message
+		// TTL, dead-lettering), so that the broker's work per message is
+		// the same as for rebound's copies.
+		msg, dstArgs := deadLettered(prefix+"app"), amqp.Table(nil)
+		if c == shovelSame {
+			delayQueue, _ := republisher.Topology{}.DelayQueue(retryDelay)
+			msg, dstArgs = retried(prefix+"app"), delayQueue.Args
 		}
-		if err := b.fill(ctx, src, n, ""); err != nil {
+		if err := b.declare(src, nil); err != nil {
 			return t, err
 		}
-		if c == shovel {
+		if err := b.declare(dst, dstArgs); err != nil {
+			return t, err
+		}
+		if err := b.fill(ctx, src, n, msg); err != nil {
+			return t, err
+		}
+		if c != naive {
 			start = func(ctx context.Context) (func() error, error) {
 				return startShovel(ctx, b.url, prefix+"shovel", src, dst)
 			}
@@ -206,9 +233,13 @@ func runTrial(ctx context.Context, b *broker, c, prefix string, round, n, broker
 		return t, fmt.Errorf("%s did not start consuming: %w", c, err)
 	}
 	t0, cpu0 := time.Now(), sampleCPU(brokerPID)
+	if started != nil {
+		started()
+	}
 	timeout := time.Minute + time.Duration(n)*20*time.Millisecond
 	got, err := b.waitFor(ctx, dst, 10*time.Millisecond, timeout, func(messages, _ int) bool { return messages >= n })
-	t.Elapsed, t.CPU = time.Since(t0), sampleCPU(brokerPID).sub(cpu0)
+	t.Finished = time.Now()
+	t.Elapsed, t.CPU = t.Finished.Sub(t0), sampleCPU(brokerPID).sub(cpu0)
 	if profile != "" {
 		pprof.StopCPUProfile()
 	}
@@ -427,6 +458,23 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
+// cores returns the broker's and this process's CPU seconds per wall
+// second over contender c's counted runs.
+func (r *throughput) cores(c string) (broker, self float64) {
+	var wall float64
+	for _, t := range r.Trials {
+		if t.Contender == c {
+			wall += t.Elapsed.Seconds()
+			broker += t.CPU.broker.Seconds()
+			self += t.CPU.self.Seconds()
+		}
+	}
+	if wall == 0 {
+		return 0, 0
+	}
+	return broker / wall, self / wall
+}
+
 // rates returns the msgs/s of contender c's counted runs.
 func (r *throughput) rates(c string) []float64 {
 	var out []float64
@@ -456,7 +504,8 @@ func (r *throughput) String() string {
 	for _, c := range contenders {
 		fmt.Fprintf(&sb, "%s %.0f  ", c, median(r.rates(c)))
 	}
-	fmt.Fprintf(&sb, "\nmedian ratio rebound/shovel %.2f, rebound/naive %.2f\n", r.ratio(shovel), r.ratio(naive))
+	fmt.Fprintf(&sb, "\nmedian ratio rebound/shovel %.2f, rebound/shovel-same %.2f, rebound/naive %.2f\n",
+		r.ratio(shovel), r.ratio(shovelSame), r.ratio(naive))
 	for _, t := range r.Trials {
 		if t.Leftover != 0 || t.Extra != 0 {
 			fmt.Fprintf(&sb, "note: %s round %d left %d in the source and %d extra copies\n", t.Contender, t.Round+1, t.Leftover, t.Extra)
