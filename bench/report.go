@@ -85,7 +85,8 @@ func (r *report) markdown() string {
 	}
 	if r.micro != "" {
 		w("## Micro-benchmarks of the hot path\n\n`go test -run '^$' -bench . -benchmem ./policy/ ./headers/`, run by the same command after the broker runs:\n\n")
-		w("```\n%s```\n", r.micro)
+		w("```\n%s```\n\n", r.micro)
+		w("Against the targets set for the hot path (the policy and header issues):\n\n%s\n", microVerdicts(r.micro))
 	}
 	return sb.String()
 }
