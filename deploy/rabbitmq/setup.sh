@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What rebound needs from RabbitMQ, as rabbitmqctl commands: a user limited
-# to rebound's own names, and a policy that sends the application queues'
-# rejected messages to rebound. Run against the broker (rabbitmqctl talks
+# to rebound's own names, a policy that sends the application queues'
+# rejected messages to rebound, and one that runs rebound's delay queues in
+# lazy mode (which matters before RabbitMQ 3.12). Run against the broker (rabbitmqctl talks
 # to the local node; add -n rabbit@host for another), or read it as a
 # recipe. Idempotent: each command may run again.
 #
@@ -76,3 +77,21 @@ rabbitmqctl set_permissions -p "$VHOST" "$REBOUND_USER" "$CONFIGURE" "$WRITE" "$
 # - The pattern must never match rebound's own queues (rebound.*).
 rabbitmqctl set_policy -p "$VHOST" --apply-to queues --priority 10 \
   orders-retry-to-rebound "$APP_QUEUES" '{"dead-letter-exchange":"rebound.dlx"}'
+
+# --- Delay queues in lazy mode (RabbitMQ before 3.12) ----------------------
+# A delay queue holds every message for its whole delay: 1 000 failures a
+# second with a 1 h delay is 3.6 million messages in one queue. Before 3.12
+# a classic queue keeps its messages in its process's memory unless it runs
+# in lazy mode, and a large one stalls now and then, so the retries it holds
+# come back late (see BENCHMARKS.md, Delay accuracy: a 60 s delay under
+# 1 000 msg/s). RabbitMQ 3.12 and later ignore the mode, since their classic
+# queues keep only a few messages in memory anyway, and so do quorum delay
+# queues (REBOUND_QUEUE_TYPE=quorum).
+#
+# - A policy, not a queue argument: a queue.declare whose arguments differ
+#   from the existing queue's fails, so an argument could not be changed on
+#   the delay queues a running deployment already has; a policy can.
+# - Only one policy applies to a queue, as above: if a policy of higher
+#   priority matches rebound's queues, add "queue-mode" to it instead.
+rabbitmqctl set_policy -p "$VHOST" --apply-to queues --priority 10 \
+  rebound-delay-queues-lazy '^rebound\.delay\.[0-9]+$' '{"queue-mode":"lazy"}'

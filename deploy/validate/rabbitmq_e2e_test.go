@@ -133,6 +133,27 @@ func TestRabbitMQSetupEndToEnd(t *testing.T) {
 	if rejects != 3 {
 		t.Errorf("the application saw the message %d times, want 3", rejects)
 	}
+	// Each of the script's policies applies where it should: the one delay
+	// queue rebound declared (1s) runs lazy, the application queue
+	// dead-letters to rebound, and rebound's own fixed queues have neither.
+	out, err := exec.CommandContext(ctx, "rabbitmqctl", "-q", "list_queues", "-p", vhost, "name", "policy", "--no-table-headers").Output()
+	if err != nil {
+		t.Fatalf("list queues and their policies: %v", err)
+	}
+	policies := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			policies[f[0]] = strings.Join(f[1:], " ")
+		}
+	}
+	for queue, want := range map[string]string{
+		"rebound.delay.1000": "rebound-delay-queues-lazy", "orders.e2e": "orders-retry-to-rebound",
+		"rebound.inbox": "", "rebound.parked": "",
+	} {
+		if got, ok := policies[queue]; !ok || got != want {
+			t.Errorf("queue %s: policy %q (listed: %v), want %q", queue, got, ok, want)
+		}
+	}
 	if refused(logs.String()) {
 		t.Error("rebound was refused a permission")
 	}
