@@ -156,19 +156,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stdout, rep.replicas.String())
 	}
 	for _, d := range o.delays {
-		res, err := measureDelay(ctx, b, d, o, stdout)
-		for attempt := 2; err != nil && !errors.Is(err, errLost) && attempt <= 3 && ctx.Err() == nil; attempt++ {
-			// As for throughput runs: the shared broker may have been restarted.
-			fmt.Fprintf(stdout, "delay %s failed, not by losing messages (%v); measuring again once the broker answers, in 5s at least\n", d, err)
-			if err = b.pauseBeforeRetry(ctx); err != nil {
-				break
+		for _, lazy := range []bool{false, true} {
+			res, err := measureDelay(ctx, b, d, lazy, o, stdout)
+			for attempt := 2; err != nil && !errors.Is(err, errLost) && attempt <= 3 && ctx.Err() == nil; attempt++ {
+				// As for throughput runs: the shared broker may have been restarted.
+				fmt.Fprintf(stdout, "delay %s failed, not by losing messages (%v); measuring again once the broker answers, in 5s at least\n", d, err)
+				if err = b.pauseBeforeRetry(ctx); err != nil {
+					break
+				}
+				res, err = measureDelay(ctx, b, d, lazy, o, stdout)
 			}
-			res, err = measureDelay(ctx, b, d, o, stdout)
+			if err != nil {
+				return err
+			}
+			rep.delays = append(rep.delays, res)
 		}
-		if err != nil {
-			return err
-		}
-		rep.delays = append(rep.delays, res)
 	}
 	if len(rep.delays) > 0 {
 		fmt.Fprint(stdout, delayTable(rep.delays))
