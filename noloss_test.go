@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -15,11 +16,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/rebound-mq/rebound/config"
 )
 
 // No-loss tests: N uniquely numbered messages are driven through the loop
@@ -74,6 +78,16 @@ func (p *proc) wait(timeout time.Duration) (error, bool) {
 	case <-time.After(timeout):
 		return nil, false
 	}
+}
+
+// replica returns another rebound deployment on e's queues, with an HTTP
+// address of its own: a second replica on the same inbox.
+func (e *testEnv) replica() *testEnv {
+	r := *e
+	r.http = freeAddr(e.t)
+	r.vars = maps.Clone(e.vars)
+	r.vars["REBOUND_HTTP_ADDR"] = r.http
+	return &r
 }
 
 // launch starts the rebound binary with the env's variables and returns at
@@ -211,6 +225,9 @@ func (e *testEnv) accountRecovered(n, operatorLost int, faults []recovery, timeo
 		}
 	}
 	duplicates = total - len(seen)
+	if bound, ok := e.duplicateBound(faults); ok && duplicates > bound {
+		e.t.Errorf("%d duplicates after %d faults, more than the in-flight window per fault allows (%d)", duplicates, len(faults), bound)
+	}
 	worst := "-" // no fault with an end
 	if len(faults) > 0 {
 		worst = seconds(slices.MaxFunc(faults, func(a, b recovery) int { return cmp.Compare(a.recover, b.recover) }).recover)
@@ -230,6 +247,30 @@ func (e *testEnv) accountRecovered(n, operatorLost int, faults []recovery, timeo
 			len(missing), operatorLost, missing[:min(len(missing), 20)], e.freshQueueLen(e.app), e.freshQueueLen(e.vars["REBOUND_INBOX_QUEUE"]))
 	}
 	return duplicates
+}
+
+// duplicateBound is the most duplicates faults may cause: one in-flight
+// window (REBOUND_PREFETCH) each. A fault ends a rebound process or its
+// connections at worst while a whole window of deliveries is unacked and
+// every copy of them confirmed; each such delivery then comes back once and
+// makes one extra copy, wherever in the loop it was. There is no bound (ok
+// is false) without faults recorded, nor with a broker restart: the
+// broker's own at-least-once dead-lettering may hand on again what it
+// held, which no window of rebound's limits.
+func (e *testEnv) duplicateBound(faults []recovery) (bound int, ok bool) {
+	if len(faults) == 0 {
+		return 0, false
+	}
+	cfg, err := config.Load(e.environ())
+	if err != nil {
+		e.t.Fatalf("the test's configuration: %v", err)
+	}
+	for _, f := range faults {
+		if strings.HasPrefix(f.fault, "broker-") {
+			return 0, false
+		}
+	}
+	return len(faults) * cfg.Prefetch, true
 }
 
 func (e *testEnv) takeParked(seen map[string]int) int {
@@ -539,7 +580,8 @@ func with(base map[string]string, extra ...string) map[string]string {
 	return out
 }
 
-// queueTypes runs a scenario once with classic and once with quorum queues.
+// queueTypes runs a scenario once with classic and once with quorum
+// queues, in parallel.
 func queueTypes(t *testing.T, scenario func(t *testing.T, queueType string)) {
 	for _, qt := range []string{"classic", "quorum"} {
 		t.Run(qt, func(t *testing.T) {
@@ -551,34 +593,90 @@ func queueTypes(t *testing.T, scenario func(t *testing.T, queueType string)) {
 
 func TestNoLossWhenKilled(t *testing.T) {
 	t.Parallel()
-	queueTypes(t, func(t *testing.T, queueType string) {
-		bin := buildBinary(t)
-		e := newTestEnv(t, with(fastLoop, "REBOUND_QUEUE_TYPE", queueType))
-		e.rejectAll(e.app)
-		proc := e.startBinary(bin)
-		const n = 5000
-		published := make(chan struct{})
-		go func() { defer close(published); e.publishNumbered(n) }()
-		const kills = 5
-		var faults []recovery
-		for k := range kills {
-			time.Sleep(time.Duration(200+rand.IntN(600)) * time.Millisecond)
-			killed := time.Now()
-			if err := proc.signal(syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			proc.wait(10 * time.Second)
-			if err := e.publishCanary(n + k); err != nil {
-				t.Fatal(err)
-			}
-			// The fault ends when rebound is started again; a fresh
-			// process has moved nothing yet.
-			proc = e.launch(bin)
-			faults = append(faults, e.recovered("rebound-SIGKILL", killed, proc.started, e.watchRecovery(progress{}, false, time.Minute)))
+	queueTypes(t, func(t *testing.T, queueType string) { killRepeatedly(t, queueType, 1) })
+}
+
+// TestNoLossWhenReplicaKilled is TestNoLossWhenKilled with three replicas
+// competing for one inbox: each kill hits one of them at random, and the
+// others go on meanwhile.
+func TestNoLossWhenReplicaKilled(t *testing.T) {
+	t.Parallel()
+	queueTypes(t, func(t *testing.T, queueType string) { killRepeatedly(t, queueType, 3) })
+}
+
+// killRepeatedly runs replicas rebound processes on one inbox while 5 000
+// messages go through the loop, and kills one of them with SIGKILL five
+// times, starting it again each time.
+func killRepeatedly(t *testing.T, queueType string, replicas int) {
+	bin := buildBinary(t)
+	e := newTestEnv(t, with(fastLoop, "REBOUND_QUEUE_TYPE", queueType))
+	e.rejectAll(e.app)
+	envs := []*testEnv{e}
+	for len(envs) < replicas {
+		envs = append(envs, e.replica())
+	}
+	procs := make([]*proc, replicas)
+	for i, r := range envs {
+		procs[i] = r.startBinary(bin)
+	}
+	const n = 5000
+	var canaries atomic.Int64 // confirmed, ids n, n+1, ...; one feeder at a time publishes them
+	canary := func() error {
+		if err := e.publishCanary(n + int(canaries.Load())); err != nil {
+			return err
 		}
-		<-published
-		e.accountRecovered(n+kills, 0, faults, 3*time.Minute)
-	})
+		canaries.Add(1)
+		return nil
+	}
+	published := make(chan struct{})
+	go func() { defer close(published); e.publishNumbered(n) }()
+	const kills = 5
+	var faults []recovery
+	for range kills {
+		time.Sleep(time.Duration(200+rand.IntN(600)) * time.Millisecond)
+		i := rand.IntN(replicas)
+		killed := time.Now()
+		if err := procs[i].signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		procs[i].wait(10 * time.Second)
+		// The fault ends when the process is started again; a fresh
+		// process has moved nothing yet. Canaries keep coming until it
+		// has moved one: the scenario's messages may all be parked by
+		// then, and other replicas may take the first canaries.
+		procs[i] = envs[i].launch(bin)
+		moving := feedUntil(envs[i].watchRecovery(progress{}, false, time.Minute), canary)
+		faults = append(faults, envs[i].recovered("rebound-SIGKILL", killed, procs[i].started, moving))
+	}
+	<-published
+	e.accountRecovered(n+int(canaries.Load()), 0, faults, 3*time.Minute)
+	for i, r := range envs {
+		if got := r.metric("rebound_messages_received_total"); got == "" || got == "0" {
+			t.Errorf("replica %d received %q messages since it last started, want some: the replicas do not share the inbox", i, got)
+		}
+	}
+}
+
+// feedUntil publishes a canary at once and then every 200 ms until moving
+// reports, and passes the report on. No canary is published after that.
+// A canary that fails is not counted and the next one is tried: if none
+// gets through, moving reports that rebound did not move again.
+func feedUntil(moving <-chan time.Time, canary func() error) <-chan time.Time {
+	out := make(chan time.Time, 1)
+	go func() {
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			_ = canary()
+			select {
+			case at := <-moving:
+				out <- at
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return out
 }
 
 func TestNoLossWhenServerClosesConnections(t *testing.T) {
@@ -622,7 +720,12 @@ func TestNoLossWhenServerClosesConnections(t *testing.T) {
 
 func TestNoLossWhenOperatorDeletesDelayQueue(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, map[string]string{"REBOUND_BACKOFF": "constant", "REBOUND_MIN_DELAY": "10s", "REBOUND_MAX_RETRIES": "1"})
+	queueTypes(t, operatorDeletesDelayQueue)
+}
+
+func operatorDeletesDelayQueue(t *testing.T, queueType string) {
+	e := newTestEnv(t, map[string]string{"REBOUND_BACKOFF": "constant", "REBOUND_MIN_DELAY": "10s", "REBOUND_MAX_RETRIES": "1",
+		"REBOUND_QUEUE_TYPE": queueType})
 	e.rejectAll(e.app)
 	e.startInProcess()
 	const half = 300
@@ -654,13 +757,20 @@ func TestNoLossWhenOperatorDeletesDelayQueue(t *testing.T) {
 
 func TestNoLossOnSIGTERMWithFullWindow(t *testing.T) {
 	t.Parallel()
+	queueTypes(t, sigtermWithFullWindow)
+}
+
+func sigtermWithFullWindow(t *testing.T, queueType string) {
 	bin := buildBinary(t)
-	e := newTestEnv(t, with(fastLoop, "REBOUND_PREFETCH", "200", "REBOUND_MAX_RETRIES", "1"))
+	e := newTestEnv(t, with(fastLoop, "REBOUND_PREFETCH", "200", "REBOUND_MAX_RETRIES", "1", "REBOUND_QUEUE_TYPE", queueType))
 	e.rejectAll(e.app)
 	// Fill the inbox before rebound starts so that its first moments run
-	// with a full prefetch window.
-	inbox := e.vars["REBOUND_INBOX_QUEUE"]
-	if _, err := e.ch.QueueDeclare(inbox, true, false, false, false, amqp.Table{}); err != nil {
+	// with a full prefetch window. It is declared as rebound declares it.
+	inbox, args := e.vars["REBOUND_INBOX_QUEUE"], amqp.Table{}
+	if queueType == "quorum" {
+		args[amqp.QueueTypeArg] = amqp.QueueTypeQuorum
+	}
+	if _, err := e.ch.QueueDeclare(inbox, true, false, false, false, args); err != nil {
 		t.Fatal(err)
 	}
 	const n = 3000
@@ -708,11 +818,18 @@ func TestNoLossOnSIGTERMWithFullWindow(t *testing.T) {
 }
 
 // TestNoLossUnderMemoryAlarm raises a memory alarm while messages flow.
-// Not parallel: the alarm blocks publishing on the whole broker.
+// Not parallel, and the queue types one after the other: the alarm blocks
+// publishing on the whole broker.
 func TestNoLossUnderMemoryAlarm(t *testing.T) {
+	for _, queueType := range []string{"classic", "quorum"} {
+		t.Run(queueType, func(t *testing.T) { memoryAlarm(t, queueType) })
+	}
+}
+
+func memoryAlarm(t *testing.T, queueType string) {
 	// Delays long enough that copies come back from the delay queues while
 	// the alarm is on: RabbitMQ blocks a connection when it publishes.
-	e := newTestEnv(t, with(fastLoop, "REBOUND_MIN_DELAY", "3s"))
+	e := newTestEnv(t, with(fastLoop, "REBOUND_MIN_DELAY", "3s", "REBOUND_QUEUE_TYPE", queueType))
 	e.rejectAll(e.app)
 	e.startInProcess()
 	const n = 2000
