@@ -34,7 +34,7 @@ type queueSample struct {
 }
 
 // busiest returns the queue whose process was busy most often.
-func (p *queueSample) busiest() (queueLoad, bool) {
+func (p queueSample) busiest() (queueLoad, bool) {
 	var top queueLoad
 	for _, q := range p.Queues {
 		if q.Busy > top.Busy {
