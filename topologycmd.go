@@ -22,9 +22,10 @@ import (
 const topologyUsage = `usage: rebound topology <command> [flags]
 
 commands:
-  print    write the exchanges, queues, bindings and an example dead-letter
-           policy for application queues as RabbitMQ definitions JSON, for
-           review or for rabbitmqctl import_definitions
+  print    write the exchanges, queues, bindings, the policy that runs
+           classic delay queues lazy and an example dead-letter policy for
+           application queues as RabbitMQ definitions JSON, for review or
+           for rabbitmqctl import_definitions
   declare  declare the exchanges, queues and bindings on the broker now
 
 Delay queues (REBOUND_DELAY_QUEUE_PREFIX + milliseconds) are not included:
@@ -47,8 +48,13 @@ func runTopology(ctx context.Context, args, environ []string, stdout, stderr io.
 	return usageError{fmt.Sprintf("topology: unknown command %q\n%s", args[0], topologyUsage)}
 }
 
-// deadLetterPolicyName names the example policy `topology print` writes.
-const deadLetterPolicyName = "rebound-dead-letter"
+// The policies `topology print` writes: the example for application
+// queues, and the one for delay queues, named as deploy/rabbitmq/setup.sh
+// names it.
+const (
+	deadLetterPolicyName = "rebound-dead-letter"
+	lazyDelayPolicyName  = "rebound-delay-queues-lazy"
+)
 
 func topologyPrint(args, environ []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("topology print", flag.ContinueOnError)
@@ -57,8 +63,11 @@ func topologyPrint(args, environ []string, stdout, stderr io.Writer) error {
 
 Writes RabbitMQ definitions JSON for the virtual host of REBOUND_AMQP_URL:
 load it with `+"`rabbitmqctl import_definitions FILE`"+` or the management UI.
-The policy makes matching application queues dead-letter to rebound; a
-queue declared with its own x-dead-letter-exchange argument ignores it.`, stderr); done || err != nil {
+The dead-letter policy makes matching application queues dead-letter to
+rebound; a queue declared with its own x-dead-letter-exchange argument
+ignores it. With classic queues, a second policy runs the delay queues in
+lazy mode, which keeps retries on time on RabbitMQ before 3.12 (later
+versions ignore it).`, stderr); done || err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -71,6 +80,9 @@ queue declared with its own x-dead-letter-exchange argument ignores it.`, stderr
 	vhost := cfg.Vhost()
 	topo := topology(cfg)
 	defs := topo.Definitions(vhost)
+	if !topo.Quorum {
+		defs.Policies = append(defs.Policies, topo.LazyDelayQueuePolicy(vhost, lazyDelayPolicyName))
+	}
 	if *pattern != "" {
 		defs.Policies = append(defs.Policies, topo.DeadLetterPolicy(vhost, deadLetterPolicyName, *pattern))
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -111,6 +112,12 @@ func TestTopologyPrintImportsIntoFreshVhost(t *testing.T) {
 	// fastLoop allows 2 retries: the message came back twice.
 	if n := len(rej.seen()); n != 2 {
 		t.Errorf("the application queue saw the message %d times after the first reject, want 2", n)
+	}
+	// The delay queue rebound declared runs lazy by the printed policy.
+	delayQueue := e.vars["REBOUND_DELAY_QUEUE_PREFIX"] + "20"
+	listed := rabbitmqctl(t, "-q", "list_queues", "-p", e.vhost(), "name", "policy", "--no-table-headers")
+	if !slices.Contains(strings.Split(listed, "\n"), delayQueue+"\trebound-delay-queues-lazy") {
+		t.Errorf("delay queue %s does not have the lazy policy:\n%s", delayQueue, listed)
 	}
 }
 

@@ -1,6 +1,7 @@
 package republisher
 
 import (
+	"regexp"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -63,8 +64,8 @@ type PolicyDefinition struct {
 // Delay queues are otherwise declared by the sidecar on first use, since
 // with jitter the set of delays is not known in advance.
 //
-// Policies is empty: application queues are the operator's; see
-// DeadLetterPolicy.
+// Policies is empty: see DeadLetterPolicy for the application queues,
+// which are the operator's, and LazyDelayQueuePolicy.
 func (t Topology) Definitions(vhost string, delays ...time.Duration) Definitions {
 	defs := Definitions{
 		Exchanges: []ExchangeDefinition{},
@@ -109,6 +110,21 @@ func (t Topology) DeadLetterPolicy(vhost, name, pattern string) PolicyDefinition
 	return PolicyDefinition{
 		VHost: vhost, Name: name, Pattern: pattern, ApplyTo: "queues",
 		Definition: amqp.Table{"dead-letter-exchange": t.DeadLetterExchange},
+	}
+}
+
+// LazyDelayQueuePolicy returns a policy that runs the topology's delay
+// queues in lazy mode. Before RabbitMQ 3.12 a classic queue keeps its
+// messages in memory unless it is lazy, and a delay queue holds every
+// message for its whole delay: a large one stalls now and then, and the
+// retries in it come back late. 3.12 and later ignore the mode, as quorum
+// queues do. It is a policy because declaring an existing queue again with
+// other arguments fails: the delay queues a deployment already has could
+// not be changed.
+func (t Topology) LazyDelayQueuePolicy(vhost, name string) PolicyDefinition {
+	return PolicyDefinition{
+		VHost: vhost, Name: name, Pattern: "^" + regexp.QuoteMeta(t.DelayQueuePrefix) + "[0-9]+$", ApplyTo: "queues",
+		Definition: amqp.Table{"queue-mode": "lazy"},
 	}
 }
 

@@ -2,6 +2,7 @@ package republisher
 
 import (
 	"encoding/json"
+	"regexp"
 	"testing"
 	"time"
 )
@@ -13,7 +14,8 @@ func TestTopologyDefinitions(t *testing.T) {
 			DelayQueuePrefix: "delay.", ParkingQueue: "parked", Quorum: quorum,
 		}
 		defs := topo.Definitions("v1", 1500*time.Millisecond)
-		defs.Policies = append(defs.Policies, topo.DeadLetterPolicy("v1", "rebound-dead-letter", `^app\.`))
+		defs.Policies = append(defs.Policies, topo.DeadLetterPolicy("v1", "rebound-dead-letter", `^app\.`),
+			topo.LazyDelayQueuePolicy("v1", "rebound-delay-queues-lazy"))
 		b, err := json.Marshal(defs)
 		if err != nil {
 			t.Fatal(err)
@@ -60,6 +62,17 @@ func TestTopologyDefinitions(t *testing.T) {
 		p := ps["rebound-dead-letter"]
 		if p["apply-to"] != "queues" || p["pattern"] != `^app\.` || p["definition"].(map[string]any)["dead-letter-exchange"] != "dlx" {
 			t.Errorf("policy: %v", p)
+		}
+		lazy := ps["rebound-delay-queues-lazy"]
+		if lazy["apply-to"] != "queues" || lazy["definition"].(map[string]any)["queue-mode"] != "lazy" {
+			t.Errorf("lazy delay queue policy: %v", lazy)
+		}
+		pattern := regexp.MustCompile(lazy["pattern"].(string))
+		for name, want := range map[string]bool{"delay.1500": true, "delay.3600000": true, "delay.": false, "delay.15x": false,
+			"delayx1500": false, "in": false, "parked": false, "app.delay.1500": false} {
+			if got := pattern.MatchString(name); got != want {
+				t.Errorf("lazy policy pattern %s matches %q: %v, want %v", pattern, name, got, want)
+			}
 		}
 	}
 }
