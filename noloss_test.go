@@ -127,13 +127,25 @@ func (e *testEnv) publishNumbered(n int) { e.publishNumberedFrom(0, n) }
 // publishNumberedFrom publishes ids first..first+n-1.
 func (e *testEnv) publishNumberedFrom(first, n int) {
 	e.t.Helper()
-	conn := dialBroker(e.t, e.vars["REBOUND_AMQP_URL"])
-	ch, err := conn.Channel()
-	if err != nil {
+	if err := e.tryPublishNumbered(first, n); err != nil {
 		e.t.Fatal(err)
 	}
+}
+
+// tryPublishNumbered is publishNumberedFrom returning its error instead of
+// failing the test, so that a goroutine may call it.
+func (e *testEnv) tryPublishNumbered(first, n int) error {
+	conn, err := amqp.Dial(e.vars["REBOUND_AMQP_URL"])
+	if err != nil {
+		return fmt.Errorf("connect to publish: %w", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel to publish: %w", err)
+	}
 	if err := ch.Confirm(false); err != nil {
-		e.t.Fatal(err)
+		return fmt.Errorf("enable confirms to publish: %w", err)
 	}
 	body := make([]byte, 512)
 	var confirms []*amqp.DeferredConfirmation
@@ -143,16 +155,16 @@ func (e *testEnv) publishNumberedFrom(first, n int) {
 			Headers: amqp.Table{"app": "orders", "seq": int64(i)},
 		})
 		if err != nil {
-			e.t.Fatal(err)
+			return fmt.Errorf("publish %d: %w", i, err)
 		}
 		confirms = append(confirms, dc)
 	}
 	for _, dc := range confirms {
 		if ok, err := dc.WaitContext(context.Background()); !ok || err != nil {
-			e.t.Fatalf("test publish not confirmed: %v", err)
+			return fmt.Errorf("test publish not confirmed: %v", err)
 		}
 	}
-	conn.Close()
+	return nil
 }
 
 // publishCanary puts message id straight into rebound's inbox, as if
@@ -250,10 +262,11 @@ func (e *testEnv) accountRecovered(n, operatorLost int, faults []recovery, timeo
 }
 
 // duplicateBound is the most duplicates faults may cause: one in-flight
-// window (REBOUND_PREFETCH) each. A fault ends a rebound process or its
-// connections at worst while a whole window of deliveries is unacked and
-// every copy of them confirmed; each such delivery then comes back once and
-// makes one extra copy, wherever in the loop it was. There is no bound (ok
+// window (REBOUND_PREFETCH) each. A fault that ends a rebound process or its
+// connections does so at worst while a whole window of deliveries is unacked
+// and every copy of them confirmed; each such delivery then comes back once
+// and makes one extra copy, wherever in the loop it was. A fault that ends
+// neither (a memory alarm) hands nothing back and makes none. There is no bound (ok
 // is false) without faults recorded, nor with a broker restart: the
 // broker's own at-least-once dead-lettering may hand on again what it
 // held, which no window of rebound's limits.
@@ -628,8 +641,8 @@ func killRepeatedly(t *testing.T, queueType string, replicas int) {
 		canaries.Add(1)
 		return nil
 	}
-	published := make(chan struct{})
-	go func() { defer close(published); e.publishNumbered(n) }()
+	published := make(chan error, 1)
+	go func() { published <- e.tryPublishNumbered(0, n) }()
 	const kills = 5
 	var faults []recovery
 	for range kills {
@@ -645,10 +658,12 @@ func killRepeatedly(t *testing.T, queueType string, replicas int) {
 		// has moved one: the scenario's messages may all be parked by
 		// then, and other replicas may take the first canaries.
 		procs[i] = envs[i].launch(bin)
-		moving := feedUntil(envs[i].watchRecovery(progress{}, false, time.Minute), canary)
+		moving := feedUntil(envs[i].watchRecovery(progress{}, false, time.Minute), canary, t.Logf)
 		faults = append(faults, envs[i].recovered("rebound-SIGKILL", killed, procs[i].started, moving))
 	}
-	<-published
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
 	e.accountRecovered(n+int(canaries.Load()), 0, faults, 3*time.Minute)
 	for i, r := range envs {
 		if got := r.metric("rebound_messages_received_total"); got == "" || got == "0" {
@@ -659,15 +674,17 @@ func killRepeatedly(t *testing.T, queueType string, replicas int) {
 
 // feedUntil publishes a canary at once and then every 200 ms until moving
 // reports, and passes the report on. No canary is published after that.
-// A canary that fails is not counted and the next one is tried: if none
-// gets through, moving reports that rebound did not move again.
-func feedUntil(moving <-chan time.Time, canary func() error) <-chan time.Time {
+// A canary that fails is logged, not counted, and the next one is tried:
+// if none gets through, moving reports that rebound did not move again.
+func feedUntil(moving <-chan time.Time, canary func() error, logf func(format string, args ...any)) <-chan time.Time {
 	out := make(chan time.Time, 1)
 	go func() {
 		tick := time.NewTicker(200 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			_ = canary()
+			if err := canary(); err != nil {
+				logf("%v", err)
+			}
 			select {
 			case at := <-moving:
 				out <- at
@@ -724,7 +741,9 @@ func TestNoLossWhenOperatorDeletesDelayQueue(t *testing.T) {
 }
 
 func operatorDeletesDelayQueue(t *testing.T, queueType string) {
-	e := newTestEnv(t, map[string]string{"REBOUND_BACKOFF": "constant", "REBOUND_MIN_DELAY": "10s", "REBOUND_MAX_RETRIES": "1",
+	// A delay long enough that the first batch is still waiting in the
+	// delay queue when the test deletes it, on a loaded machine too.
+	e := newTestEnv(t, map[string]string{"REBOUND_BACKOFF": "constant", "REBOUND_MIN_DELAY": "20s", "REBOUND_MAX_RETRIES": "1",
 		"REBOUND_QUEUE_TYPE": queueType})
 	e.rejectAll(e.app)
 	e.startInProcess()
@@ -734,9 +753,13 @@ func operatorDeletesDelayQueue(t *testing.T, queueType string) {
 	// routed to a queue as it is being deleted is confirmed by the broker
 	// and dropped with the queue, an operator's loss queue.delete does not
 	// count.
-	delayQueue := e.prefix + "delay.10000"
-	deadline := time.Now().Add(8 * time.Second)
-	for e.freshQueueLen(delayQueue) < half && time.Now().Before(deadline) {
+	delayQueue := e.prefix + "delay.20000"
+	deadline := time.Now().Add(15 * time.Second)
+	for e.freshQueueLen(delayQueue) < half {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d copies in the delay queue after 15s (-1: no queue), want all before deleting it",
+				e.freshQueueLen(delayQueue), half)
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	lost, err := e.ch.QueueDelete(delayQueue, false, false, false)

@@ -116,7 +116,7 @@ func TestTopologyPrintImportsIntoFreshVhost(t *testing.T) {
 	// The delay queue rebound declared runs lazy by the printed policy.
 	delayQueue := e.vars["REBOUND_DELAY_QUEUE_PREFIX"] + "20"
 	listed := rabbitmqctl(t, "-q", "list_queues", "-p", e.vhost(), "name", "policy", "--no-table-headers")
-	if !slices.Contains(strings.Split(listed, "\n"), delayQueue+"\trebound-delay-queues-lazy") {
+	if !slices.Contains(strings.Split(listed, "\n"), delayQueue+"\t"+lazyDelayPolicyName) {
 		t.Errorf("delay queue %s does not have the lazy policy:\n%s", delayQueue, listed)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -95,17 +96,25 @@ func (b *broker) pauseBeforeRetry(ctx context.Context) error {
 	}
 }
 
+// vhost is the virtual host of the broker URL.
+func (b *broker) vhost() (string, error) {
+	u, err := amqp.ParseURI(b.url)
+	if err != nil {
+		return "", fmt.Errorf("parse broker URL: %w", err)
+	}
+	if u.Vhost == "" {
+		return "/", nil
+	}
+	return u.Vhost, nil
+}
+
 // sweep deletes the queues and exchanges whose names start with prefix
 // and clears the shovels named so: what a run that failed because the
 // broker went away could not delete itself. It lists them with rabbitmqctl.
 func (b *broker) sweep(ctx context.Context, prefix string) error {
-	u, err := amqp.ParseURI(b.url)
+	vhost, err := b.vhost()
 	if err != nil {
-		return fmt.Errorf("parse broker URL: %w", err)
-	}
-	vhost := u.Vhost
-	if vhost == "" {
-		vhost = "/"
+		return err
 	}
 	// list returns the names in column of `rabbitmqctl list_<what>` that
 	// start with prefix, in the rows whose first column is first (if set).
@@ -339,6 +348,25 @@ func shovelURI(raw string) (string, error) {
 	}
 	return fmt.Sprintf("%s://%s:%s@%s:%d/%s", u.Scheme, url.PathEscape(u.Username), url.PathEscape(u.Password),
 		u.Host, u.Port, url.PathEscape(vhost)), nil
+}
+
+// setPolicy sets policy p in the broker URL's vhost (p.VHost is ignored)
+// with rabbitmqctl, and returns what clears it.
+func (b *broker) setPolicy(ctx context.Context, p republisher.PolicyDefinition) (clear func(), err error) {
+	vhost, err := b.vhost()
+	if err != nil {
+		return nil, err
+	}
+	def, err := json.Marshal(p.Definition)
+	if err != nil {
+		return nil, fmt.Errorf("encode policy %s: %w", p.Name, err)
+	}
+	if err := rabbitmqctl(ctx, "set_policy", "-p", vhost, "--apply-to", p.ApplyTo, "--priority", strconv.Itoa(p.Priority),
+		p.Name, p.Pattern, string(def)); err != nil {
+		return nil, err
+	}
+	// Not ctx: the policy must go even when bench is interrupted.
+	return func() { _ = rabbitmqctl(context.Background(), "clear_policy", "-p", vhost, p.Name) }, nil
 }
 
 // rabbitmqctl runs one rabbitmqctl command.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -43,29 +42,27 @@ type delayResult struct {
 // The target is the issue's: the p99 error within what the rounding of
 // delay queues (two significant digits) takes off this delay, plus 100 ms.
 func measureDelay(ctx context.Context, b *broker, delay time.Duration, lazy bool, o options, stdout io.Writer) (delayResult, error) {
-	res := delayResult{Delay: delay, Lazy: lazy, BgRate: o.bgRate, Target: (delay - policy.RoundDelay(delay)).Abs() + 100*time.Millisecond}
-	mode := "default"
-	if lazy {
-		mode = "lazy"
-	}
-	prefix := fmt.Sprintf("%sdelay%d.%s.", b.prefix, delay.Milliseconds(), mode)
+	// rebound sends the copies to the delay queue of the rounded delay.
+	queued := policy.RoundDelay(delay)
+	res := delayResult{Delay: delay, Lazy: lazy, BgRate: o.bgRate, Target: (delay - queued).Abs() + 100*time.Millisecond}
+	prefix := fmt.Sprintf("%sdelay%d.%s.", b.prefix, delay.Milliseconds(), res.mode())
 	topo := republisher.Topology{
 		InboxQueue: prefix + "inbox", DeadLetterExchange: prefix + "dlx", DelayExchange: prefix + "delay",
 		DelayQueuePrefix: prefix + "delay.", ParkingQueue: prefix + "parked",
 	}
-	delayQueue, _ := topo.DelayQueue(delay)
+	delayQueue, _ := topo.DelayQueue(queued)
 	res.DelayQueueRouted = delayQueue.Name
 	app, bg := prefix+"app", prefix+"bg"
 	defer b.deleteExchanges(topo.DeadLetterExchange, topo.DelayExchange)
 	defer b.deleteQueues(app, bg, topo.InboxQueue, topo.ParkingQueue, delayQueue.Name)
 	if lazy {
-		stop, err := lazyPolicy(ctx, prefix+"lazy", delayQueue.Name)
+		stop, err := b.setPolicy(ctx, topo.LazyDelayQueuePolicy("", prefix+"lazy"))
 		if err != nil {
 			return res, err
 		}
 		defer stop()
 	}
-	if err := b.declareTopology(topo, delay); err != nil {
+	if err := b.declareTopology(topo, queued); err != nil {
 		return res, err
 	}
 	if err := b.declare(app, amqp.Table{"x-dead-letter-exchange": topo.DeadLetterExchange}); err != nil {
@@ -112,21 +109,16 @@ func measureDelay(ctx context.Context, b *broker, delay time.Duration, lazy bool
 	res.P50, res.P99 = percentile(errs, 0.50), percentile(errs, 0.99)
 	res.WithinTargetP99 = res.P99 <= res.Target
 	fmt.Fprintf(stdout, "delay %s, %s delay queue: %d samples, error p50 %s p99 %s max %s (target p99 <= %s), background %.0f msg/s\n",
-		delay, mode, res.Samples, res.P50, res.P99, res.Max, res.Target, res.BgAchieved)
+		delay, res.mode(), res.Samples, res.P50, res.P99, res.Max, res.Target, res.BgAchieved)
 	return res, nil
 }
 
-// lazyPolicy sets a policy that puts queue in lazy mode, as
-// deploy/rabbitmq/setup.sh does for rebound's delay queues, and returns
-// what clears it. RabbitMQ 3.12 and later ignore the mode: their classic
-// queues always behave much like lazy ones.
-func lazyPolicy(ctx context.Context, name, queue string) (clear func(), err error) {
-	pattern := "^" + regexp.QuoteMeta(queue) + "$"
-	if err := rabbitmqctl(ctx, "set_policy", "--apply-to", "queues", "--priority", "100", name, pattern, `{"queue-mode":"lazy"}`); err != nil {
-		return nil, err
+// mode names the delay queue's mode: "lazy" when a policy set it.
+func (r delayResult) mode() string {
+	if r.Lazy {
+		return "lazy"
 	}
-	// Not ctx: the policy must go even when bench is interrupted.
-	return func() { _ = rabbitmqctl(context.Background(), "clear_policy", name) }, nil
+	return "default"
 }
 
 // percentile of sorted xs, nearest rank.
@@ -265,9 +257,9 @@ func delayTable(rs []delayResult) string {
 		if !r.WithinTargetP99 {
 			verdict = "**missed**"
 		}
-		mode := "default"
+		mode := r.mode()
 		if r.Lazy {
-			mode = "lazy (policy)"
+			mode += " (policy)"
 		}
 		fmt.Fprintf(&sb, "| %s | %s | %d | %s | %s | %s | %s | %s (%s) | %.0f msg/s |\n", r.Delay, mode, r.Samples,
 			ms(r.Min), ms(r.P50), ms(r.P99), ms(r.Max), ms(r.Target), verdict, r.BgAchieved)

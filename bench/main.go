@@ -74,7 +74,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.url, "url", "amqp://guest:guest@127.0.0.1:5672/", "broker URL (the shovel is created on this broker with rabbitmqctl)")
-	fs.IntVar(&o.n, "n", 20000, "messages per throughput run (rebound and shovel)")
+	fs.IntVar(&o.n, "n", 20000, "messages per throughput run (rebound and the shovels)")
 	fs.IntVar(&o.naiveN, "naive-n", 0, "messages per naive run; 0 means n/4 (the naive consumer is slow, its rate does not depend on n)")
 	fs.IntVar(&o.runs, "runs", 5, "rounds of throughput and replica runs: each contender and each replica count runs once per round")
 	fs.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write; empty for none")
@@ -160,7 +160,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			res, err := measureDelay(ctx, b, d, lazy, o, stdout)
 			for attempt := 2; err != nil && !errors.Is(err, errLost) && attempt <= 3 && ctx.Err() == nil; attempt++ {
 				// As for throughput runs: the shared broker may have been restarted.
-				fmt.Fprintf(stdout, "delay %s failed, not by losing messages (%v); measuring again once the broker answers, in 5s at least\n", d, err)
+				fmt.Fprintf(stdout, "delay %s (%s delay queue) failed, not by losing messages (%v); measuring again once the broker answers, in 5s at least\n",
+					d, res.mode(), err)
 				if err = b.pauseBeforeRetry(ctx); err != nil {
 					break
 				}

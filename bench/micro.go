@@ -16,8 +16,10 @@ type microTarget struct {
 
 // microTargets: Decide under 100 ns and without allocating, for every
 // jitter mode and backoff shape; decode plus re-encode of a typical
-// dead-lettered message under 1 µs, with only the allocations the copy's
-// header table itself forces (the table, and the numbers boxed into it).
+// dead-lettered message under 1 µs. That one has no allocation limit: the
+// issue asked for only the allocations the copy's header table forces,
+// which is a judgement (the table, and the numbers boxed into it), not a
+// count.
 var microTargets = []microTarget{
 	{"BenchmarkDecide", 100, 0, "< 100 ns/op, 0 allocs/op"},
 	{"BenchmarkDecideBackoff", 100, 0, "< 100 ns/op, 0 allocs/op"},

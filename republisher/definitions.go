@@ -109,9 +109,15 @@ func (t Topology) Definitions(vhost string, delays ...time.Duration) Definitions
 func (t Topology) DeadLetterPolicy(vhost, name, pattern string) PolicyDefinition {
 	return PolicyDefinition{
 		VHost: vhost, Name: name, Pattern: pattern, ApplyTo: "queues",
-		Definition: amqp.Table{"dead-letter-exchange": t.DeadLetterExchange},
+		Definition: amqp.Table{"dead-letter-exchange": t.DeadLetterExchange}, Priority: policyPriority,
 	}
 }
+
+// policyPriority is the priority of rebound's policies, as
+// deploy/rabbitmq/setup.sh sets them: only the matching policy with the
+// highest priority applies to a queue, and loading these after running the
+// script must not lower it.
+const policyPriority = 10
 
 // LazyDelayQueuePolicy returns a policy that runs the topology's delay
 // queues in lazy mode. Before RabbitMQ 3.12 a classic queue keeps its
@@ -124,7 +130,7 @@ func (t Topology) DeadLetterPolicy(vhost, name, pattern string) PolicyDefinition
 func (t Topology) LazyDelayQueuePolicy(vhost, name string) PolicyDefinition {
 	return PolicyDefinition{
 		VHost: vhost, Name: name, Pattern: "^" + regexp.QuoteMeta(t.DelayQueuePrefix) + "[0-9]+$", ApplyTo: "queues",
-		Definition: amqp.Table{"queue-mode": "lazy"},
+		Definition: amqp.Table{"queue-mode": "lazy"}, Priority: policyPriority,
 	}
 }
 

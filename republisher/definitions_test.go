@@ -64,6 +64,9 @@ func TestTopologyDefinitions(t *testing.T) {
 			t.Errorf("policy: %v", p)
 		}
 		lazy := ps["rebound-delay-queues-lazy"]
+		if p["priority"] != 10.0 || lazy["priority"] != 10.0 {
+			t.Errorf("policy priorities %v and %v, want 10 as deploy/rabbitmq/setup.sh sets them", p["priority"], lazy["priority"])
+		}
 		if lazy["apply-to"] != "queues" || lazy["definition"].(map[string]any)["queue-mode"] != "lazy" {
 			t.Errorf("lazy delay queue policy: %v", lazy)
 		}

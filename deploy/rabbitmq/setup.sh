@@ -91,7 +91,10 @@ rabbitmqctl set_policy -p "$VHOST" --apply-to queues --priority 10 \
 # - A policy, not a queue argument: a queue.declare whose arguments differ
 #   from the existing queue's fails, so an argument could not be changed on
 #   the delay queues a running deployment already has; a policy can.
-# - Only one policy applies to a queue, as above: if a policy of higher
-#   priority matches rebound's queues, add "queue-mode" to it instead.
+# - Only one policy applies to a queue, as above, both ways: a policy of
+#   higher priority that matches the delay queues keeps them from being
+#   lazy, and this one replaces any of lower priority that matched them
+#   before (classic mirroring with ha-mode, length limits, ...). If one
+#   matches them, add "queue-mode":"lazy" to it instead of adding this one.
 rabbitmqctl set_policy -p "$VHOST" --apply-to queues --priority 10 \
   rebound-delay-queues-lazy '^rebound\.delay\.[0-9]+$' '{"queue-mode":"lazy"}'
