@@ -351,7 +351,7 @@ func (r *report) writeDelays(sb *strings.Builder) {
 	}
 	w("the target is the issue's: what that rounding takes off the delay, plus 100 ms.\n\n")
 	w("Each delay is measured twice: with the delay queue as rebound declares it (*default*), and in lazy mode "+
-		"(*lazy (policy)*), which the policy in `deploy/rabbitmq/setup.sh` (and `rebound topology print`) sets on "+
+		"(*lazy (policy)*), which the policy in `deploy/rabbitmq/setup.sh` sets on "+
 		"rebound's delay queues. Before RabbitMQ 3.12 a classic queue keeps its messages in its Erlang process's "+
 		"memory unless it is lazy; a delay queue holds every message for the whole delay, so under load it grows "+
 		"large (here %d msg/s × the delay). RabbitMQ 3.12 and later ignore the mode: their classic queues always "+
