@@ -266,9 +266,9 @@ func (e *testEnv) accountRecovered(n, operatorLost int, faults []recovery, timeo
 // connections does so at worst while a whole window of deliveries is unacked
 // and every copy of them confirmed; each such delivery then comes back once
 // and makes one extra copy, wherever in the loop it was. A fault that ends
-// neither (a memory alarm) hands nothing back and makes none. There is no bound (ok
-// is false) without faults recorded, nor with a broker restart: the
-// broker's own at-least-once dead-lettering may hand on again what it
+// neither (a memory alarm) hands nothing back and makes none. There is no
+// bound (ok is false) without faults recorded, nor with a broker restart:
+// the broker's own at-least-once dead-lettering may hand on again what it
 // held, which no window of rebound's limits.
 func (e *testEnv) duplicateBound(faults []recovery) (bound int, ok bool) {
 	if len(faults) == 0 {
