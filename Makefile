@@ -4,8 +4,14 @@ export PATH := $(PATH):/usr/local/go/bin:$(HOME)/go/bin
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
 GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+# The broker test matrix (internal/brokertest): Debian 12's RabbitMQ 3.10
+# on 5672 and Debian sid's RabbitMQ 4.3 in a chroot on 5674.
+BROKERS := 3.10 4.3
+# Tests that disturb a whole broker, built with the chaos tag (e2e/chaos_test.go, e2e/cluster_test.go).
+CHAOS_TESTS := ^(TestNoLossUnderMemoryAlarm|TestNoLossWhenBrokerRestarts)$$
+CLUSTER_TESTS := ^TestCluster
 
-.PHONY: demo run test build lint broker bench chaos
+.PHONY: demo run test build lint broker brokers bench chaos
 
 # The demo: rebound plus an application that fails every message.
 demo: broker build
@@ -15,37 +21,55 @@ demo: broker build
 run: broker build
 	./bin/rebound run
 
-# The whole test suite against a real RabbitMQ: formatting, vet,
-# staticcheck, race-enabled tests, the cluster test on three extra nodes
-# (stopped and deleted afterwards, pass or fail), and the Kubernetes
-# manifest checks.
-test: broker lint
-	go test $(GO_TEST_FLAGS) ./...
-	REBOUND_TEST_BROKER_RESTART=1 go test $(GO_TEST_FLAGS) -run 'TestNoLossWhenBrokerRestarts' .
-	trap './scripts/cluster.sh stop' EXIT; ./scripts/cluster.sh start && \
-	  REBOUND_TEST_CLUSTER=amqp://guest:guest@127.0.0.1:5701/,amqp://guest:guest@127.0.0.1:5702/,amqp://guest:guest@127.0.0.1:5703/ \
-	  go test $(GO_TEST_FLAGS) -run '^TestClusterNodeStopped$$' .
-	@if [ -f deploy/validate/go.mod ]; then cd deploy/validate && go vet ./... && go test -count=1 ./...; fi
+# The whole test suite against both brokers of the matrix: formatting, vet,
+# staticcheck, a tidy go.mod, then for each broker the race-enabled tests,
+# the disruptive ones (memory alarm, broker restarts) one at a time, and
+# the cluster tests on three extra nodes (stopped and deleted afterwards,
+# pass or fail); then the Kubernetes manifest checks.
+test: brokers lint
+	@for b in $(BROKERS); do \
+	  echo "=== RabbitMQ $$b: go test ./..."; \
+	  REBOUND_TEST_BROKER=$$b go test $(GO_TEST_FLAGS) ./... || exit 1; \
+	  echo "=== RabbitMQ $$b: tests that disturb the whole broker"; \
+	  REBOUND_TEST_BROKER=$$b go test $(GO_TEST_FLAGS) -tags chaos -run '$(CHAOS_TESTS)' -v ./e2e/ | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+\S+_test.go:.*(broker:|ACCOUNT|FAIL))' ; \
+	  test $${PIPESTATUS[0]} -eq 0 || exit 1; \
+	  echo "=== RabbitMQ $$b: cluster tests"; \
+	  ( trap './scripts/cluster.sh -b '$$b' stop' EXIT; ./scripts/cluster.sh -b $$b start && \
+	    REBOUND_TEST_BROKER=$$b go test $(GO_TEST_FLAGS) -tags chaos -run '$(CLUSTER_TESTS)' ./e2e/ ) || exit 1; \
+	done
+	@for b in $(BROKERS); do \
+	  echo "=== RabbitMQ $$b: deploy/validate"; \
+	  (cd deploy/validate && go vet ./... && REBOUND_TEST_BROKER=$$b go test -count=1 ./...) || exit 1; \
+	done
 
 build:
 	@./scripts/ensure-go.sh
-	CGO_ENABLED=0 go build -trimpath -ldflags "-X main.version=$(VERSION)" -o bin/rebound .
+	CGO_ENABLED=0 go build -trimpath -ldflags "-X github.com/rebound-mq/rebound/internal/cli.Version=$(VERSION)" -o bin/rebound .
 
 lint:
 	@./scripts/ensure-go.sh
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
+	go mod tidy -diff
 	go vet ./...
+	go vet -tags chaos ./e2e/
 	go run $(STATICCHECK) ./...
+	go run $(STATICCHECK) -tags chaos ./e2e/
 
+# The broker the demo and `make run` use: RabbitMQ 3.10 on 127.0.0.1:5672.
 broker:
 	@./scripts/ensure-rabbitmq.sh
 
+# Both brokers of the test matrix.
+brokers: broker
+	@./scripts/rabbitmq43.sh ensure
+
 # Throughput against RabbitMQ's Shovel and a naive consumer; rewrites BENCHMARKS.md.
-bench: broker
+bench: brokers
 	go run ./bench -backlog 1000000
 
-# Fault injection with message accounting (kill -9, broker restarts, closed
-# connections, memory alarm, deleted delay queue; classic and quorum).
-chaos: broker
+# Fault injection with message accounting on both brokers (kill -9, broker
+# restarts, closed connections, memory alarm, deleted delay queue; classic
+# and quorum), printed as the tables of RELIABILITY.md.
+chaos: brokers
 	./scripts/chaos.sh

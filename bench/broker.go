@@ -17,7 +17,9 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/rebound-mq/rebound/consumer"
 	"github.com/rebound-mq/rebound/headers"
+	"github.com/rebound-mq/rebound/policy"
 	"github.com/rebound-mq/rebound/republisher"
 )
 
@@ -235,17 +237,18 @@ func deadLettered(origin string) func(i int) amqp.Publishing {
 }
 
 // retried returns the messages from origin as rebound republishes them
-// into the delay queue for retryDelay: with the retry headers its codec
-// writes and the header the delay queue is bound on, as the sidecar's
-// handler adds them.
-func retried(origin string) func(i int) amqp.Publishing {
+// into the delay queue for retryDelay: what the sidecar's plan step makes
+// of them (consumer.Plan), retry headers and routing header included.
+func retried(topo republisher.Topology, origin string) func(i int) amqp.Publishing {
 	codec := headers.NewCodec(headers.DefaultNames())
 	return func(i int) amqp.Publishing {
 		m := message(i, origin)
-		state, _ := codec.Decode(m.Headers, m.Timestamp, time.Now(), nil)
-		m.Headers = codec.Retry(m.Headers, state, retryDelay)
-		m.Headers[republisher.DelayRouteHeader] = retryDelay.Milliseconds()
-		return m
+		d := amqp.Delivery{Headers: m.Headers, ContentType: m.ContentType, DeliveryMode: m.DeliveryMode,
+			Timestamp: m.Timestamp, MessageId: m.MessageId, Body: m.Body}
+		now := time.Now()
+		state, _ := codec.Decode(d.Headers, d.Timestamp, now, nil)
+		_, copy := consumer.Plan(topo, codec, d, state, policy.Decision{Retry: true, Delay: retryDelay}, now)
+		return copy
 	}
 }
 

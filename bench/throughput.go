@@ -18,7 +18,6 @@ import (
 
 	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/consumer"
-	"github.com/rebound-mq/rebound/headers"
 	"github.com/rebound-mq/rebound/republisher"
 )
 
@@ -179,8 +178,9 @@ func runTrial(ctx context.Context, b *broker, c, prefix string, round, n, broker
 		// the same as for rebound's copies.
 		msg, dstArgs := deadLettered(prefix+"app"), amqp.Table(nil)
 		if c == shovelSame {
-			delayQueue, _ := republisher.Topology{}.DelayQueue(retryDelay)
-			msg, dstArgs = retried(prefix+"app"), delayQueue.Args
+			topo := republisher.Topology{DelayExchange: prefix + "delay", DelayQueuePrefix: prefix + "delay."}
+			delayQueue, _ := topo.DelayQueue(retryDelay)
+			msg, dstArgs = retried(topo, prefix+"app"), delayQueue.Args
 		}
 		if err := b.declare(src, nil); err != nil {
 			return t, err
@@ -283,7 +283,7 @@ func (b *broker) declareTopology(topo republisher.Topology, delay time.Duration)
 	if err != nil {
 		return err
 	}
-	if err := topo.Declare(ch); err != nil {
+	if _, err := topo.ForServer(b.conn.Properties).Declare(b.conn); err != nil {
 		return fmt.Errorf("declare rebound topology: %w", err)
 	}
 	if err := topo.DeclareDelayQueue(ch, delay); err != nil {
@@ -312,17 +312,11 @@ func startRebound(ctx context.Context, url string, topo republisher.Topology, de
 	if err != nil {
 		return nil, fmt.Errorf("configure rebound: %w", err)
 	}
-	sidecar := consumer.New(consumer.Options{
-		URLs:           cfg.BrokerURLs(),
-		Topology:       topo,
-		Policy:         cfg.Policy(),
-		Codec:          headers.NewCodec(cfg.HeaderNames()),
-		Prefetch:       cfg.Prefetch,
-		ConfirmTimeout: cfg.ConfirmTimeout,
-		ShutdownGrace:  cfg.ShutdownGrace,
-		Logger:         zap.NewNop(),
-		Metrics:        consumer.NewMetrics(prometheus.NewRegistry()),
-	})
+	opt, err := consumer.OptionsFrom(cfg, zap.NewNop(), consumer.NewMetrics(prometheus.NewRegistry()))
+	if err != nil {
+		return nil, fmt.Errorf("configure rebound: %w", err)
+	}
+	sidecar := consumer.New(opt)
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- sidecar.Run(runCtx) }()

@@ -8,6 +8,8 @@
 package config
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"math"
@@ -15,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -24,6 +27,7 @@ import (
 
 	"github.com/rebound-mq/rebound/headers"
 	"github.com/rebound-mq/rebound/policy"
+	"github.com/rebound-mq/rebound/republisher"
 )
 
 // Prefix starts the name of every variable rebound reads.
@@ -53,6 +57,9 @@ type Config struct {
 	DelayQueuePrefix   string    `env:"DELAY_QUEUE_PREFIX" envDefault:"rebound.delay."`
 	ParkingQueue       string    `env:"PARKING_QUEUE" envDefault:"rebound.parked"`
 	QueueType          QueueType `env:"QUEUE_TYPE" envDefault:"classic"`
+	// OriginQueues is a regular expression of the queues rebound may send
+	// messages back to, "" for any (RabbitMQ's policy syntax: unanchored).
+	OriginQueues string `env:"ORIGIN_QUEUES"`
 
 	Backoff          policy.Backoff  `env:"BACKOFF" envDefault:"exponential"`
 	MinDelay         time.Duration   `env:"MIN_DELAY" envDefault:"1s"`
@@ -82,6 +89,9 @@ type Config struct {
 	HeaderError         string `env:"HEADER_ERROR" envDefault:"x-retry-error"`
 	HeaderParkedReason  string `env:"HEADER_PARKED_REASON" envDefault:"x-retry-parked-reason"`
 	HeaderParkedAt      string `env:"HEADER_PARKED_AT" envDefault:"x-retry-parked-at"`
+
+	HeaderFirstDeathReason string `env:"HEADER_FIRST_DEATH_REASON" envDefault:"x-retry-first-death-reason"`
+	HeaderFirstDeathQueue  string `env:"HEADER_FIRST_DEATH_QUEUE" envDefault:"x-retry-first-death-queue"`
 }
 
 // FieldError is one invalid variable: its full name, the value found and
@@ -211,6 +221,9 @@ func (c Config) validate(failed map[string]bool) []FieldError {
 	if _, port, err := net.SplitHostPort(c.HTTPAddr); err != nil || port == "" {
 		add("HTTP_ADDR", c.HTTPAddr, "host:port or :port to listen on, such as :9464")
 	}
+	if _, err := regexp.Compile(c.OriginQueues); err != nil {
+		add("ORIGIN_QUEUES", c.OriginQueues, "a regular expression of the queues rebound may send messages back to, such as ^orders\\. ("+err.Error()+")")
+	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		add("TLS_CERT_FILE", c.TLSCertFile, "set together with REBOUND_TLS_KEY_FILE (both or neither)")
 	}
@@ -287,12 +300,14 @@ func (c Config) validate(failed map[string]bool) []FieldError {
 		{"HEADER_LAST_DELAY", hs.LastDelay}, {"HEADER_ORIGIN_QUEUE", hs.OriginQueue},
 		{"HEADER_NON_RETRYABLE", hs.NonRetryable}, {"HEADER_ERROR", hs.Error},
 		{"HEADER_PARKED_REASON", hs.ParkedReason}, {"HEADER_PARKED_AT", hs.ParkedAt},
+		{"HEADER_FIRST_DEATH_REASON", hs.FirstDeathReason}, {"HEADER_FIRST_DEATH_QUEUE", hs.FirstDeathQueue},
 	} {
 		variable, name := h.variable, h.name
 		switch {
 		case name == "" || len(name) > 128:
 			add(variable, name, "a header name of 1 to 128 bytes")
-		case name == "x-death" || strings.HasPrefix(name, "x-first-death-") || strings.HasPrefix(name, "x-last-death-"):
+		case name == "x-death" || strings.HasPrefix(name, "x-first-death-") || strings.HasPrefix(name, "x-last-death-") ||
+			name == "CC" || name == "BCC" || name == "x-delivery-count" || name == "x-acquired-count":
 			add(variable, name, "a header name RabbitMQ does not own")
 		case seen[name] != "":
 			add(variable, name, "a header name no other REBOUND_HEADER_* variable uses (REBOUND_"+seen[name]+" does)")
@@ -340,7 +355,20 @@ func (c Config) HeaderNames() headers.Names {
 		Error:         c.HeaderError,
 		ParkedReason:  c.HeaderParkedReason,
 		ParkedAt:      c.HeaderParkedAt,
+
+		FirstDeathReason: c.HeaderFirstDeathReason,
+		FirstDeathQueue:  c.HeaderFirstDeathQueue,
 	}
+}
+
+// OriginAllowed returns the rule for REBOUND_ORIGIN_QUEUES: whether rebound
+// may send a message back to a queue. Every queue is allowed when it is
+// unset. Only for a Config that Load accepted.
+func (c Config) OriginAllowed() func(queue string) bool {
+	if c.OriginQueues == "" {
+		return func(string) bool { return true }
+	}
+	return regexp.MustCompile(c.OriginQueues).MatchString
 }
 
 // BrokerURLs lists the broker URLs in REBOUND_AMQP_URL: one, or several
@@ -359,11 +387,64 @@ func (c Config) BrokerURLs() []string {
 // Vhost is the virtual host the broker URLs name, "/" if they name none.
 // Only for a Config that Load accepted.
 func (c Config) Vhost() string {
-	u, err := amqp.ParseURI(c.BrokerURLs()[0])
+	return VhostOf(c.BrokerURLs()[0])
+}
+
+// VhostOf is the virtual host an AMQP URL names: "/" when it names none or
+// does not parse.
+func VhostOf(url string) string {
+	u, err := amqp.ParseURI(url)
 	if err != nil || u.Vhost == "" {
 		return "/"
 	}
 	return u.Vhost
+}
+
+// Topology returns the names of everything rebound declares on the broker.
+func (c Config) Topology() republisher.Topology {
+	return republisher.Topology{
+		InboxQueue:         c.InboxQueue,
+		DeadLetterExchange: c.DeadLetterExchange,
+		DelayExchange:      c.DelayExchange,
+		DelayQueuePrefix:   c.DelayQueuePrefix,
+		ParkingQueue:       c.ParkingQueue,
+		Quorum:             c.QueueType == Quorum,
+	}
+}
+
+// TLS builds the TLS configuration for amqps:// from the CA, certificate
+// and key files, reading them now. nil means the library's defaults. A
+// file that cannot be used is a configuration error (*Error): rebound
+// exits with status 2 before connecting.
+func (c Config) TLS() (*tls.Config, error) {
+	if c.TLSCAFile == "" && c.TLSCertFile == "" {
+		return nil, nil
+	}
+	t := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.TLSCAFile != "" {
+		pem, err := os.ReadFile(c.TLSCAFile)
+		if err != nil {
+			return nil, tlsError("TLS_CA_FILE", c.TLSCAFile, err.Error())
+		}
+		t.RootCAs = x509.NewCertPool()
+		if !t.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, tlsError("TLS_CA_FILE", c.TLSCAFile, "no PEM certificate in the file")
+		}
+	}
+	if c.TLSCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile)
+		if err != nil {
+			return nil, tlsError("TLS_CERT_FILE", c.TLSCertFile, "with REBOUND_TLS_KEY_FILE: "+err.Error())
+		}
+		t.Certificates = []tls.Certificate{cert}
+	}
+	return t, nil
+}
+
+func tlsError(variable, path, problem string) error {
+	return &Error{Problems: []FieldError{{
+		Variable: Prefix + variable, Value: path, Allowed: "a readable PEM file (" + problem + ")",
+	}}}
 }
 
 // checkBrokerURLs returns what is allowed if REBOUND_AMQP_URL is not a

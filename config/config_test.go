@@ -55,6 +55,9 @@ func TestLoadDefaults(t *testing.T) {
 		HeaderError:         "x-retry-error",
 		HeaderParkedReason:  "x-retry-parked-reason",
 		HeaderParkedAt:      "x-retry-parked-at",
+
+		HeaderFirstDeathReason: "x-retry-first-death-reason",
+		HeaderFirstDeathQueue:  "x-retry-first-death-queue",
 	}
 	if c != want {
 		t.Errorf("Load(no REBOUND_*) =\n%+v\nwant\n%+v", c, want)
@@ -150,6 +153,9 @@ func TestLoadInvalid(t *testing.T) {
 		{"empty AMQP URL file", []string{"REBOUND_AMQP_URL_FILE=" + os.DevNull}, "REBOUND_AMQP_URL_FILE", os.DevNull, "a file holding an amqp:// or amqps:// URL"},
 		{"missing AMQP URL file", []string{"REBOUND_AMQP_URL_FILE=/nonexistent/url"}, "REBOUND_AMQP_URL_FILE", "/nonexistent/url", "a readable file holding the broker URL"},
 		{"TLS cert without key", []string{"REBOUND_TLS_CERT_FILE=/tls/cert.pem"}, "REBOUND_TLS_CERT_FILE", "/tls/cert.pem", "both or neither"},
+		{"origin pattern that does not compile", []string{`REBOUND_ORIGIN_QUEUES=^orders\.(`}, "REBOUND_ORIGIN_QUEUES", `^orders\.(`, "a regular expression of the queues rebound may send messages back to"},
+		{"header RabbitMQ routes on", []string{"REBOUND_HEADER_ERROR=BCC"}, "REBOUND_HEADER_ERROR", "BCC", "a header name RabbitMQ does not own"},
+		{"header RabbitMQ counts deliveries in", []string{"REBOUND_HEADER_RETRY_COUNT=x-delivery-count"}, "REBOUND_HEADER_RETRY_COUNT", "x-delivery-count", "RabbitMQ does not own"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -185,6 +191,7 @@ func TestLoadValidCombinations(t *testing.T) {
 		{"REBOUND_BACKOFF="}, // empty means unset: the default
 		{"REBOUND_AMQP_URL=amqps://user:p%40ss@broker:5671/vhost"},
 		{"REBOUND_TLS_CERT_FILE=/c.pem", "REBOUND_TLS_KEY_FILE=/k.pem"},
+		{`REBOUND_ORIGIN_QUEUES=^(orders|billing)\.`},
 	} {
 		if _, err := Load(environ); err != nil {
 			t.Errorf("Load(%q) = %v, want no error", environ, err)
@@ -373,4 +380,30 @@ func FuzzLoad(f *testing.F) {
 			t.Fatalf("Schedule(50) gave %d steps", len(steps))
 		}
 	})
+}
+
+func TestOriginAllowed(t *testing.T) {
+	for _, tc := range []struct {
+		pattern string
+		queue   string
+		want    bool
+	}{
+		{"", "anything", true},
+		{`^orders\.`, "orders.created", true},
+		{`^orders\.`, "payments", false},
+		{`^orders\.`, "old.orders.created", false},
+		// RabbitMQ's policy patterns are unanchored, and so is this one.
+		{`orders`, "old.orders.created", true},
+		{`^(orders|billing)\.[a-z]+$`, "billing.refunds", true},
+		{`^(orders|billing)\.[a-z]+$`, "billing.refunds.v2", false},
+	} {
+		environ := []string{"REBOUND_ORIGIN_QUEUES=" + tc.pattern}
+		c, err := Load(environ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.OriginAllowed()(tc.queue); got != tc.want {
+			t.Errorf("REBOUND_ORIGIN_QUEUES=%q allows %q: %v, want %v", tc.pattern, tc.queue, got, tc.want)
+		}
+	}
 }

@@ -3,13 +3,14 @@ package consumer
 import (
 	"context"
 	"net"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+
+	"github.com/rebound-mq/rebound/internal/brokertest"
 )
 
 // refusingURL is an AMQP URL whose port nothing listens on, with a
@@ -53,19 +54,13 @@ func newTestSidecar(urls ...string) *Sidecar {
 }
 
 func TestDialSkipsBrokersThatFailAndStartsWithTheLastThatWorked(t *testing.T) {
-	live := os.Getenv("REBOUND_TEST_AMQP_URL")
-	if live == "" {
-		live = "amqp://guest:guest@127.0.0.1:5672/"
-	}
+	live := brokertest.Require(t).URL
 	first, firstCalls := hangUp(t)
 	s := newTestSidecar(first, refusingURL(t), live)
 	s.broker.Store(0) // New starts at a random one
 	conn, err := s.dial(context.Background(), "test")
 	if err != nil {
-		if os.Getenv("CI") != "" || os.Getenv("REBOUND_REQUIRE_BROKER") != "" {
-			t.Fatalf("dial with the live broker third: %v", err)
-		}
-		t.Skipf("no RabbitMQ at %s: %v", live, err)
+		t.Fatalf("dial with the live broker third: %v", err)
 	}
 	conn.Close()
 	if got := s.broker.Load(); got != 2 {
@@ -91,7 +86,7 @@ func TestDialErrorNamesEveryBrokerButNoPassword(t *testing.T) {
 		t.Fatal("dial succeeded with every broker refusing")
 	}
 	msg := err.Error()
-	for _, want := range []string{"connect (consume)", "broker 1 of 2", "broker 2 of 2", "connection refused"} {
+	for _, want := range []string{"connect (rebound consume)", "broker 1 of 2", "broker 2 of 2", "connection refused"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error %q does not say %q", msg, want)
 		}

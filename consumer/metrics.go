@@ -16,6 +16,7 @@ type Metrics struct {
 	RetryDelay      prometheus.Histogram
 	Parked          *prometheus.CounterVec // reason
 	InvalidHeaders  *prometheus.CounterVec // header
+	OriginMismatch  prometheus.Counter
 	PublishFailures *prometheus.CounterVec // kind: nack, return, timeout, closed
 	ConfirmLatency  prometheus.Histogram
 	InFlight        prometheus.Gauge
@@ -48,6 +49,10 @@ func NewMetrics(reg prometheus.Registerer, headerNames ...string) *Metrics {
 		InvalidHeaders: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rebound_invalid_headers_total", Help: "Headers that could not be read and were treated as absent.",
 		}, []string{"header"}),
+		OriginMismatch: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rebound_origin_mismatch_total",
+			Help: "Messages whose origin header named another queue than the broker's x-death record, which was used instead.",
+		}),
 		PublishFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rebound_publish_failures_total", Help: "Copies the broker did not confirm; their inbox deliveries were requeued.",
 		}, []string{"kind"}),
@@ -68,7 +73,7 @@ func NewMetrics(reg prometheus.Registerer, headerNames ...string) *Metrics {
 			Name: "rebound_ready", Help: "1 when connected, topology declared and consuming.",
 		}),
 	}
-	reg.MustRegister(m.Received, m.Redelivered, m.Retried, m.RetryDelay, m.Parked, m.InvalidHeaders,
+	reg.MustRegister(m.Received, m.Redelivered, m.Retried, m.RetryDelay, m.Parked, m.InvalidHeaders, m.OriginMismatch,
 		m.PublishFailures, m.ConfirmLatency, m.InFlight, m.Reconnects, m.Blocked, m.Ready)
 	// Create the fixed-label series up front so dashboards show zeros, not gaps.
 	for _, kind := range []string{"delayed", "immediate"} {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
 	"sync"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 // when it ends.
 type session struct {
 	*Sidecar
+	topo     republisher.Topology // as declared on this session's broker
 	pub      *republisher.Publisher
 	acks     *acker
 	rng      policy.Rand
@@ -40,11 +43,16 @@ func (s *Sidecar) session(ctx context.Context) error {
 		return err
 	}
 
-	if err := s.declare(pubConn); err != nil {
-		pubConn.Close()
-		return err
+	topo := s.opt.Topology.ForServer(pubConn.Properties)
+	notices, err := topo.Declare(pubConn)
+	for _, n := range notices {
+		s.log.Warn("topology", zap.String("notice", n))
 	}
-	pub, err := republisher.New(pubConn, s.opt.Topology, s.opt.Prefetch, s.opt.ConfirmTimeout)
+	if err != nil {
+		pubConn.Close()
+		return fmt.Errorf("declare topology: %w", err)
+	}
+	pub, err := republisher.New(pubConn, topo, s.opt.Prefetch, s.opt.ConfirmTimeout)
 	if err != nil {
 		pubConn.Close()
 		return err
@@ -63,7 +71,7 @@ func (s *Sidecar) session(ctx context.Context) error {
 	}
 	closed := consCh.NotifyClose(make(chan *amqp.Error, 1))
 	cancelled := consCh.NotifyCancel(make(chan string, 1))
-	consumerTag := fmt.Sprintf("rebound-%x", s.opt.NewRand().Float64())
+	consumerTag := fmt.Sprintf("rebound-%016x", rand.Uint64()) // unique per session, for basic.cancel
 	deliveries, err := consCh.Consume(s.opt.Topology.InboxQueue, consumerTag, false, false, false, false, nil)
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", s.opt.Topology.InboxQueue, err)
@@ -87,7 +95,7 @@ func (s *Sidecar) session(ctx context.Context) error {
 		s.m.InFlight.Set(0)
 	}()
 
-	ss := &session{Sidecar: s, pub: pub, acks: acks, rng: s.opt.NewRand()}
+	ss := &session{Sidecar: s, topo: topo, pub: pub, acks: acks, rng: s.opt.NewRand()}
 	s.setReady(true)
 	s.log.Info("consuming", zap.String("inbox", s.opt.Topology.InboxQueue), zap.Int("prefetch", s.opt.Prefetch),
 		zap.String("broker", s.brokerHost()))
@@ -141,20 +149,6 @@ func (s *Sidecar) session(ctx context.Context) error {
 			}
 		}
 	}
-}
-
-// declare declares the fixed topology on a channel of its own, so that a
-// declaration error (which closes the channel) cannot hurt publishing.
-func (s *Sidecar) declare(conn *amqp.Connection) error {
-	ch, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("open declare channel: %w", err)
-	}
-	defer ch.Close()
-	if err := s.opt.Topology.Declare(ch); err != nil {
-		return fmt.Errorf("declare topology: %w", err)
-	}
-	return nil
 }
 
 // waitWhileBlocked holds new work while a resource alarm blocks publishing.
@@ -227,28 +221,11 @@ func (ss *session) handle(d amqp.Delivery) error {
 		ss.reportProblems(d, ss.problems)
 	}
 
-	decision, err := ss.decide(state, now)
+	decision, err := ss.decide(d, state, now)
 	if err != nil {
 		return err
 	}
-	var msg amqp.Publishing
-	dest := republisher.Destination{RoutingKey: state.Origin}
-	switch {
-	case !decision.Retry:
-		msg = republisher.Copy(d, ss.opt.Codec.Park(d.Headers, state, decision.Reason, now))
-		dest = republisher.Destination{RoutingKey: ss.opt.Topology.ParkingQueue}
-	case decision.Delay == 0:
-		msg = republisher.Copy(d, ss.opt.Codec.Retry(d.Headers, state, 0))
-	default:
-		msg = republisher.Copy(d, ss.opt.Codec.Retry(d.Headers, state, decision.Delay))
-		dest.Exchange = ss.opt.Topology.DelayExchange
-		dest.Delay = decision.Delay
-	}
-	if dest.Delay > 0 {
-		msg.Headers[republisher.DelayRouteHeader] = decision.Delay.Milliseconds()
-	} else {
-		delete(msg.Headers, republisher.DelayRouteHeader)
-	}
+	dest, msg := Plan(ss.topo, ss.opt.Codec, d, state, decision, now)
 
 	if ce := ss.log.Check(zap.DebugLevel, "decision"); ce != nil {
 		ce.Write(zap.String("message_id", d.MessageId), zap.String("origin", state.Origin),
@@ -269,22 +246,50 @@ func (ss *session) handle(d amqp.Delivery) error {
 	return nil
 }
 
-// decide applies the policy, parking messages whose origin is unknown or
-// does not exist: their copy would otherwise be dropped by the broker when
-// its delay ends.
-func (ss *session) decide(state headers.State, now time.Time) (policy.Decision, error) {
-	if state.Origin == "" {
-		return policy.Decision{Reason: policy.UnknownOrigin}, nil
+// decide applies the policy to a message that may go back to its origin.
+// It parks, before asking the policy, a message whose origin is unknown,
+// is one of rebound's own queues (it would loop through rebound or slip
+// into the parking queue unmarked) or does not exist (the broker would
+// drop the copy when its delay ends), all as unknown-origin, and one whose
+// origin REBOUND_ORIGIN_QUEUES does not allow, as origin-not-allowed.
+func (ss *session) decide(d amqp.Delivery, state headers.State, now time.Time) (policy.Decision, error) {
+	if state.ClaimedOrigin != "" {
+		ss.m.OriginMismatch.Inc()
+		ss.log.Warn("origin header disagrees with the broker's x-death record; using the record",
+			zap.String("message_id", d.MessageId), zap.String("header", quoteShort(state.ClaimedOrigin)),
+			zap.String("origin", state.Origin))
+	}
+	park := func(reason policy.Reason, why string) (policy.Decision, error) {
+		ss.log.Warn(why+"; parking", zap.String("message_id", d.MessageId), zap.String("origin", quoteShort(state.Origin)),
+			zap.String("reason", string(reason)))
+		return policy.Decision{Reason: reason}, nil
+	}
+	switch {
+	case state.Origin == "":
+		return park(policy.UnknownOrigin, "no origin queue in x-death or the origin headers")
+	case ss.topo.Owns(state.Origin):
+		return park(policy.UnknownOrigin, "origin is one of rebound's own queues")
+	case !ss.opt.OriginAllowed(state.Origin):
+		return park(policy.OriginNotAllowed, "origin queue not allowed by REBOUND_ORIGIN_QUEUES")
 	}
 	exists, err := ss.pub.OriginExists(state.Origin)
 	if err != nil {
 		return policy.Decision{}, fmt.Errorf("check origin queue %s: %w", state.Origin, err)
 	}
 	if !exists {
-		ss.log.Warn("origin queue does not exist; parking", zap.String("origin", state.Origin))
-		return policy.Decision{Reason: policy.UnknownOrigin}, nil
+		return park(policy.UnknownOrigin, "origin queue does not exist")
 	}
 	return ss.opt.Policy.Decide(state.State, now, ss.rng), nil
+}
+
+// quoteShort quotes a name from a message for a log line, cut short: a
+// header may hold anything a producer wrote.
+func quoteShort(s string) string {
+	const limit = 100
+	if len(s) > limit {
+		return strconv.Quote(s[:limit]) + "..."
+	}
+	return strconv.Quote(s)
 }
 
 // record counts a copy's outcome. It runs on the publisher's goroutine.

@@ -50,6 +50,10 @@ type Options struct {
 	// DelayQueueIdle: delay queues with no publish for this long (or twice
 	// their delay) are deleted when empty; 0 keeps them forever.
 	DelayQueueIdle time.Duration
+	// OriginAllowed says whether a queue may be sent messages back
+	// (REBOUND_ORIGIN_QUEUES); nil allows any. Others are parked
+	// origin-not-allowed.
+	OriginAllowed func(queue string) bool
 	Logger         *zap.Logger
 	Metrics        *Metrics
 
@@ -84,6 +88,9 @@ func New(opt Options) *Sidecar {
 	}
 	if opt.NewRand == nil {
 		opt.NewRand = func() policy.Rand { return rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())) }
+	}
+	if opt.OriginAllowed == nil {
+		opt.OriginAllowed = func(string) bool { return true }
 	}
 	if opt.SummaryEvery <= 0 {
 		opt.SummaryEvery = time.Minute
@@ -203,40 +210,31 @@ func (s *Sidecar) Run(ctx context.Context) error {
 }
 
 func (s *Sidecar) dial(ctx context.Context, role string) (*amqp.Connection, error) {
-	cfg := amqp.Config{
-		Heartbeat:       10 * time.Second,
-		Locale:          "en_US",
-		TLSClientConfig: s.opt.TLS,
-		Properties:      amqp.Table{"connection_name": "rebound " + role},
-		Dial: func(network, addr string) (net.Conn, error) {
-			d := net.Dialer{Timeout: 15 * time.Second}
-			conn, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			// Bound the TLS and AMQP handshakes; the library clears the
-			// deadline once the connection is open and heartbeats run.
-			if err := conn.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
-				return nil, err
-			}
-			return conn, nil
-		},
+	conn, at, err := Dial(ctx, s.opt.URLs, s.opt.TLS, "rebound "+role, int(s.broker.Load()))
+	if err != nil {
+		return nil, err
 	}
-	// Try each broker once, starting with the one that last worked: a
-	// stopped node costs one refused connection, and both connections of
-	// a session land on the same node.
-	n := int64(len(s.opt.URLs))
-	first := s.broker.Load()
+	s.broker.Store(int64(at))
+	return conn, nil
+}
+
+// Dial connects to the first broker of urls that accepts, trying each
+// once, starting with urls[first] (the one that last worked: a stopped
+// node then costs one refused connection), and returns the connection
+// and the index of its URL. name is the connection name the broker shows.
+// Cancelling ctx abandons the attempt, handshake included; each attempt is
+// bounded anyway (15s to connect, 30s for the TLS and AMQP handshakes).
+// Errors name a broker by its place in the list, never by its URL, which
+// may hold a password.
+func Dial(ctx context.Context, urls []string, tlsConfig *tls.Config, name string, first int) (*amqp.Connection, int, error) {
 	var errs []error
+	n := len(urls)
 	for i := range n {
 		at := (first + i) % n
-		conn, err := amqp.DialConfig(s.opt.URLs[at], cfg)
+		conn, err := dialOne(ctx, urls[at], tlsConfig, name)
 		if err == nil {
-			s.broker.Store(at)
-			return conn, nil
+			return conn, at, nil
 		}
-		// amqp091-go's errors do not carry the URL, which may hold a
-		// password; name the broker by its place in the list instead.
 		if n > 1 {
 			err = fmt.Errorf("broker %d of %d: %w", at+1, n, err)
 		}
@@ -245,7 +243,37 @@ func (s *Sidecar) dial(ctx context.Context, role string) (*amqp.Connection, erro
 			break
 		}
 	}
-	return nil, fmt.Errorf("connect (%s): %w", role, errors.Join(errs...))
+	return nil, 0, fmt.Errorf("connect (%s): %w", name, errors.Join(errs...))
+}
+
+func dialOne(ctx context.Context, url string, tlsConfig *tls.Config, name string) (*amqp.Connection, error) {
+	var stopWatching func() bool
+	defer func() {
+		if stopWatching != nil {
+			stopWatching()
+		}
+	}()
+	return amqp.DialConfig(url, amqp.Config{
+		Heartbeat:       10 * time.Second,
+		Locale:          "en_US",
+		TLSClientConfig: tlsConfig,
+		Properties:      amqp.Table{"connection_name": name},
+		Dial: func(network, addr string) (net.Conn, error) {
+			d := net.Dialer{Timeout: 15 * time.Second}
+			conn, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			// Bound the TLS and AMQP handshakes; the library clears the
+			// deadline once the connection is open and heartbeats run.
+			// A cancelled ctx ends them at once.
+			if err := conn.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
+				return nil, err
+			}
+			stopWatching = context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
+			return conn, nil
+		},
+	})
 }
 
 // brokerHost names the broker that last accepted a connection by its

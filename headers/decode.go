@@ -24,8 +24,9 @@ import (
 // else the oldest time in x-death, else now; the timestamp property is
 // skipped silently when it is before 2000 or too far in the future, since
 // it is the producer's property, not rebound's header. The origin is the
-// origin header, else the queue of the newest x-death entry, else
-// x-first-death-queue.
+// queue of the newest x-death entry (the broker's record), else the origin
+// header, else x-first-death-queue; an origin header that names another
+// queue than the record is returned as ClaimedOrigin.
 //
 // The returned StartedAt is in UTC and has no monotonic clock reading.
 func (c Codec) Decode(h amqp.Table, timestamp, now time.Time, buf []Problem) (State, []Problem) {
@@ -55,18 +56,19 @@ func (c Codec) Decode(h amqp.Table, timestamp, now time.Time, buf []Problem) (St
 		s.NonRetryable = d.flag(n.NonRetryable, v)
 	}
 
+	var claimed string
 	if v := h[n.OriginQueue]; v != nil {
 		q, why := queueName(v)
 		if why != "" {
 			d.report(n.OriginQueue, why, v)
 		}
-		s.Origin = q
+		claimed = q
 	}
 
 	var deathQueue string
-	var oldestDeath time.Time
+	var oldest deathEntry
 	if v := h[XDeath]; v != nil {
-		deathQueue, oldestDeath = d.xDeath(v)
+		deathQueue, oldest = d.xDeath(v)
 	}
 
 	var firstDeathQueue string
@@ -78,19 +80,27 @@ func (c Codec) Decode(h amqp.Table, timestamp, now time.Time, buf []Problem) (St
 		firstDeathQueue = q
 	}
 
-	if s.Origin == "" {
+	switch {
+	case deathQueue != "":
 		s.Origin = deathQueue
-	}
-	if s.Origin == "" {
+		if claimed != "" && claimed != deathQueue {
+			s.ClaimedOrigin = claimed
+		}
+	case claimed != "":
+		s.Origin = claimed
+	default:
 		s.Origin = firstDeathQueue
 	}
+
+	s.FirstDeathReason = firstOf(text(h[n.FirstDeathReason]), text(h[XFirstDeathReason]), oldest.reason)
+	s.FirstDeathQueue = firstOf(text(h[n.FirstDeathQueue]), firstDeathQueue, oldest.queue)
 
 	switch {
 	case haveStart:
 	case !timestamp.IsZero() && d.plausible(timestamp) == "":
 		start = timestamp
-	case !oldestDeath.IsZero():
-		start = oldestDeath
+	case !oldest.time.IsZero():
+		start = oldest.time
 	default:
 		start = now
 	}
@@ -245,24 +255,30 @@ func (d *decoding) plausible(t time.Time) string {
 	return ""
 }
 
-// xDeath reads the queue of the newest entry and the oldest time of all
-// entries. RabbitMQ keeps x-death newest first and moves an entry to the
+// deathEntry is what rebound reads of one x-death entry.
+type deathEntry struct {
+	queue, reason string
+	time          time.Time
+}
+
+// xDeath reads the queue of the newest entry and the oldest entry, by
+// time. RabbitMQ keeps x-death newest first and moves an entry to the
 // front when the same queue dead-letters the message again, so the first
 // entry is where the message just died, even after a round trip through a
 // delay queue (whose "expired" entry is then second). An entry keeps the
-// time of its first death, so the oldest time is the minimum over all
-// entries, not the time of the last one. testdata/ holds both cases as
-// RabbitMQ 3.10 wrote them. Only the first malformation is reported: one
-// broken x-death is one Problem.
-func (d *decoding) xDeath(v any) (newestQueue string, oldest time.Time) {
+// time of its first death, so the oldest entry is the one with the least
+// time, not the last one. testdata/ holds both cases as RabbitMQ 3.10
+// wrote them. Only the first malformation is reported: one broken x-death
+// is one Problem.
+func (d *decoding) xDeath(v any) (newestQueue string, oldest deathEntry) {
 	entries, ok := v.([]any)
 	if !ok {
 		d.report(XDeath, "not an array", v)
-		return "", time.Time{}
+		return "", deathEntry{}
 	}
 	if len(entries) == 0 {
 		d.problems = append(d.problems, Problem{Header: XDeath, Reason: "empty array"})
-		return "", time.Time{}
+		return "", deathEntry{}
 	}
 	bad := ""
 	for i, e := range entries {
@@ -273,30 +289,73 @@ func (d *decoding) xDeath(v any) (newestQueue string, oldest time.Time) {
 			}
 			continue
 		}
-		if q, why := queueName(entry["queue"]); why != "" {
+		q, why := queueName(entry["queue"])
+		if why != "" {
 			if bad == "" {
 				bad = fmt.Sprintf("entry %d queue: %s, got %s", i, why, describe(entry["queue"]))
 			}
 		} else if i == 0 {
 			newestQueue = q
 		}
+		reason, isText := entry["reason"].(string)
+		if _, present := entry["reason"]; present && !isText && bad == "" {
+			bad = fmt.Sprintf("entry %d reason: not a string, got %s", i, describe(entry["reason"]))
+		}
 		if t, why := d.instant(entry["time"]); why != "" {
 			if bad == "" {
 				bad = fmt.Sprintf("entry %d time: %s, got %s", i, why, describe(entry["time"]))
 			}
-		} else if oldest.IsZero() || t.Before(oldest) {
-			oldest = t
-		}
-		if r, ok := entry["reason"]; ok {
-			if _, ok := r.(string); !ok && bad == "" {
-				bad = fmt.Sprintf("entry %d reason: not a string, got %s", i, describe(r))
-			}
+		} else if oldest.time.IsZero() || t.Before(oldest.time) {
+			oldest = deathEntry{queue: q, reason: reason, time: t}
 		}
 	}
 	if bad != "" {
 		d.problems = append(d.problems, Problem{Header: XDeath, Reason: bad})
 	}
 	return newestQueue, oldest
+}
+
+// Death is one x-death entry as rebound reads it.
+type Death struct {
+	Queue  string    // the queue that dead-lettered the message; "" when unreadable
+	Reason string    // rejected, expired, maxlen, delivery_limit; "" when unreadable
+	Time   time.Time // when it first did; zero when unreadable
+}
+
+// Deaths returns the readable x-death entries of h, newest first, for tools
+// that look past the newest one (a message the broker moved from rebound's
+// inbox to its parking queue went through the application queue before).
+// Unlike Decode it allocates, and it never reports.
+func Deaths(h amqp.Table) []Death {
+	entries, _ := h[XDeath].([]any)
+	out := make([]Death, 0, len(entries))
+	for _, e := range entries {
+		entry, ok := e.(amqp.Table)
+		if !ok {
+			continue
+		}
+		q, _ := queueName(entry["queue"])
+		r, _ := entry["reason"].(string)
+		t, _ := entry["time"].(time.Time)
+		out = append(out, Death{Queue: q, Reason: r, Time: t.UTC()})
+	}
+	return out
+}
+
+// text reads a short string header leniently: "" when absent, not text,
+// or longer than a queue name may be.
+func text(v any) string {
+	q, _ := queueName(v)
+	return q
+}
+
+func firstOf(values ...string) string {
+	for _, v := range values {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
 }
 
 // queueName reads a queue name. RabbitMQ writes long strings; other

@@ -1,6 +1,7 @@
 package headers
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -318,36 +319,89 @@ func TestDecodeOrigin(t *testing.T) {
 		name    string
 		h       amqp.Table
 		want    string
+		claimed string // ClaimedOrigin
 		problem string // header with a problem, "" for none
 	}{
-		{"header", amqp.Table{"x-retry-origin-queue": "orders", "x-death": []any{death("other", "rejected", at, 1)}}, "orders", ""},
-		{"header bytes", amqp.Table{"x-retry-origin-queue": []byte("orders")}, "orders", ""},
-		{"header of 255 bytes", amqp.Table{"x-retry-origin-queue": long[1:]}, long[1:], ""},
+		// The broker's record wins over the header, which is reported.
+		{"x-death over the header", amqp.Table{"x-retry-origin-queue": "payments", "x-death": []any{death("orders", "rejected", at, 1)}}, "orders", "payments", ""},
+		{"header agreeing with x-death", amqp.Table{"x-retry-origin-queue": "orders", "x-death": []any{death("orders", "rejected", at, 1)}}, "orders", "", ""},
+		{"header without x-death", amqp.Table{"x-retry-origin-queue": "orders"}, "orders", "", ""},
+		{"header bytes", amqp.Table{"x-retry-origin-queue": []byte("orders")}, "orders", "", ""},
+		{"header of 255 bytes", amqp.Table{"x-retry-origin-queue": long[1:]}, long[1:], "", ""},
+		{"header over x-first-death-queue", amqp.Table{"x-retry-origin-queue": "orders", "x-first-death-queue": "intake"}, "orders", "", ""},
 		{"newest x-death entry", amqp.Table{"x-death": []any{
 			death("orders", "rejected", at, 1), death("rebound.delay.1000", "expired", at, 1), death("intake", "rejected", at, 1),
-		}, "x-first-death-queue": "intake"}, "orders", ""},
-		{"x-first-death-queue", amqp.Table{"x-first-death-queue": "orders"}, "orders", ""},
-		{"x-first-death-queue bytes", amqp.Table{"x-first-death-queue": []byte("orders")}, "orders", ""},
-		{"unknown", amqp.Table{"x-first-death-reason": "rejected"}, "", ""},
-		{"nil table", nil, "", ""},
+		}, "x-first-death-queue": "intake"}, "orders", "", ""},
+		// On RabbitMQ 3.10 a client's x-death stays behind the broker's entry.
+		{"forged entries behind the broker's", amqp.Table{"x-retry-origin-queue": "payments", "x-death": []any{
+			death("orders", "rejected", at, 1), death("payments", "rejected", at, 1),
+		}}, "orders", "payments", ""},
+		{"x-first-death-queue", amqp.Table{"x-first-death-queue": "orders"}, "orders", "", ""},
+		{"x-first-death-queue bytes", amqp.Table{"x-first-death-queue": []byte("orders")}, "orders", "", ""},
+		{"unknown", amqp.Table{"x-first-death-reason": "rejected"}, "", "", ""},
+		{"nil table", nil, "", "", ""},
 
-		{"empty header falls back to x-death", amqp.Table{"x-retry-origin-queue": "", "x-death": []any{death("orders", "rejected", at, 1)}}, "orders", "x-retry-origin-queue"},
-		{"overlong header", amqp.Table{"x-retry-origin-queue": long, "x-first-death-queue": "orders"}, "orders", "x-retry-origin-queue"},
-		{"header of the wrong type", amqp.Table{"x-retry-origin-queue": int64(1), "x-first-death-queue": "orders"}, "orders", "x-retry-origin-queue"},
+		{"empty header falls back to x-first-death-queue", amqp.Table{"x-retry-origin-queue": "", "x-first-death-queue": "orders"}, "orders", "", "x-retry-origin-queue"},
+		{"overlong header", amqp.Table{"x-retry-origin-queue": long, "x-first-death-queue": "orders"}, "orders", "", "x-retry-origin-queue"},
+		{"header of the wrong type", amqp.Table{"x-retry-origin-queue": int64(1), "x-first-death-queue": "orders"}, "orders", "", "x-retry-origin-queue"},
 		{"newest x-death entry unreadable", amqp.Table{"x-death": []any{
 			amqp.Table{"queue": int64(7), "time": at}, death("intake", "rejected", at, 1),
-		}, "x-first-death-queue": "orders"}, "orders", "x-death"},
-		{"x-first-death-queue empty", amqp.Table{"x-first-death-queue": ""}, "", "x-first-death-queue"},
-		{"x-first-death-queue of the wrong type", amqp.Table{"x-first-death-queue": true}, "", "x-first-death-queue"},
+		}, "x-retry-origin-queue": "orders"}, "orders", "", "x-death"},
+		{"x-first-death-queue empty", amqp.Table{"x-first-death-queue": ""}, "", "", "x-first-death-queue"},
+		{"x-first-death-queue of the wrong type", amqp.Table{"x-first-death-queue": true}, "", "", "x-first-death-queue"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s, problems := decode(tt.h)
-			if s.Origin != tt.want {
-				t.Errorf("Origin = %q, want %q", s.Origin, tt.want)
+			if s.Origin != tt.want || s.ClaimedOrigin != tt.claimed {
+				t.Errorf("Origin = %q, ClaimedOrigin %q; want %q, %q", s.Origin, s.ClaimedOrigin, tt.want, tt.claimed)
 			}
 			wantProblem(t, problems, tt.problem, "")
 		})
+	}
+}
+
+func TestDecodeFirstDeath(t *testing.T) {
+	first, later := testNow().Add(-time.Hour), testNow().Add(-time.Minute)
+	tests := []struct {
+		name          string
+		h             amqp.Table
+		reason, queue string
+	}{
+		{"rebound's own headers first", amqp.Table{"x-retry-first-death-reason": "maxlen", "x-retry-first-death-queue": "orders",
+			"x-first-death-reason": "rejected", "x-first-death-queue": "intake"}, "maxlen", "orders"},
+		{"the broker's x-first-death-*", amqp.Table{"x-first-death-reason": "expired", "x-first-death-queue": "orders",
+			"x-death": []any{death("orders", "rejected", later, 1)}}, "expired", "orders"},
+		// RabbitMQ 3.10 writes no x-first-death-* when a message already
+		// had an x-death: the oldest entry, by time, tells.
+		{"the oldest x-death entry", amqp.Table{"x-death": []any{
+			death("orders", "rejected", later, 3), death("rebound.delay.1000", "expired", later, 2), death("intake", "maxlen", first, 1),
+		}}, "maxlen", "intake"},
+		{"none", amqp.Table{"tenant": "acme"}, "", ""},
+		{"unreadable own headers fall back", amqp.Table{"x-retry-first-death-reason": int64(4), "x-first-death-reason": "delivery_limit",
+			"x-first-death-queue": "orders"}, "delivery_limit", "orders"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := decode(tt.h)
+			if s.FirstDeathReason != tt.reason || s.FirstDeathQueue != tt.queue {
+				t.Errorf("first death %q in %q, want %q in %q", s.FirstDeathReason, s.FirstDeathQueue, tt.reason, tt.queue)
+			}
+		})
+	}
+}
+
+func TestDeaths(t *testing.T) {
+	at := testNow().Add(-time.Minute).Truncate(time.Second)
+	got := Deaths(amqp.Table{"x-death": []any{
+		death("rebound.inbox", "delivery_limit", at, 1), "junk", amqp.Table{"queue": int64(1)}, death("orders", "rejected", at, 2),
+	}})
+	want := []Death{{"rebound.inbox", "delivery_limit", at.UTC()}, {"", "", time.Time{}}, {"orders", "rejected", at.UTC()}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("Deaths = %v, want %v", got, want)
+	}
+	if d := Deaths(amqp.Table{"x-death": "not an array"}); len(d) != 0 {
+		t.Errorf("Deaths of a malformed x-death = %v, want none", d)
 	}
 }
 

@@ -11,8 +11,11 @@ import (
 
 // The writers below return a new table and never modify h, which is the
 // delivery's own header table. The copy is shallow: nested arrays and
-// tables (x-death among them) are shared with h, and neither side may
-// modify them.
+// tables are shared with h, and neither side may modify them. None of
+// them carries the broker's dead-letter and delivery headers (x-death,
+// x-first-death-*, x-last-death-*, x-delivery-count, x-acquired-count):
+// see brokerHeaders for why. What an operator needs of them, the first
+// death's reason and queue, is kept in rebound's own first-death headers.
 //
 // Numbers are written as int64 (an AMQP long), never as Go int, which
 // amqp091-go encodes in 32 bits. Every rebound header a writer leaves in
@@ -29,7 +32,8 @@ import (
 // both. When s.Origin is "" the origin header is dropped if it cannot be
 // read. The non-retryable header is rewritten as a boolean when h has one.
 // Parked reason and parked-at are dropped: a copy on its way back to its
-// queue is not parked.
+// queue is not parked. The first-death headers are written when s knows
+// them.
 func (c Codec) Retry(h amqp.Table, s State, delay time.Duration) amqp.Table {
 	n := c.Names
 	out := clone(h)
@@ -38,8 +42,10 @@ func (c Codec) Retry(h amqp.Table, s State, delay time.Duration) amqp.Table {
 	out[n.LastDelay] = clampDelay(delay).Milliseconds()
 	c.putOrigin(out, s.Origin)
 	c.putNonRetryable(out, s.NonRetryable)
+	c.putFirstDeath(out, s)
 	delete(out, n.ParkedReason)
 	delete(out, n.ParkedAt)
+	stripBroker(out)
 	return out
 }
 
@@ -60,34 +66,30 @@ func (c Codec) Park(h amqp.Table, s State, reason policy.Reason, at time.Time) a
 	}
 	c.putOrigin(out, s.Origin)
 	c.putNonRetryable(out, s.NonRetryable)
+	c.putFirstDeath(out, s)
 	out[n.ParkedReason] = string(reason)
 	out[n.ParkedAt] = at.UnixMilli()
+	stripBroker(out)
 	return out
 }
 
-// Replay returns the headers for a parked message sent back to its origin
-// by an operator: every application header kept, retry state reset (count
-// removed, task start = now, last delay, parked reason, parked at and
-// non-retryable removed), origin kept.
+// Replay returns the headers for a parked message sent back to origin (a
+// queue name, not empty) by an operator: every application header kept, retry state reset (count
+// removed, task start = now, last delay, parked reason, parked at,
+// non-retryable and first death removed), origin = origin.
 //
 // The message starts over as a new task: its retry budget is measured from
-// now. The origin is kept when it can be read (a byte array is rewritten as
-// a string) and dropped otherwise. x-death and x-retry-error are the
-// application's and are kept.
-func (c Codec) Replay(h amqp.Table, now time.Time) amqp.Table {
+// now, and its next failure is its first. x-retry-error is the
+// application's and is kept.
+func (c Codec) Replay(h amqp.Table, origin string, now time.Time) amqp.Table {
 	n := c.Names
 	out := clone(h)
-	delete(out, n.RetryCount)
-	delete(out, n.LastDelay)
-	delete(out, n.ParkedReason)
-	delete(out, n.ParkedAt)
-	delete(out, n.NonRetryable)
-	out[n.TaskStartedAt] = now.UnixMilli()
-	if q, why := queueName(out[n.OriginQueue]); why == "" {
-		putString(out, n.OriginQueue, q)
-	} else {
-		delete(out, n.OriginQueue)
+	for _, name := range [...]string{n.RetryCount, n.LastDelay, n.ParkedReason, n.ParkedAt, n.NonRetryable, n.FirstDeathReason, n.FirstDeathQueue} {
+		delete(out, name)
 	}
+	out[n.TaskStartedAt] = now.UnixMilli()
+	putString(out, n.OriginQueue, origin)
+	stripBroker(out)
 	return out
 }
 
@@ -120,6 +122,25 @@ func (c Codec) putOrigin(out amqp.Table, origin string) {
 		return
 	}
 	if _, why := queueName(out[name]); why != "" {
+		delete(out, name)
+	}
+}
+
+// putFirstDeath writes the first death's reason and queue, when known.
+// They no longer change once written, so they are left alone when
+// already there (see putString).
+func (c Codec) putFirstDeath(out amqp.Table, s State) {
+	if s.FirstDeathReason != "" {
+		putString(out, c.Names.FirstDeathReason, s.FirstDeathReason)
+	}
+	if s.FirstDeathQueue != "" {
+		putString(out, c.Names.FirstDeathQueue, s.FirstDeathQueue)
+	}
+}
+
+// stripBroker deletes the broker's dead-letter and delivery headers.
+func stripBroker(out amqp.Table) {
+	for _, name := range brokerHeaders {
 		delete(out, name)
 	}
 }

@@ -37,12 +37,25 @@ func rebounds() map[string]bool {
 	return map[string]bool{
 		n.RetryCount: true, n.TaskStartedAt: true, n.LastDelay: true, n.OriginQueue: true,
 		n.NonRetryable: true, n.ParkedReason: true, n.ParkedAt: true,
+		n.FirstDeathReason: true, n.FirstDeathQueue: true,
 	}
 }
 
+// broker reports whether a header is one the broker writes, which no copy
+// carries.
+func broker(name string) bool {
+	for _, b := range brokerHeaders {
+		if b == name {
+			return true
+		}
+	}
+	return false
+}
+
 // checkCopy checks what every writer promises: h unchanged, the result
-// valid AMQP, every application header kept with its exact type, rebound's
-// numbers written as int64, and nothing rebound owns left unreadable.
+// valid AMQP, every application header kept with its exact type, none of
+// the broker's dead-letter and delivery headers, rebound's numbers written
+// as int64, and nothing rebound owns left unreadable.
 func checkCopy(t *testing.T, h, out amqp.Table, before string, now time.Time) {
 	t.Helper()
 	if after := fmt.Sprint(h); after != before {
@@ -54,6 +67,12 @@ func checkCopy(t *testing.T, h, out amqp.Table, before string, now time.Time) {
 	own := rebounds()
 	for k, v := range h {
 		if own[k] {
+			continue
+		}
+		if broker(k) {
+			if _, ok := out[k]; ok {
+				t.Errorf("the copy carries the broker's %s header", k)
+			}
 			continue
 		}
 		w, ok := out[k]
@@ -86,18 +105,22 @@ func TestRetry(t *testing.T) {
 	out := c.Retry(h, s, 2500*time.Millisecond+300*time.Microsecond)
 	checkCopy(t, h, out, before, testNow())
 	want := amqp.Table{
-		"x-retry-count":         int64(1),
-		"x-task-started-at":     int64(testNowMs/1000-30) * 1000, // the x-death time
-		"x-retry-last-delay-ms": int64(2500),
-		"x-retry-origin-queue":  "orders",
+		"x-retry-count":              int64(1),
+		"x-task-started-at":          int64(testNowMs/1000-30) * 1000, // the x-death time
+		"x-retry-last-delay-ms":      int64(2500),
+		"x-retry-origin-queue":       "orders",
+		"x-retry-first-death-reason": "rejected",
+		"x-retry-first-death-queue":  "orders",
 	}
 	for k, v := range want {
 		if out[k] != v {
 			t.Errorf("%s = %T %v, want %T %v", k, out[k], out[k], v, v)
 		}
 	}
-	if len(out) != len(h)+len(want) {
-		t.Errorf("out has %d headers, want %d: %v", len(out), len(h)+len(want), out)
+	// The application's five headers and rebound's; none of the broker's
+	// four (x-death, x-first-death-exchange, -queue, -reason).
+	if len(out) != len(h)-4+len(want) {
+		t.Errorf("out has %d headers, want %d: %v", len(out), len(h)-4+len(want), out)
 	}
 
 	again, problems := c.Decode(out, time.Time{}, testNow(), nil)
@@ -298,9 +321,10 @@ func TestReplay(t *testing.T) {
 	before := fmt.Sprint(parked)
 
 	later := testNow().Add(48 * time.Hour)
-	out := c.Replay(parked, later)
+	out := c.Replay(parked, "orders", later)
 	checkCopy(t, parked, out, before, later)
-	for _, k := range []string{"x-retry-count", "x-retry-last-delay-ms", "x-retry-parked-reason", "x-retry-parked-at", "x-retry-non-retryable"} {
+	for _, k := range []string{"x-retry-count", "x-retry-last-delay-ms", "x-retry-parked-reason", "x-retry-parked-at",
+		"x-retry-non-retryable", "x-retry-first-death-reason", "x-retry-first-death-queue", "x-death", "x-first-death-queue"} {
 		if _, ok := out[k]; ok {
 			t.Errorf("%s kept: %v", k, out[k])
 		}
@@ -308,7 +332,7 @@ func TestReplay(t *testing.T) {
 	if out["x-task-started-at"] != later.UnixMilli() || out["x-retry-origin-queue"] != "orders" {
 		t.Errorf("start = %v, origin = %v", out["x-task-started-at"], out["x-retry-origin-queue"])
 	}
-	for _, k := range []string{"x-death", "x-first-death-queue", "x-retry-error", "tenant"} {
+	for _, k := range []string{"x-retry-error", "tenant"} {
 		if _, ok := out[k]; !ok {
 			t.Errorf("%s dropped", k)
 		}
@@ -321,25 +345,18 @@ func TestReplay(t *testing.T) {
 	}
 }
 
+// The replay goes where the caller decided, whatever the parked copy's
+// header says: the header is rewritten to match.
 func TestReplayOrigin(t *testing.T) {
 	c := NewCodec(DefaultNames())
-	tests := []struct {
-		name   string
-		origin any
-		want   any // nil: dropped
-	}{
-		{"string", "orders", "orders"},
-		{"bytes become a string", []byte("orders"), "orders"},
-		{"empty dropped", "", nil},
-		{"wrong type dropped", int64(1), nil},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			out := c.Replay(amqp.Table{"x-retry-origin-queue": tt.origin}, testNow())
-			if got, ok := out["x-retry-origin-queue"]; got != tt.want || ok != (tt.want != nil) {
-				t.Errorf("origin = %T %v", got, got)
-			}
-		})
+	for _, header := range []any{"orders", []byte("payments"), "", int64(1), nil} {
+		h := amqp.Table{}
+		if header != nil {
+			h["x-retry-origin-queue"] = header
+		}
+		if got := c.Replay(h, "orders", testNow())["x-retry-origin-queue"]; got != "orders" {
+			t.Errorf("header %#v: origin = %T %v, want orders", header, got, got)
+		}
 	}
 }
 
@@ -355,5 +372,5 @@ func TestWritersValidateWithJunk(t *testing.T) {
 	s, _ := c.Decode(h, time.Time{}, testNow(), nil)
 	checkCopy(t, h, c.Retry(h, s, time.Second), before, testNow())
 	checkCopy(t, h, c.Park(h, s, policy.MaxDuration, testNow()), before, testNow())
-	checkCopy(t, h, c.Replay(h, testNow()), before, testNow())
+	checkCopy(t, h, c.Replay(h, "orders", testNow()), before, testNow())
 }

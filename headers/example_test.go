@@ -97,7 +97,7 @@ func ExampleCodec_Park() {
 	reason, at, _ := codec.Parked(parked)
 	fmt.Println("parked:", reason, at.Format(time.RFC3339), "origin", parked["x-retry-origin-queue"])
 
-	replayed := codec.Replay(parked, now.Add(time.Hour))
+	replayed := codec.Replay(parked, "orders", now.Add(time.Hour))
 	fmt.Println("replayed count present:", replayed["x-retry-count"] != nil, "start:", replayed["x-task-started-at"])
 	// Output:
 	// parked: max-retries 2025-06-01T12:00:00Z origin orders

@@ -27,6 +27,12 @@ type Names struct {
 	Error         string // x-retry-error
 	ParkedReason  string // x-retry-parked-reason
 	ParkedAt      string // x-retry-parked-at
+	// FirstDeathReason and FirstDeathQueue say why and where the task
+	// was first dead-lettered (rejected, expired, maxlen, delivery_limit):
+	// what RabbitMQ's x-first-death-* said, kept on rebound's copies,
+	// which do not carry the broker's dead-letter headers.
+	FirstDeathReason string // x-retry-first-death-reason
+	FirstDeathQueue  string // x-retry-first-death-queue
 }
 
 // DefaultNames returns the header names of DESIGN.md.
@@ -40,17 +46,33 @@ func DefaultNames() Names {
 		Error:         "x-retry-error",
 		ParkedReason:  "x-retry-parked-reason",
 		ParkedAt:      "x-retry-parked-at",
+
+		FirstDeathReason: "x-retry-first-death-reason",
+		FirstDeathQueue:  "x-retry-first-death-queue",
 	}
 }
 
 // Headers RabbitMQ writes when it dead-letters a message. rebound reads
-// them only to find the origin queue and a first-failure time, never to
-// count retries: RabbitMQ 4.x ignores an x-death set by a client and 3.13
-// changed how it counts.
+// them only to find the origin queue, the first failure's time, reason and
+// queue, never to count retries: RabbitMQ 4.x ignores an x-death set by a
+// client and 3.13 changed how it counts.
 const (
-	XDeath           = "x-death"
-	XFirstDeathQueue = "x-first-death-queue"
+	XDeath            = "x-death"
+	XFirstDeathQueue  = "x-first-death-queue"
+	XFirstDeathReason = "x-first-death-reason"
 )
+
+// brokerHeaders are what RabbitMQ writes on a message it dead-letters or
+// delivers. rebound's copies never carry them: on RabbitMQ 3.10 (and
+// 3.13.3 to 3.13.7) a copied x-death that names the origin queue without a
+// "rejected" entry makes the broker drop the copy as a dead-letter cycle
+// when its delay ends, and the delivery counts of one queue mean nothing
+// in another.
+var brokerHeaders = [...]string{
+	XDeath, XFirstDeathQueue, XFirstDeathReason, "x-first-death-exchange",
+	"x-last-death-queue", "x-last-death-reason", "x-last-death-exchange",
+	"x-delivery-count", "x-acquired-count",
+}
 
 // Limits on what a reader accepts. Values outside them are not retry state
 // anyone meant to write; they are reported and treated as absent.
@@ -88,7 +110,18 @@ func NewCodec(n Names) Codec {
 // State is the retry state of one message plus where it goes back to.
 type State struct {
 	policy.State
-	Origin string // queue the message goes back to; "" when unknown
+	// Origin is the queue the message goes back to, "" when unknown: the
+	// broker's record first (the newest x-death entry, which a producer
+	// cannot forge when the broker dead-lettered the message), else the
+	// origin header, else x-first-death-queue.
+	Origin string
+	// ClaimedOrigin is the origin header's value when it names another
+	// queue than the broker's record, which wins; "" otherwise.
+	ClaimedOrigin string
+	// FirstDeathReason and FirstDeathQueue: rebound's own first-death
+	// headers, else the broker's x-first-death-*, else the oldest x-death
+	// entry; "" when unknown.
+	FirstDeathReason, FirstDeathQueue string
 }
 
 // Problem is one header that could not be read and was treated as absent.

@@ -16,11 +16,15 @@ type Listing struct {
 	Scanned  int       // messages read from the queue
 	Matched  int       // messages that matched the filter, limit aside
 	Messages []Message // matches, at most the filter's limit
+	// ByReason and ByOrigin count every match, limit aside, by parked
+	// reason and by origin queue ("" when unknown).
+	ByReason, ByOrigin map[string]int
 }
 
 // List reads every message once and returns the matching ones, leaving
 // them all in the queue.
 func (q Queue) List(ctx context.Context, f Filter, now time.Time) (l Listing, err error) {
+	l.ByReason, l.ByOrigin = map[string]int{}, map[string]int{}
 	r, err := q.open()
 	if err != nil {
 		return l, err
@@ -41,6 +45,8 @@ func (q Queue) List(ctx context.Context, f Filter, now time.Time) (l Listing, er
 			continue
 		}
 		l.Matched++
+		l.ByReason[m.Reason]++
+		l.ByOrigin[m.Origin]++
 		if f.Limit == 0 || len(l.Messages) < f.Limit {
 			l.Messages = append(l.Messages, m)
 		}
@@ -84,8 +90,10 @@ type Kept struct {
 
 // Why a matching message was not replayed.
 const (
-	WhyUnknownOrigin = "unknown origin queue"
-	WhyOriginMissing = "origin queue does not exist"
+	WhyUnknownOrigin    = "unknown origin queue"
+	WhyOwnQueue         = "origin is one of rebound's own queues"
+	WhyOriginNotAllowed = "origin queue not allowed by REBOUND_ORIGIN_QUEUES"
+	WhyOriginMissing    = "origin queue does not exist"
 	WhyReturned      = "returned by the broker: origin queue not routable"
 	WhyNacked        = "broker refused the copy (nack)"
 	WhyUnconfirmed   = "copy not confirmed in time (it may have been delivered too)"
@@ -114,9 +122,10 @@ type inFlight struct {
 // default exchange (mandatory, with publisher confirms), with the retry
 // state reset by Codec.Replay as of now, and removes the parked copy only
 // once the broker has confirmed the new one and not returned it. A message
-// whose origin is unknown or missing stays parked and is reported in Kept.
-// With dryRun nothing is published or removed; Replayed counts what would
-// be.
+// whose origin is unknown, one of rebound's own queues, not allowed by
+// OriginAllowed or missing stays parked and is reported in Kept: the
+// sidecar's rules. With dryRun nothing is published or removed; Replayed
+// counts what would be.
 func (q Queue) Replay(ctx context.Context, f Filter, now time.Time, dryRun bool) (res ReplayResult, err error) {
 	r, err := q.open()
 	if err != nil {
@@ -127,8 +136,11 @@ func (q Queue) Replay(ctx context.Context, f Filter, now time.Time, dryRun bool)
 			err = cerr
 		}
 	}()
-	exists := q.existence()
-	defer exists.close()
+	exists := map[string]bool{} // origin queue -> whether it exists
+	allowed := q.OriginAllowed
+	if allowed == nil {
+		allowed = func(string) bool { return true }
+	}
 
 	var pub *amqp.Channel
 	var returns chan amqp.Return
@@ -159,13 +171,16 @@ func (q Queue) Replay(ctx context.Context, f Filter, now time.Time, dryRun bool)
 			continue
 		}
 		res.Matched++
-		if m.Origin == "" {
-			res.Kept = append(res.Kept, Kept{m, WhyUnknownOrigin})
+		if why := q.unreplayable(m.Origin, allowed); why != "" {
+			res.Kept = append(res.Kept, Kept{m, why})
 			continue
 		}
-		found, err := exists.check(m.Origin)
-		if err != nil {
-			return res, err
+		found, checked := exists[m.Origin]
+		if !checked {
+			if found, err = republisher.QueueExists(q.Conn, m.Origin); err != nil {
+				return res, err
+			}
+			exists[m.Origin] = found
 		}
 		if !found {
 			res.Kept = append(res.Kept, Kept{m, WhyOriginMissing})
@@ -175,7 +190,7 @@ func (q Queue) Replay(ctx context.Context, f Filter, now time.Time, dryRun bool)
 			res.Replayed++
 			continue
 		}
-		dc, err := pub.PublishWithDeferredConfirmWithContext(ctx, "", m.Origin, true, false, q.replayCopy(d, now))
+		dc, err := pub.PublishWithDeferredConfirmWithContext(ctx, "", m.Origin, true, false, q.replayCopy(d, m.Origin, now))
 		if err != nil {
 			res.Kept = append(res.Kept, Kept{m, WhyInterrupted})
 			break
@@ -256,54 +271,24 @@ func (q Queue) settle(r *reader, batch []inFlight, returns <-chan amqp.Return, r
 	return nil
 }
 
-// replayCopy is the publishing sent back to the origin queue: body and
-// properties kept, retry state reset, except the user id (the broker
-// refuses one that is not the connection's own user) and expiration
-// (rebound never parks a message with one).
-func (q Queue) replayCopy(d amqp.Delivery, now time.Time) amqp.Publishing {
-	return republisher.Copy(d, q.Codec.Replay(d.Headers, now))
-}
-
-// queueCheck remembers which origin queues exist. A passive declare of a
-// missing queue closes its channel, so checks run on a channel of their
-// own, reopened after each miss.
-type queueCheck struct {
-	conn  *amqp.Connection
-	ch    *amqp.Channel
-	known map[string]bool
-}
-
-func (q Queue) existence() *queueCheck {
-	return &queueCheck{conn: q.Conn, known: map[string]bool{}}
-}
-
-func (c *queueCheck) check(queue string) (bool, error) {
-	if found, ok := c.known[queue]; ok {
-		return found, nil
-	}
-	if c.ch == nil {
-		ch, err := c.conn.Channel()
-		if err != nil {
-			return false, fmt.Errorf("open channel: %w", err)
-		}
-		c.ch = ch
-	}
-	_, err := c.ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-	var aerr *amqp.Error
+// unreplayable says why no message may be sent back to origin, or "".
+func (q Queue) unreplayable(origin string, allowed func(string) bool) string {
 	switch {
-	case err == nil:
-		c.known[queue] = true
-	case errors.As(err, &aerr) && aerr.Code == amqp.NotFound:
-		c.known[queue] = false
-		c.ch = nil // closed by the broker
-	default:
-		return false, fmt.Errorf("check origin queue %s: %w", queue, err)
+	case origin == "":
+		return WhyUnknownOrigin
+	case q.Topology.Owns(origin):
+		return WhyOwnQueue
+	case !allowed(origin):
+		return WhyOriginNotAllowed
 	}
-	return c.known[queue], nil
+	return ""
 }
 
-func (c *queueCheck) close() {
-	if c.ch != nil {
-		_ = c.ch.Close()
-	}
+// replayCopy is the publishing sent back to origin: body and properties
+// kept, retry state reset, except the user id (the broker refuses one that
+// is not the connection's own user) and expiration (rebound never parks a
+// message with one).
+func (q Queue) replayCopy(d amqp.Delivery, origin string, now time.Time) amqp.Publishing {
+	dest := republisher.Direct(origin)
+	return republisher.Copy(d, q.Codec.Replay(d.Headers, origin, now), dest)
 }

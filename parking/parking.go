@@ -25,17 +25,22 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/rebound-mq/rebound/headers"
+	"github.com/rebound-mq/rebound/policy"
+	"github.com/rebound-mq/rebound/republisher"
 )
 
 // Message is one parked message as read from the parking queue.
 type Message struct {
 	Delivery  amqp.Delivery
-	Reason    string    // parked reason header; "" when absent or unreadable
-	ParkedAt  time.Time // zero when absent or unreadable
+	Reason    string    // why it was parked; "" when unknown
+	ParkedAt  time.Time // zero when unknown
 	Origin    string    // queue a replay sends it to; "" when unknown
 	Retries   int       // retries scheduled before it was parked
 	StartedAt time.Time // task start, as rebound reads it
 	Error     string    // the consumer's last error header, if any
+	// FirstDeathReason and FirstDeathQueue say why and where the task was
+	// first dead-lettered (rejected, expired, maxlen, delivery_limit).
+	FirstDeathReason, FirstDeathQueue string
 }
 
 // ID returns the message id property.
@@ -65,22 +70,43 @@ func (f Filter) Match(m Message, now time.Time) bool {
 	return true
 }
 
-// Queue is the parking queue reached through one connection.
+// Queue is the parking queue of a topology, reached through one
+// connection.
 type Queue struct {
-	Conn  *amqp.Connection
-	Name  string
-	Codec headers.Codec
+	Conn     *amqp.Connection
+	Topology republisher.Topology
+	Codec    headers.Codec
+	// OriginAllowed says whether a replay may send a message to a queue
+	// (REBOUND_ORIGIN_QUEUES); nil allows any.
+	OriginAllowed func(queue string) bool
 	// ConfirmTimeout bounds the wait for the broker's confirms of one
 	// batch of replayed copies; 0 means 30s.
 	ConfirmTimeout time.Duration
 }
 
-// Decode reads what rebound wrote on a parked delivery.
+// Name is the parking queue's name.
+func (q Queue) Name() string { return q.Topology.ParkingQueue }
+
+// Decode reads what rebound wrote on a parked delivery, or, for a message
+// the broker moved there from rebound's quorum inbox after its delivery
+// limit, what the broker wrote: reason delivery-limit, parked when the
+// inbox dead-lettered it, origin the queue that dead-lettered it into the
+// inbox before (else the origin header).
 func (q Queue) Decode(d amqp.Delivery, now time.Time) Message {
 	s, _ := q.Codec.Decode(d.Headers, d.Timestamp, now, nil)
-	m := Message{Delivery: d, Origin: s.Origin, Retries: s.Retries, StartedAt: s.StartedAt}
+	m := Message{Delivery: d, Origin: s.Origin, Retries: s.Retries, StartedAt: s.StartedAt,
+		FirstDeathReason: s.FirstDeathReason, FirstDeathQueue: s.FirstDeathQueue}
 	if reason, at, ok := q.Codec.Parked(d.Headers); ok {
 		m.Reason, m.ParkedAt = string(reason), at
+	} else if deaths := headers.Deaths(d.Headers); len(deaths) > 0 && deaths[0].Queue == q.Topology.InboxQueue && deaths[0].Reason == "delivery_limit" {
+		m.Reason, m.ParkedAt = string(policy.DeliveryLimit), deaths[0].Time
+		m.Origin = s.ClaimedOrigin // the origin header, rebound's own
+		for _, earlier := range deaths[1:] {
+			if earlier.Queue != "" && !q.Topology.Owns(earlier.Queue) {
+				m.Origin = earlier.Queue
+				break
+			}
+		}
 	}
 	switch v := d.Headers[q.Codec.Names.Error].(type) {
 	case string:
@@ -108,13 +134,13 @@ func (q Queue) open() (*reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open channel: %w", err)
 	}
-	st, err := ch.QueueDeclarePassive(q.Name, true, false, false, false, nil)
+	st, err := ch.QueueDeclarePassive(q.Name(), true, false, false, false, nil)
 	if err != nil {
 		var aerr *amqp.Error
 		if errors.As(err, &aerr) && aerr.Code == amqp.NotFound {
 			return nil, ErrNoQueue
 		}
-		return nil, fmt.Errorf("inspect queue %s: %w", q.Name, err)
+		return nil, fmt.Errorf("inspect queue %s: %w", q.Name(), err)
 	}
 	return &reader{q: q, ch: ch, remaining: st.Messages}, nil
 }
@@ -125,9 +151,9 @@ func (r *reader) next(ctx context.Context) (amqp.Delivery, bool, error) {
 	if r.remaining <= 0 || ctx.Err() != nil {
 		return amqp.Delivery{}, false, nil
 	}
-	d, ok, err := r.ch.Get(r.q.Name, false)
+	d, ok, err := r.ch.Get(r.q.Name(), false)
 	if err != nil {
-		return amqp.Delivery{}, false, fmt.Errorf("get from %s: %w", r.q.Name, err)
+		return amqp.Delivery{}, false, fmt.Errorf("get from %s: %w", r.q.Name(), err)
 	}
 	if !ok {
 		r.remaining = 0

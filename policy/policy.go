@@ -87,11 +87,17 @@ const (
 	MaxRetries    Reason = "max-retries"
 	MaxDuration   Reason = "max-duration"
 	NonRetryable  Reason = "non-retryable"
-	UnknownOrigin Reason = "unknown-origin"
+	UnknownOrigin Reason = "unknown-origin" // no origin, one of rebound's own queues, or one that does not exist
+	// OriginNotAllowed: the origin does not match REBOUND_ORIGIN_QUEUES.
+	OriginNotAllowed Reason = "origin-not-allowed"
+	// DeliveryLimit is the reason `rebound parked` shows for a message
+	// the broker moved from rebound's quorum inbox to the parking queue
+	// after its delivery limit; rebound itself never parks with it.
+	DeliveryLimit Reason = "delivery-limit"
 )
 
-// Reasons lists every park reason.
-var Reasons = []Reason{MaxRetries, MaxDuration, NonRetryable, UnknownOrigin}
+// Reasons lists every reason rebound parks a message for.
+var Reasons = []Reason{MaxRetries, MaxDuration, NonRetryable, UnknownOrigin, OriginNotAllowed}
 
 // Policy is a validated retry policy. The zero value is not useful; build
 // one from configuration (package config validates every field). Decide

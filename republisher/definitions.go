@@ -2,7 +2,7 @@ package republisher
 
 import (
 	"regexp"
-	"time"
+	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -60,13 +60,12 @@ type PolicyDefinition struct {
 
 // Definitions describes the topology in vhost as a definitions document:
 // the exchanges, fixed queues and bindings Declare declares (all durable,
-// same arguments), plus the delay queue and binding of each delay given.
-// Delay queues are otherwise declared by the sidecar on first use, since
-// with jitter the set of delays is not known in advance.
+// same arguments). Delay queues are declared by the sidecar on first use,
+// since with jitter the set of delays is not known in advance.
 //
 // Policies is empty: see DeadLetterPolicy for the application queues,
-// which are the operator's, and LazyDelayQueuePolicy.
-func (t Topology) Definitions(vhost string, delays ...time.Duration) Definitions {
+// which are the operator's, and Policies for rebound's own.
+func (t Topology) Definitions(vhost string) Definitions {
 	defs := Definitions{
 		Exchanges: []ExchangeDefinition{},
 		Queues:    []QueueDefinition{},
@@ -91,11 +90,6 @@ func (t Topology) Definitions(vhost string, delays ...time.Duration) Definitions
 		queue(q)
 	}
 	for _, b := range t.Bindings() {
-		binding(b)
-	}
-	for _, d := range delays {
-		q, b := t.DelayQueue(d)
-		queue(q)
 		binding(b)
 	}
 	return defs
@@ -131,6 +125,50 @@ func (t Topology) LazyDelayQueuePolicy(vhost, name string) PolicyDefinition {
 	return PolicyDefinition{
 		VHost: vhost, Name: name, Pattern: "^" + regexp.QuoteMeta(t.DelayQueuePrefix) + "[0-9]+$", ApplyTo: "queues",
 		Definition: amqp.Table{"queue-mode": "lazy"}, Priority: policyPriority,
+	}
+}
+
+// Names of rebound's own policies, as deploy/rabbitmq/setup.sh sets them.
+const (
+	LazyDelayQueuePolicyName         = "rebound-delay-queues-lazy"
+	InboxDeadLetterPolicyName        = "rebound-inbox-dead-letter"
+	ParkingNoDeliveryLimitPolicyName = "rebound-parked-no-delivery-limit"
+)
+
+// Policies returns the policies rebound's own queues need in vhost:
+//
+//   - with classic queues, LazyDelayQueuePolicy;
+//   - with quorum queues, one that makes the inbox dead-letter to the
+//     parking queue, and on RabbitMQ 4.0 and later one that lifts the
+//     parking queue's delivery limit: what Queues declares as arguments,
+//     for the queues an earlier rebound declared without them (arguments
+//     cannot be added to an existing queue, policies can; an argument
+//     wins over a policy, so they change nothing for queues declared with
+//     them). RabbitMQ 3.x refuses a delivery limit of -1 in a policy.
+func (t Topology) Policies(vhost string) []PolicyDefinition {
+	if !t.Quorum {
+		return []PolicyDefinition{t.LazyDelayQueuePolicy(vhost, LazyDelayQueuePolicyName)}
+	}
+	queues := t.Queues()
+	policies := []PolicyDefinition{t.argumentPolicy(vhost, InboxDeadLetterPolicyName, queues[0])}
+	if t.DeliveryLimits {
+		policies = append(policies, t.argumentPolicy(vhost, ParkingNoDeliveryLimitPolicyName, queues[1]))
+	}
+	return policies
+}
+
+// argumentPolicy is a policy for exactly queue q that sets what its
+// declaration's added arguments set.
+func (t Topology) argumentPolicy(vhost, name string, q Queue) PolicyDefinition {
+	def := amqp.Table{}
+	for _, arg := range addedArgs {
+		if v, ok := q.Args[arg]; ok {
+			def[strings.TrimPrefix(arg, "x-")] = v
+		}
+	}
+	return PolicyDefinition{
+		VHost: vhost, Name: name, Pattern: "^" + regexp.QuoteMeta(q.Name) + "$", ApplyTo: "queues",
+		Definition: def, Priority: policyPriority,
 	}
 }
 

@@ -5,10 +5,16 @@
 // delivered exactly once to the callback given to Publish: Confirmed only
 // when the broker acked the copy and did not return it. Returns and acks
 // arrive on two notification channels; a basic.return always precedes the
-// basic.ack of the same message on the wire, and the Publisher reads both
-// in one goroutine from an unbuffered return channel, so a returned copy is
-// never reported Confirmed. Callbacks run on that goroutine and must not
-// block.
+// basic.ack of the same message on the wire, and amqp091-go's one reader
+// goroutine hands the return over before it reads the ack. The Publisher
+// reads both in one goroutine and, before it handles a confirm, takes
+// every return already handed over, so a returned copy is never reported
+// Confirmed. Both channels are buffered for the whole publish window, and
+// that goroutine never waits on anything that waits on the broker: the
+// library abandons a notification its listener does not take within 5s
+// (amqp091-go v1.16, notifyAll), and an abandoned return would let the
+// ack that follows it pass for a confirm. Callbacks run on that goroutine
+// and must not block.
 //
 // A Publisher belongs to one connection generation. When its channel or
 // connection closes, or a confirm does not come within the timeout, every
@@ -59,19 +65,33 @@ func (o Outcome) String() string {
 type Destination struct {
 	Exchange   string
 	RoutingKey string
+	// CC is the queue a delayed copy goes back to when its delay ends,
+	// carried in the CC header (see Topology); "" for none.
+	CC string
 	// Delay is the delay queue the copy goes through, 0 for none. The
 	// queue is declared on first use.
 	Delay time.Duration
 }
 
+// Direct is the destination of a copy sent straight to queue through the
+// default exchange.
+func Direct(queue string) Destination {
+	return Destination{RoutingKey: queue}
+}
+
+// Delayed is the destination of a copy that waits d in its delay queue
+// and then goes back to origin.
+func (t Topology) Delayed(d time.Duration, origin string) Destination {
+	return Destination{Exchange: t.DelayExchange, RoutingKey: t.DelayKey(d), CC: origin, Delay: d}
+}
+
 // routeKey identifies a destination as a basic.return describes it.
 type routeKey struct {
 	exchange, routingKey string
-	delayMs              int64
 }
 
 func (d Destination) key() routeKey {
-	return routeKey{d.Exchange, d.RoutingKey, d.Delay.Milliseconds()}
+	return routeKey{d.Exchange, d.RoutingKey}
 }
 
 type pending struct {
@@ -90,14 +110,18 @@ type Publisher struct {
 	timeout time.Duration
 	now     func() time.Time
 
-	declMu   sync.Mutex // guards declCh and the declared/origin caches
+	// declMu guards declCh and the declared/origin caches. It is held
+	// across declarations, which wait for the broker: the confirm loop
+	// never takes it.
+	declMu   sync.Mutex
 	declCh   *amqp.Channel
 	declared map[int64]time.Time  // delay queue (ms) -> last publish to it
 	origins  map[string]time.Time // origin queue -> when it was last seen to exist
 
-	mu      sync.Mutex // guards pending and blocked
+	mu      sync.Mutex // guards pending, blocked and stale; never held across I/O
 	pending map[uint64]*pending
 	blocked bool
+	stale   map[int64]bool // delay queues (ms) a copy was returned from: declare them again
 
 	done chan struct{}
 	err  error // set before done is closed
@@ -121,12 +145,13 @@ func New(conn *amqp.Connection, topo Topology, window int, confirmTimeout time.D
 	p := &Publisher{
 		conn: conn, ch: ch, declCh: declCh, topo: topo, timeout: confirmTimeout, now: time.Now,
 		declared: map[int64]time.Time{}, origins: map[string]time.Time{},
-		pending: map[uint64]*pending{}, done: make(chan struct{}),
+		pending: map[uint64]*pending{}, stale: map[int64]bool{}, done: make(chan struct{}),
 	}
+	// At most window publishes are pending, each confirmed once and
+	// returned at most once: neither buffer ever fills, so the library
+	// never waits on rebound.
 	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, window+16))
-	// Unbuffered on purpose: the library hands over a return before it
-	// processes the ack that follows it, so the loop sees it first.
-	returns := ch.NotifyReturn(make(chan amqp.Return))
+	returns := ch.NotifyReturn(make(chan amqp.Return, window+16))
 	blocks := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
 	go p.loop(confirms, returns, blocks)
 	return p, nil
@@ -144,13 +169,6 @@ func (p *Publisher) Blocked() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.blocked
-}
-
-// Pending returns how many publishes await their outcome.
-func (p *Publisher) Pending() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.pending)
 }
 
 // Publish sends msg to dest with the mandatory flag. done is called once,
@@ -196,6 +214,9 @@ func (p *Publisher) loop(confirms <-chan amqp.Confirmation, returns <-chan amqp.
 				p.stop(Closed, errors.New("publish channel closed"))
 				return
 			}
+			// The return of a copy, if any, was handed over before its
+			// confirm: take it first.
+			returns = p.takeReturns(returns)
 			p.resolve(c)
 		case b, ok := <-blocks:
 			if ok {
@@ -220,17 +241,31 @@ func (p *Publisher) tickInterval() time.Duration {
 	return min(max(p.timeout/4, 10*time.Millisecond), time.Second)
 }
 
+// takeReturns marks every return waiting in returns, without blocking,
+// and returns the channel, or nil once the library closed it.
+func (p *Publisher) takeReturns(returns <-chan amqp.Return) <-chan amqp.Return {
+	for {
+		select {
+		case r, ok := <-returns:
+			if !ok {
+				return nil
+			}
+			p.markReturned(r)
+		default:
+			return returns
+		}
+	}
+}
+
 func (p *Publisher) markReturned(r amqp.Return) {
 	key := routeKey{exchange: r.Exchange, routingKey: r.RoutingKey}
-	if ms, ok := r.Headers[DelayRouteHeader].(int64); ok && r.Exchange == p.topo.DelayExchange {
-		key.delayMs = ms
-		// The delay queue or its binding is gone: declare it again next time.
-		p.declMu.Lock()
-		delete(p.declared, ms)
-		p.declMu.Unlock()
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if ms, ok := p.topo.delayOfKey(r.RoutingKey); ok && r.Exchange == p.topo.DelayExchange {
+		// The delay queue or its binding is gone: declare it again next
+		// time (ensureDelayQueue reads this).
+		p.stale[ms] = true
+	}
 	// A return does not name its sequence number. Every copy still pending
 	// for the same destination is treated as returned: at worst a copy that
 	// did arrive is published again (a duplicate), never the reverse.
@@ -304,9 +339,16 @@ func (p *Publisher) stop(outcome Outcome, err error) {
 // ensureDelayQueue declares the delay queue for d once per Publisher and
 // notes that it is in use.
 func (p *Publisher) ensureDelayQueue(d time.Duration) error {
+	ms := d.Milliseconds()
+	p.mu.Lock()
+	stale := p.stale[ms]
+	delete(p.stale, ms)
+	p.mu.Unlock()
 	p.declMu.Lock()
 	defer p.declMu.Unlock()
-	ms := d.Milliseconds()
+	if stale {
+		delete(p.declared, ms)
+	}
 	if _, ok := p.declared[ms]; !ok {
 		if err := p.withDeclareChannel(func(ch *amqp.Channel) error { return p.topo.DeclareDelayQueue(ch, d) }); err != nil {
 			return err
@@ -362,9 +404,9 @@ func (p *Publisher) SweepIdle(idle time.Duration) ([]string, error) {
 // originRecheck is how long a queue seen to exist is trusted to still exist.
 const originRecheck = time.Minute
 
-// OriginExists reports whether queue exists on the broker, checking at most
-// once a minute per queue. A copy sent towards a queue that does not exist
-// would be dropped by the broker when its delay ends.
+// OriginExists reports whether queue exists on the broker (QueueExists),
+// checking at most once a minute per queue. A copy sent towards a queue
+// that does not exist would be dropped by the broker when its delay ends.
 func (p *Publisher) OriginExists(queue string) (bool, error) {
 	p.declMu.Lock()
 	defer p.declMu.Unlock()
@@ -372,25 +414,35 @@ func (p *Publisher) OriginExists(queue string) (bool, error) {
 	if seen, ok := p.origins[queue]; ok && now.Sub(seen) < originRecheck {
 		return true, nil
 	}
-	err := p.withDeclareChannel(func(ch *amqp.Channel) error {
+	exists, err := QueueExists(p.conn, queue)
+	if err != nil {
+		return false, err
+	}
+	if exists {
+		p.origins[queue] = now
+	} else {
+		delete(p.origins, queue)
+	}
+	return exists, nil
+}
+
+// QueueExists reports whether queue exists in conn's virtual host, with a
+// passive declaration on a channel of its own (a miss closes it). A
+// passive declaration needs no permission, so any answer but the queue or
+// NOT_FOUND is an error, not a guess.
+func QueueExists(conn *amqp.Connection, queue string) (bool, error) {
+	err := withChannel(conn, func(ch *amqp.Channel) error {
 		_, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 		return err
 	})
 	var amqpErr *amqp.Error
 	switch {
 	case err == nil:
-		p.origins[queue] = now
 		return true, nil
 	case errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound:
-		delete(p.origins, queue)
 		return false, nil
-	case errors.As(err, &amqpErr) && amqpErr.Code == amqp.AccessRefused:
-		// Not allowed to look: assume it exists, as the broker would
-		// have before this check was added.
-		p.origins[queue] = now
-		return true, nil
 	}
-	return false, err
+	return false, fmt.Errorf("check queue %s: %w", queue, err)
 }
 
 // withDeclareChannel runs f on the declare channel, replacing the channel

@@ -3,26 +3,57 @@ package republisher
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// DelayRouteHeader carries the delay, in milliseconds, that the delay
-// exchange routes on. It must not start with "x-": RabbitMQ's headers
-// exchange ignores binding arguments with that prefix, so a binding on an
-// x- header would match every message and copy it into every delay queue.
-const DelayRouteHeader = "rebound-delay-ms"
-
 // Topology names everything rebound declares on the broker. It is the one
-// description both the sidecar and `rebound topology` work from.
+// description the sidecar, `rebound topology` and `rebound parked` work
+// from.
+//
+// Delay routing costs O(1) per copy, whatever the number of delay queues:
+// a copy is published to the direct DelayExchange with its delay queue's
+// key (DelayKey) as routing key and its origin queue in the CC header. The
+// direct exchange routes on the key alone (no queue is bound under an
+// origin's name there). When the TTL fires, the delay queue dead-letters
+// the copy to the default exchange with its original routing keys, CC
+// included: the delay key routes nowhere, since no queue can be named
+// "amq.…", and the CC key reaches the origin queue. A headers exchange
+// would evaluate every delay queue's binding for every copy, and full
+// jitter spreads copies over hundreds of delay queues.
 type Topology struct {
 	InboxQueue         string
 	DeadLetterExchange string // fanout, bound to InboxQueue
-	DelayExchange      string // headers exchange, routes on DelayRouteHeader
+	DelayExchange      string // direct, routes on DelayKey
 	DelayQueuePrefix   string
 	ParkingQueue       string
 	Quorum             bool // declare quorum queues instead of classic ones
+	// DeliveryLimits says the broker limits deliveries of a quorum queue
+	// by default (RabbitMQ 4.0 and later, 20), dropping a message past
+	// the limit unless the queue dead-letters it; see ForServer.
+	DeliveryLimits bool
+}
+
+// ForServer returns t for the broker that announced these connection
+// properties: on RabbitMQ 4.0 and later, quorum queues have a delivery
+// limit by default, and the parking queue is declared without one.
+func (t Topology) ForServer(properties amqp.Table) Topology {
+	v, _ := properties["version"].(string)
+	t.DeliveryLimits = VersionAtLeast(v, 4, 0)
+	return t
+}
+
+// VersionAtLeast reports whether version ("4.3.6") is major.minor or later.
+func VersionAtLeast(version string, major, minor int) bool {
+	parts := strings.SplitN(version, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(parts[1])
+	return err1 == nil && err2 == nil && (ma > major || (ma == major && mi >= minor))
 }
 
 // Exchange is one exchange rebound declares.
@@ -49,16 +80,35 @@ type Binding struct {
 func (t Topology) Exchanges() []Exchange {
 	return []Exchange{
 		{Name: t.DeadLetterExchange, Kind: amqp.ExchangeFanout},
-		{Name: t.DelayExchange, Kind: amqp.ExchangeHeaders},
+		{Name: t.DelayExchange, Kind: amqp.ExchangeDirect},
 	}
 }
 
 // Queues returns the fixed queues rebound needs, all durable. Delay queues
 // are declared on first use; see DelayQueue.
+//
+// Quorum queues that rebound consumes must never drop a message (RabbitMQ
+// 4.x drops one past the delivery limit of a queue that does not
+// dead-letter). The inbox dead-letters to the parking queue, at least
+// once: a message rebound could not settle in 20 deliveries (rebound
+// killed each time with it unacked) is parked by the broker, its x-death
+// reason delivery_limit. The parking queue has no delivery limit on a
+// broker that would impose one: `rebound parked` killed while it holds
+// messages must not count against them.
 func (t Topology) Queues() []Queue {
+	inbox, parking := t.queueArgs(), t.queueArgs()
+	if t.Quorum {
+		inbox["x-dead-letter-exchange"] = ""
+		inbox["x-dead-letter-routing-key"] = t.ParkingQueue
+		inbox["x-dead-letter-strategy"] = "at-least-once"
+		inbox[amqp.QueueOverflowArg] = amqp.QueueOverflowRejectPublish
+		if t.DeliveryLimits {
+			parking["x-delivery-limit"] = int64(-1)
+		}
+	}
 	return []Queue{
-		{Name: t.InboxQueue, Args: t.queueArgs()},
-		{Name: t.ParkingQueue, Args: t.queueArgs()},
+		{Name: t.InboxQueue, Args: inbox},
+		{Name: t.ParkingQueue, Args: parking},
 	}
 }
 
@@ -74,11 +124,34 @@ func (t Topology) queueArgs() amqp.Table {
 	return amqp.Table{}
 }
 
+// DelayKey is the routing key of the delay queue for d on the delay
+// exchange: "amq." + the queue's name. Queue names starting "amq." are
+// the broker's, so when the delay queue dead-letters a copy to the default
+// exchange under this key, it reaches no queue.
+func (t Topology) DelayKey(d time.Duration) string {
+	return "amq." + t.delayQueueName(d.Milliseconds())
+}
+
+func (t Topology) delayQueueName(ms int64) string {
+	return t.DelayQueuePrefix + strconv.FormatInt(ms, 10)
+}
+
+// delayOfKey is the delay, in milliseconds, whose DelayKey is key.
+func (t Topology) delayOfKey(key string) (int64, bool) {
+	digits, ok := strings.CutPrefix(key, "amq."+t.DelayQueuePrefix)
+	if !ok {
+		return 0, false
+	}
+	ms, err := strconv.ParseInt(digits, 10, 64)
+	return ms, err == nil && ms > 0
+}
+
 // DelayQueue returns the queue that holds messages for delay d and its
 // binding on the delay exchange. Messages expire after d and are
-// dead-lettered to the default exchange under the routing key they were
-// published with: the origin queue. There is deliberately no x-expires: a
-// queue that expires is deleted with the messages it still holds.
+// dead-lettered to the default exchange under the keys they were published
+// with: the delay key, which reaches no queue, and the origin queue's name
+// in CC. There is deliberately no x-expires: a queue that expires is
+// deleted with the messages it still holds.
 func (t Topology) DelayQueue(d time.Duration) (Queue, Binding) {
 	ms := d.Milliseconds()
 	args := t.queueArgs()
@@ -91,52 +164,42 @@ func (t Topology) DelayQueue(d time.Duration) (Queue, Binding) {
 		args["x-dead-letter-strategy"] = "at-least-once"
 		args[amqp.QueueOverflowArg] = amqp.QueueOverflowRejectPublish
 	}
-	q := Queue{Name: t.DelayQueuePrefix + strconv.FormatInt(ms, 10), Args: args}
-	b := Binding{Exchange: t.DelayExchange, Queue: q.Name, Args: amqp.Table{"x-match": "all", DelayRouteHeader: ms}}
+	q := Queue{Name: t.delayQueueName(ms), Args: args}
+	b := Binding{Exchange: t.DelayExchange, Queue: q.Name, Key: t.DelayKey(d)}
 	return q, b
 }
 
-// Declare declares the exchanges, fixed queues and bindings on ch. It is
-// idempotent; a queue that exists with other arguments fails with a
-// PRECONDITION_FAILED error that closes ch.
-func (t Topology) Declare(ch *amqp.Channel) error {
-	for _, e := range t.Exchanges() {
-		if err := ch.ExchangeDeclare(e.Name, e.Kind, true, false, false, false, nil); err != nil {
-			return fmt.Errorf("declare exchange %s: %w", e.Name, err)
+// Owns reports whether queue is one of rebound's own: the inbox, the
+// parking queue or a delay queue. None of them is ever an origin: a
+// message sent "back" to one would loop through rebound or slip into the
+// parking queue unmarked.
+func (t Topology) Owns(queue string) bool {
+	if queue == t.InboxQueue || queue == t.ParkingQueue {
+		return true
+	}
+	digits, ok := strings.CutPrefix(queue, t.DelayQueuePrefix)
+	if !ok || digits == "" {
+		return false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
 		}
+	}
+	return true
+}
+
+// Describe lists what t declares, one line each, for people.
+func (t Topology) Describe() []string {
+	var lines []string
+	for _, e := range t.Exchanges() {
+		lines = append(lines, fmt.Sprintf("exchange %s (%s, durable)", e.Name, e.Kind))
 	}
 	for _, q := range t.Queues() {
-		if err := declareQueue(ch, q); err != nil {
-			return err
-		}
+		lines = append(lines, fmt.Sprintf("queue %s (durable%s)", q.Name, formatArgs(q.Args)))
 	}
 	for _, b := range t.Bindings() {
-		if err := bind(ch, b); err != nil {
-			return err
-		}
+		lines = append(lines, fmt.Sprintf("binding %s -> %s", b.Exchange, b.Queue))
 	}
-	return nil
-}
-
-// DeclareDelayQueue declares the delay queue for d and binds it.
-func (t Topology) DeclareDelayQueue(ch *amqp.Channel, d time.Duration) error {
-	q, b := t.DelayQueue(d)
-	if err := declareQueue(ch, q); err != nil {
-		return err
-	}
-	return bind(ch, b)
-}
-
-func declareQueue(ch *amqp.Channel, q Queue) error {
-	if _, err := ch.QueueDeclare(q.Name, true, false, false, false, q.Args); err != nil {
-		return fmt.Errorf("declare queue %s: %w", q.Name, err)
-	}
-	return nil
-}
-
-func bind(ch *amqp.Channel, b Binding) error {
-	if err := ch.QueueBind(b.Queue, b.Key, b.Exchange, false, b.Args); err != nil {
-		return fmt.Errorf("bind queue %s to %s: %w", b.Queue, b.Exchange, err)
-	}
-	return nil
+	return lines
 }

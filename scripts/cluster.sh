@@ -1,49 +1,78 @@
 #!/usr/bin/env bash
-# A three-node RabbitMQ cluster on this host, for the cluster test
-# (TestClusterNodeStopped in cluster_test.go; `make test` runs it).
+# A three-node RabbitMQ cluster on this host, for the cluster tests
+# (e2e/cluster_test.go; `make test` runs them), on either broker of the
+# test matrix.
 #
-#   scripts/cluster.sh start              start rebound-c1..c3@localhost, cluster them, wait for 3 running
-#   scripts/cluster.sh stop               stop them and delete their data
-#   scripts/cluster.sh status             the nodes and the running cluster members (exit 1 unless 3 run)
-#   scripts/cluster.sh stop-node N        stop node N (1-3), keeping its data: the test's fault
-#   scripts/cluster.sh start-node N       start node N again; it rejoins the cluster from its data
+#   scripts/cluster.sh [-b 3.10|4.3] start         start three nodes, cluster them, wait for 3 running
+#   scripts/cluster.sh [-b 3.10|4.3] stop          stop them and delete their data
+#   scripts/cluster.sh [-b 3.10|4.3] status        the nodes and the running members (exit 1 unless 3 run)
+#   scripts/cluster.sh [-b 3.10|4.3] stop-node N   stop node N (1-3), keeping its data: a test's fault
+#   scripts/cluster.sh [-b 3.10|4.3] start-node N  start node N again; it rejoins the cluster from its data
 #
-# The nodes run beside the host's main node (rabbit@localhost on 5672), which
-# this script never touches: AMQP on 127.0.0.1:5701-5703, distribution on
-# 25701-25703, each with its own environment, config, data and log under
-# $REBOUND_CLUSTER_DIR (default /var/lib/rabbitmq/rebound-cluster), and no
-# plugins, so no management or Prometheus port clashes with the main node's.
-# They share the host's Erlang cookie and epmd. Run as root (or as the
-# rabbitmq user) after scripts/ensure-rabbitmq.sh. `start` is idempotent: a
-# healthy cluster is left alone, anything else (a previous run's remains) is
-# stopped and wiped first. `stop` is safe to run again and again.
+# 3.10 (the default): rebound-c1..c3@localhost, Debian 12's RabbitMQ on the
+# host, AMQP on 127.0.0.1:5701-5703, distribution on 25701-25703, data
+# under /var/lib/rabbitmq/rebound-cluster.
+# 4.3: rebound43-c1..c3@localhost, Debian sid's RabbitMQ in the chroot of
+# scripts/rabbitmq43.sh (run `scripts/rabbitmq43.sh ensure` first), AMQP on
+# 127.0.0.1:5711-5713, distribution on 25711-25713, data under the chroot's
+# /var/lib/rabbitmq/rebound-cluster.
+#
+# The nodes run beside the broker's main node (rabbit@localhost on 5672,
+# rabbit43@localhost on 5674), which this script never touches, each with
+# its own environment, config, data and log, and no plugins, so no
+# management or Prometheus port clashes. They share the host's epmd and
+# their broker's Erlang cookie. Run as root. `start` is idempotent: a
+# healthy cluster is left alone, anything else (a previous run's remains)
+# is stopped and wiped first. `stop` is safe to run again and again.
 set -euo pipefail
 
-BASE=${REBOUND_CLUSTER_DIR:-/var/lib/rabbitmq/rebound-cluster}
+BROKER=3.10
+if [ "${1:-}" = "-b" ]; then
+  BROKER=${2:-}
+  shift 2
+fi
+case "$BROKER" in
+  3.10)
+    ROOT=""                # the host
+    NAME=rebound-c
+    PORT_BASE=5700
+    ;;
+  4.3)
+    ROOT=${REBOUND_RABBITMQ43_ROOT:-/var/lib/rebound/rabbitmq-4.3}
+    NAME=rebound43-c
+    PORT_BASE=5710
+    ;;
+  *)
+    echo "cluster: -b $BROKER: want 3.10 or 4.3" >&2
+    exit 2
+    ;;
+esac
+BASE=/var/lib/rabbitmq/rebound-cluster # as the nodes see it
+HOSTBASE=$ROOT$BASE                    # as this script sees it
 NODES=(1 2 3)
 SBIN=/usr/lib/rabbitmq/bin # Debian's rabbitmq-server package; /usr/sbin holds wrappers
 WAIT_SECONDS=120
 
-node() { echo "rebound-c$1@localhost"; }
-amqp_port() { echo $((5700 + $1)); }
+node() { echo "$NAME$1@localhost"; }
+amqp_port() { echo $((PORT_BASE + $1)); }
 dir() { echo "$BASE/c$1"; }
 
-log() { echo "cluster: $*" >&2; }
+log() { echo "cluster ($BROKER): $*" >&2; }
 die() {
   log "$*"
   exit 1
 }
 
-# as_rabbitmq runs a command as the rabbitmq user, in a clean environment
-# so nothing from the caller's (a RABBITMQ_* variable) leaks into a node.
+# as_rabbitmq runs a command as the rabbitmq user (in the chroot for 4.3),
+# in a clean environment so nothing from the caller's (a RABBITMQ_*
+# variable) leaks into a node.
 as_rabbitmq() {
   local env=(env -i HOME=/var/lib/rabbitmq PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 LC_ALL=C.UTF-8)
-  if [ "$(id -un)" = rabbitmq ]; then
-    "${env[@]}" "$@"
-  elif [ "$(id -u)" -eq 0 ]; then
-    runuser -u rabbitmq -- "${env[@]}" "$@"
+  [ "$(id -u)" -eq 0 ] || die "run as root (the nodes run as rabbitmq, with its Erlang cookie)"
+  if [ -n "$ROOT" ]; then
+    chroot "$ROOT" runuser -u rabbitmq -- "${env[@]}" "$@"
   else
-    die "run as root or as the rabbitmq user (the nodes run as rabbitmq, with its Erlang cookie)"
+    runuser -u rabbitmq -- "${env[@]}" "$@"
   fi
 }
 
@@ -70,7 +99,7 @@ running_count() {
     echo 0
     return
   }
-  { grep -o '"running_nodes":\[[^]]*\]' <<<"$json" || true; } | { grep -o '"rebound-c[0-9]@localhost"' || true; } | sort -u | wc -l
+  { grep -o '"running_nodes":\[[^]]*\]' <<<"$json" || true; } | { grep -o "\"$NAME[0-9]@localhost\"" || true; } | sort -u | wc -l
 }
 
 healthy() {
@@ -83,13 +112,14 @@ healthy() {
 
 # configure writes node $1's environment file (read through
 # RABBITMQ_CONF_ENV_FILE instead of /etc/rabbitmq/rabbitmq-env.conf), its
-# config file (instead of /etc/rabbitmq/rabbitmq.conf, which binds 5672) and
-# an empty plugin list.
+# config file (instead of /etc/rabbitmq/rabbitmq.conf, which binds the main
+# node's port) and an empty plugin list.
 configure() {
-  local d
+  local d h
   d=$(dir "$1")
-  mkdir -p "$d/mnesia" "$d/log"
-  cat >"$d/rabbitmq-env.conf" <<EOF
+  h=$ROOT$d
+  mkdir -p "$h/mnesia" "$h/log"
+  cat >"$h/rabbitmq-env.conf" <<EOF
 NODENAME=$(node "$1")
 NODE_IP_ADDRESS=127.0.0.1
 NODE_PORT=$(amqp_port "$1")
@@ -103,10 +133,10 @@ PID_FILE=$d/rabbitmq.pid
 ERL_EPMD_ADDRESS=127.0.0.1
 export ERL_FLAGS="-kernel inet_dist_use_interface {127,0,0,1}"
 EOF
-  cat >"$d/rabbitmq.conf" <<EOF
+  cat >"$h/rabbitmq.conf" <<EOF
 listeners.tcp.1 = 127.0.0.1:$(amqp_port "$1")
 EOF
-  echo '[].' >"$d/enabled_plugins"
+  echo '[].' >"$h/enabled_plugins"
 }
 
 # launch starts node $1 from its files, detached, and waits until it runs.
@@ -115,15 +145,16 @@ launch() {
   d=$(dir "$1")
   as_rabbitmq RABBITMQ_CONF_ENV_FILE="$d/rabbitmq-env.conf" "$SBIN/rabbitmq-server" -detached
   ctl -n "$(node "$1")" -q wait "$d/rabbitmq.pid" --timeout "$WAIT_SECONDS" >/dev/null ||
-    die "$(node "$1") did not start within ${WAIT_SECONDS}s; see $d/log"
+    die "$(node "$1") did not start within ${WAIT_SECONDS}s; see $ROOT$d/log"
 }
 
 # node_pids prints the processes of node $1: the Erlang VMs started with
-# its environment file (the node name is not on their command line).
+# its environment file (the node name is not on their command line, and
+# the chroot's rabbitmq user has another uid than the host's).
 node_pids() {
   local pid want
   want="RABBITMQ_CONF_ENV_FILE=$(dir "$1")/rabbitmq-env.conf"
-  for pid in $(pgrep -u rabbitmq -x beam.smp || true); do
+  for pid in $(pgrep -x beam.smp || true); do
     # An exiting process has no environment left to read.
     if { tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null | grep -qxF "$want"; then
       echo "$pid"
@@ -152,7 +183,7 @@ halt() {
       kill -9 $pids 2>/dev/null || true
     fi
   fi
-  rm -f "$(dir "$1")/rabbitmq.pid"
+  rm -f "$ROOT$(dir "$1")/rabbitmq.pid"
 }
 
 cmd_stop() {
@@ -161,22 +192,22 @@ cmd_stop() {
     halt "$i" &
   done
   wait
-  case "$BASE" in
-    /*/*) rm -rf "$BASE" ;;
-    *) die "refusing to delete REBOUND_CLUSTER_DIR=$BASE" ;;
+  case "$HOSTBASE" in
+    /*/*) rm -rf "$HOSTBASE" ;;
+    *) die "refusing to delete $HOSTBASE" ;;
   esac
-  log "stopped; $BASE deleted"
+  log "stopped; $HOSTBASE deleted"
 }
 
 cmd_start() {
   local i began=$SECONDS
-  [ -x "$SBIN/rabbitmq-server" ] || die "$SBIN/rabbitmq-server not found; run scripts/ensure-rabbitmq.sh first"
+  [ -x "$ROOT$SBIN/rabbitmq-server" ] || die "$ROOT$SBIN/rabbitmq-server not found; start the broker first (scripts/ensure-rabbitmq.sh, scripts/rabbitmq43.sh ensure)"
   if healthy; then
-    log "already running: $(node 1), $(node 2), $(node 3) on 127.0.0.1:5701-5703"
+    log "already running: $(node 1), $(node 2), $(node 3) on 127.0.0.1:$(amqp_port 1)-$(amqp_port 3)"
     return
   fi
-  if [ -e "$BASE" ]; then
-    log "wiping what a previous run left in $BASE"
+  if [ -e "$HOSTBASE" ]; then
+    log "wiping what a previous run left in $HOSTBASE"
   fi
   cmd_stop
   for i in "${NODES[@]}"; do
@@ -184,11 +215,13 @@ cmd_start() {
       die "127.0.0.1:$(amqp_port "$i") is taken by something else"
     fi
   done
-  mkdir -p "$BASE"
+  mkdir -p "$HOSTBASE"
   for i in "${NODES[@]}"; do
     configure "$i"
   done
-  if [ "$(id -u)" -eq 0 ]; then
+  if [ -n "$ROOT" ]; then
+    chroot "$ROOT" chown -R rabbitmq:rabbitmq "$BASE"
+  else
     chown -R rabbitmq:rabbitmq "$BASE"
   fi
   for i in "${NODES[@]}"; do
@@ -204,7 +237,7 @@ cmd_start() {
   done
   for _ in $(seq 1 "$WAIT_SECONDS"); do
     if [ "$(running_count 1)" -eq 3 ]; then
-      log "3 nodes running ($(node 1), $(node 2), $(node 3)) on 127.0.0.1:5701-5703 after $((SECONDS - began))s"
+      log "3 nodes running ($(node 1), $(node 2), $(node 3)) on 127.0.0.1:$(amqp_port 1)-$(amqp_port 3) after $((SECONDS - began))s"
       return
     fi
     sleep 1
@@ -236,7 +269,7 @@ cmd_status() {
 node_arg() {
   case "${1:-}" in
     1 | 2 | 3) ;;
-    *) die "usage: $0 stop-node|start-node 1|2|3" ;;
+    *) die "usage: $0 [-b 3.10|4.3] stop-node|start-node 1|2|3" ;;
   esac
 }
 
@@ -244,6 +277,13 @@ case "${1:-}" in
   start) cmd_start ;;
   stop) cmd_stop ;;
   status) cmd_status ;;
+  ctl)
+    # ctl N ARGS: rabbitmqctl against node N, for tests.
+    node_arg "${2:-}"
+    n=$2
+    shift 2
+    ctl -n "$(node "$n")" "$@"
+    ;;
   stop-node)
     node_arg "${2:-}"
     halt "$2"
@@ -254,5 +294,5 @@ case "${1:-}" in
     pinged "$2" || launch "$2"
     log "$(node "$2") running"
     ;;
-  *) die "usage: $0 start|stop|status|stop-node N|start-node N" ;;
+  *) die "usage: $0 [-b 3.10|4.3] start|stop|status|ctl N ARGS|stop-node N|start-node N" ;;
 esac

@@ -2,9 +2,10 @@
 # What rebound needs from RabbitMQ, as rabbitmqctl commands: a user limited
 # to rebound's own names, a policy that sends the application queues'
 # rejected messages to rebound, and one that runs rebound's delay queues in
-# lazy mode (which matters before RabbitMQ 3.12). Run against the broker (rabbitmqctl talks
-# to the local node; add -n rabbit@host for another), or read it as a
-# recipe. Idempotent: each command may run again.
+# lazy mode (which matters before RabbitMQ 3.12). Run against the broker
+# (rabbitmqctl talks to the local node; set RABBITMQCTL="rabbitmqctl -n
+# rabbit@host" for another), or read it as a recipe. Idempotent: each
+# command may run again.
 #
 # The regular expressions below assume rebound's default names
 # (REBOUND_INBOX_QUEUE, REBOUND_DEAD_LETTER_EXCHANGE, REBOUND_DELAY_EXCHANGE,
@@ -12,6 +13,10 @@
 # with those variables. deploy/validate checks them against the names in
 # deploy/kustomize/base/rebound.env.
 set -euo pipefail
+
+# The command that runs rabbitmqctl, split on spaces.
+read -r -a RABBITMQCTL <<<"${RABBITMQCTL:-rabbitmqctl}"
+rabbitmqctl() { "${RABBITMQCTL[@]}" "$@"; }
 
 VHOST=${VHOST:-orders}
 REBOUND_USER=${REBOUND_USER:-orders-rebound}

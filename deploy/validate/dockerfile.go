@@ -69,7 +69,7 @@ func CheckDockerfile(content string, httpPort int) []string {
 			problems = append(problems, fmt.Sprintf("final stage %q, want gcr.io/distroless/static-debian12:nonroot", last))
 		}
 	}
-	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "-s -w", "-X main.version="} {
+	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "-s -w", "-X github.com/rebound-mq/rebound/internal/cli.Version="} {
 		if !strings.Contains(build, want) {
 			problems = append(problems, fmt.Sprintf("go build step lacks %s", want))
 		}

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -18,17 +17,27 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/rebound-mq/rebound/internal/brokertest"
 )
 
 // TestRabbitMQSetupEndToEnd runs deploy/rabbitmq/setup.sh against a real
-// RabbitMQ in a fresh vhost, then rebound as the user the script made:
-// a message an application rejects from a queue the policy matches is
-// retried (immediately, then through a delay queue) and parked, with no
-// permission refused along the way; rebound then exits 0 on SIGTERM. It
-// needs rabbitmqctl and a broker on localhost:5672, and skips without them
-// unless CI or REBOUND_REQUIRE_BROKER is set; -short skips it too.
+// RabbitMQ (the broker under test, see internal/brokertest) in a fresh
+// vhost, then rebound as the user the script made: a message an
+// application rejects from a queue the policy matches is retried
+// (immediately, then through a delay queue) and parked, with no permission
+// refused along the way; rebound then exits 0 on SIGTERM. -short skips it.
 func TestRabbitMQSetupEndToEnd(t *testing.T) {
-	requireBroker(t)
+	if testing.Short() {
+		t.Skip("end-to-end test; -short skips it")
+	}
+	b := brokertest.Require(t)
+	rabbitmqctl := func(t *testing.T, args ...string) {
+		t.Helper()
+		if _, err := b.Ctl(context.Background(), nil, append([]string{"-q"}, args...)...); err != nil {
+			t.Error(err)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
@@ -43,7 +52,7 @@ func TestRabbitMQSetupEndToEnd(t *testing.T) {
 
 	setup := exec.CommandContext(ctx, "bash", setupScript)
 	setup.Env = append(os.Environ(), "VHOST="+vhost, "REBOUND_USER="+reboundUser,
-		"REBOUND_PASSWORD="+password, `APP_QUEUES=^orders\.`)
+		"REBOUND_PASSWORD="+password, `APP_QUEUES=^orders\.`, "RABBITMQCTL="+strings.Join(b.CtlCommand(), " "))
 	t.Cleanup(func() { rabbitmqctl(t, "delete_user", reboundUser) })
 	if out, err := setup.CombinedOutput(); err != nil {
 		t.Fatalf("setup.sh: %v\n%s", err, out)
@@ -58,7 +67,7 @@ func TestRabbitMQSetupEndToEnd(t *testing.T) {
 		t.Fatalf("build rebound: %v\n%s", err, out)
 	}
 	urlFile := filepath.Join(dir, "url")
-	url := fmt.Sprintf("amqp://%s:%s@localhost:5672/%s", reboundUser, password, vhost)
+	url := userURL(t, b.URL, reboundUser, password, vhost)
 	if err := os.WriteFile(urlFile, []byte(url), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +91,7 @@ func TestRabbitMQSetupEndToEnd(t *testing.T) {
 	}()
 	waitReady(t, ctx, "http://"+addr+"/readyz")
 
-	conn, err := amqp.Dial(fmt.Sprintf("amqp://%s:%s@localhost:5672/%s", appUser, password, vhost))
+	conn, err := amqp.Dial(userURL(t, b.URL, appUser, password, vhost))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,12 +145,12 @@ func TestRabbitMQSetupEndToEnd(t *testing.T) {
 	// Each of the script's policies applies where it should: the one delay
 	// queue rebound declared (1s) runs lazy, the application queue
 	// dead-letters to rebound, and rebound's own fixed queues have neither.
-	out, err := exec.CommandContext(ctx, "rabbitmqctl", "-q", "list_queues", "-p", vhost, "name", "policy", "--no-table-headers").Output()
+	out, err := b.Ctl(ctx, nil, "-q", "list_queues", "-p", vhost, "name", "policy", "--no-table-headers")
 	if err != nil {
 		t.Fatalf("list queues and their policies: %v", err)
 	}
 	policies := map[string]string{}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		if f := strings.Fields(line); len(f) > 0 {
 			policies[f[0]] = strings.Join(f[1:], " ")
 		}
@@ -171,36 +180,15 @@ func TestRabbitMQSetupEndToEnd(t *testing.T) {
 	}
 }
 
-// requireBroker skips the test when no RabbitMQ and rabbitmqctl are here,
-// or fails it when CI or REBOUND_REQUIRE_BROKER says one must be.
-func requireBroker(t *testing.T) {
+// userURL is brokerURL for user and password in vhost.
+func userURL(t *testing.T, brokerURL, user, password, vhost string) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("end-to-end test; -short skips it")
-	}
-	missing := ""
-	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
-		missing = "rabbitmqctl not on PATH"
-	} else if c, err := net.DialTimeout("tcp", "localhost:5672", time.Second); err != nil {
-		missing = "no RabbitMQ on localhost:5672"
-	} else {
-		c.Close()
-	}
-	if missing == "" {
-		return
-	}
-	if os.Getenv("CI") != "" || os.Getenv("REBOUND_REQUIRE_BROKER") != "" {
-		t.Fatal(missing)
-	}
-	t.Skip(missing + "; start one with scripts/ensure-rabbitmq.sh")
-}
-
-func rabbitmqctl(t *testing.T, args ...string) {
-	t.Helper()
-	out, err := exec.Command("rabbitmqctl", append([]string{"-q"}, args...)...).CombinedOutput()
+	u, err := amqp.ParseURI(brokerURL)
 	if err != nil {
-		t.Errorf("rabbitmqctl %s: %v\n%s", strings.Join(args, " "), err, out)
+		t.Fatal(err)
 	}
+	u.Username, u.Password, u.Vhost = user, password, vhost
+	return u.String()
 }
 
 func randomSuffix(t *testing.T) string {

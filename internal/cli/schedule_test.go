@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 func schedule(t *testing.T, environ []string, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	err = runSchedule(args, environ, &out, &errOut)
+	err = Run(t.Context(), append([]string{"schedule"}, args...), environ, &out, &errOut)
 	return out.String(), errOut.String(), err
 }
 
@@ -194,7 +194,7 @@ func TestScheduleInvalidConfig(t *testing.T) {
 	if len(cfgErr.Problems) != 2 {
 		t.Errorf("problems %v, want both reported", cfgErr.Problems)
 	}
-	if code := exitCode(err, io.Discard); code != 2 {
+	if code := ExitCode(err, io.Discard); code != 2 {
 		t.Errorf("exit status %d, want 2", code)
 	}
 }
@@ -212,7 +212,7 @@ func TestScheduleUsage(t *testing.T) {
 			t.Errorf("%q: error %v (%T), want a usageError", args, err, err)
 			continue
 		}
-		if code := exitCode(err, io.Discard); code != 2 {
+		if code := ExitCode(err, io.Discard); code != 2 {
 			t.Errorf("%q: exit status %d, want 2", args, code)
 		}
 	}

@@ -1,8 +1,8 @@
-package main
+package cli
 
 import (
+	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,7 +10,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/policy"
 )
 
@@ -41,49 +40,35 @@ Columns (table) and fields (json):
 
 The table ends with a line saying why the schedule stops. With -format json,
 stdout holds only the JSON array and that line goes to stderr. At most 1000
-retries are printed.
-
-Flags:
-`
+retries are printed.`
 
 // runSchedule is "rebound schedule".
-func runSchedule(args, environ []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("rebound schedule", flag.ContinueOnError)
-	// Errors are returned, and printed once by main; help goes to stdout.
-	fs.SetOutput(io.Discard)
+func runSchedule(ctx context.Context, args []string, in invocation) error {
+	fs := flag.NewFlagSet("schedule", flag.ContinueOnError)
 	format := fs.String("format", "table", "output `format`: table or json")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, scheduleUsage)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return nil
-		}
-		return usageError{fmt.Sprintf("schedule: %v (see rebound schedule -h)", err)}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("schedule: unexpected argument %q (see rebound schedule -h)", fs.Arg(0))}
+	if done, err := parseFlags(fs, args, scheduleUsage, 0, in); done || err != nil {
+		return err
 	}
 	if *format != "table" && *format != "json" {
-		return usageError{fmt.Sprintf("schedule: -format %q: want table or json", *format)}
+		return usageError{fmt.Sprintf("-format %q: want table or json", *format)}
 	}
-	cfg, err := config.Load(environ)
+	cfg, err := loadConfig(in)
 	if err != nil {
-		return fmt.Errorf("schedule: %w", err)
+		return err
 	}
 	p := cfg.Policy()
 	steps, stop := p.Schedule(scheduleRows)
 	why := stopLine(p, steps, stop)
 	if *format == "json" {
-		if err := writeScheduleJSON(stdout, steps); err != nil {
+		if err := writeScheduleJSON(in.stdout, steps); err != nil {
 			return err
 		}
-		if _, err := fmt.Fprintln(stderr, "rebound schedule:", why); err != nil {
+		if _, err := fmt.Fprintln(in.stderr, "rebound schedule:", why); err != nil {
 			return fmt.Errorf("write schedule: %w", err)
 		}
 		return nil
 	}
-	return writeScheduleTable(stdout, steps, why)
+	return writeScheduleTable(in.stdout, steps, why)
 }
 
 func writeScheduleTable(w io.Writer, steps []policy.Step, why string) error {

@@ -1,4 +1,4 @@
-package main
+package cli
 
 // `rebound parked`: list, show, replay and purge parked messages. The
 // broker work is in package parking; this file parses flags and prints.
@@ -8,7 +8,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -22,54 +21,14 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/headers"
 	"github.com/rebound-mq/rebound/parking"
 )
 
-const parkedUsage = `usage: rebound parked <command> [flags]
-
-Operates on the parking queue (REBOUND_PARKING_QUEUE) of the broker in
-REBOUND_AMQP_URL. Messages are read with manual acks and requeued, so
-list and show change nothing (the order of the queue may change).
-
-commands:
-  list     list parked messages and a summary by reason and origin
-  show ID  print one message in full: properties, headers, body
-  replay   send matching messages back to their origin queue with their
-           retry state reset; a parked message is removed only after the
-           broker has confirmed its copy
-  purge    delete matching parked messages (needs --yes)
-
-Filters (list, replay, purge): --reason, --origin, --older-than, --limit.
-Each command takes -h.`
-
-// runParked dispatches `rebound parked <command>`.
-func runParked(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return usageError{"parked: missing command\n" + parkedUsage}
-	}
-	name, rest := args[0], args[1:]
-	switch name {
-	case "list":
-		return parkedList(ctx, rest, environ, stdout, stderr)
-	case "show":
-		return parkedShow(ctx, rest, environ, stdout, stderr)
-	case "replay":
-		return parkedReplay(ctx, rest, environ, stdout, stderr)
-	case "purge":
-		return parkedPurge(ctx, rest, environ, stdout, stderr)
-	case "-h", "-help", "--help", "help":
-		fmt.Fprintln(stdout, parkedUsage)
-		return nil
-	}
-	return usageError{fmt.Sprintf("parked: unknown command %q\n%s", name, parkedUsage)}
-}
-
 // filterFlags adds the shared filter flags to fs.
 func filterFlags(fs *flag.FlagSet) *parking.Filter {
 	f := &parking.Filter{}
-	fs.StringVar(&f.Reason, "reason", "", "only messages parked for this `reason` (max-retries, max-duration, non-retryable, unknown-origin)")
+	fs.StringVar(&f.Reason, "reason", "", "only messages parked for this `reason` (max-retries, max-duration, non-retryable, unknown-origin, origin-not-allowed, delivery-limit)")
 	fs.StringVar(&f.Origin, "origin", "", "only messages whose origin is this `queue`")
 	fs.DurationVar(&f.OlderThan, "older-than", 0, "only messages parked longer ago than this `duration` (e.g. 1h)")
 	fs.IntVar(&f.Limit, "limit", 0, "act on at most `n` matching messages (0 = all)")
@@ -88,48 +47,25 @@ func checkFilter(f *parking.Filter) error {
 
 // openParking loads the configuration and connects to the broker. The
 // caller closes the connection.
-func openParking(environ []string, role string) (parking.Queue, *amqp.Connection, error) {
-	cfg, err := config.Load(environ)
+func openParking(ctx context.Context, in invocation, role string) (parking.Queue, *amqp.Connection, error) {
+	cfg, err := loadConfig(in)
 	if err != nil {
 		return parking.Queue{}, nil, err
 	}
-	conn, err := dialCLI(cfg, role)
+	conn, err := connect(ctx, cfg, role)
 	if err != nil {
 		return parking.Queue{}, nil, err
 	}
 	q := parking.Queue{
-		Conn: conn, Name: cfg.ParkingQueue, Codec: headers.NewCodec(cfg.HeaderNames()),
-		ConfirmTimeout: cfg.ConfirmTimeout,
+		Conn: conn, Topology: cfg.Topology(), Codec: headers.NewCodec(cfg.HeaderNames()),
+		OriginAllowed: cfg.OriginAllowed(), ConfirmTimeout: cfg.ConfirmTimeout,
 	}
 	return q, conn, nil
 }
 
-// dialCLI connects for a one-shot command. Errors name the broker with its
-// password redacted.
-func dialCLI(cfg config.Config, role string) (*amqp.Connection, error) {
-	tlsConfig, err := loadTLS(cfg)
-	if err != nil {
-		return nil, err
-	}
-	// The first broker of a cluster list that answers will do.
-	var errs []error
-	for _, url := range cfg.BrokerURLs() {
-		conn, err := amqp.DialConfig(url, amqp.Config{
-			Heartbeat:       10 * time.Second,
-			Locale:          "en_US",
-			TLSClientConfig: tlsConfig,
-			Properties:      amqp.Table{"connection_name": "rebound " + role},
-		})
-		if err == nil {
-			return conn, nil
-		}
-		errs = append(errs, fmt.Errorf("connect to %s: %w", config.Redact(url), err))
-	}
-	return nil, errors.Join(errs...)
-}
-
-// parkedJSON is one message in `list --format json`.
-type parkedJSON struct {
+// ParkedJSON is one message in `parked list --format json`. Its field
+// names are public interface.
+type ParkedJSON struct {
 	ID            string     `json:"id"`
 	Origin        string     `json:"origin"`
 	Reason        string     `json:"reason"`
@@ -139,22 +75,35 @@ type parkedJSON struct {
 	TaskAgeMs     int64      `json:"task_age_ms"`
 	Error         string     `json:"error,omitempty"`
 	BodyBytes     int        `json:"body_bytes"`
+	// FirstDeathReason and FirstDeathQueue: why and where the task was
+	// first dead-lettered (rejected, expired, maxlen, delivery_limit).
+	FirstDeathReason string `json:"first_death_reason,omitempty"`
+	FirstDeathQueue  string `json:"first_death_queue,omitempty"`
 }
 
-// listJSON is the whole `list --format json` document.
-type listJSON struct {
+// ListJSON is the whole `parked list --format json` document. ByReason
+// and ByOrigin count every matching message, the limit aside; "-" stands
+// for an unknown reason or origin.
+type ListJSON struct {
 	Scanned  int            `json:"scanned"`
 	Matched  int            `json:"matched"`
-	Messages []parkedJSON   `json:"messages"`
+	Messages []ParkedJSON   `json:"messages"`
 	ByReason map[string]int `json:"by_reason"`
 	ByOrigin map[string]int `json:"by_origin"`
 }
 
-func parkedList(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
+const parkedListUsage = `usage: rebound parked list [flags]
+
+Lists parked messages without removing them, then a summary of every
+matching message (the limit aside) by reason and by origin. Messages are
+read with manual acks and requeued, so the parking queue keeps them all
+(its order may change).`
+
+func runParkedList(ctx context.Context, args []string, in invocation) error {
 	fs := flag.NewFlagSet("parked list", flag.ContinueOnError)
 	f := filterFlags(fs)
 	format := fs.String("format", "table", "output `format`: table or json")
-	if done, err := parseFlags(fs, args, "usage: rebound parked list [flags]\n\nLists parked messages without removing them.", stderr); done || err != nil {
+	if done, err := parseFlags(fs, args, parkedListUsage, 0, in); done || err != nil {
 		return err
 	}
 	if err := checkFilter(f); err != nil {
@@ -163,10 +112,7 @@ func parkedList(ctx context.Context, args, environ []string, stdout, stderr io.W
 	if *format != "table" && *format != "json" {
 		return usageError{fmt.Sprintf("--format %q: want table or json", *format)}
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("parked list: unexpected argument %q", fs.Arg(0))}
-	}
-	q, conn, err := openParking(environ, "parked list")
+	q, conn, err := openParking(ctx, in, "parked list")
 	if err != nil {
 		return err
 	}
@@ -174,82 +120,97 @@ func parkedList(ctx context.Context, args, environ []string, stdout, stderr io.W
 	now := time.Now()
 	l, err := q.List(ctx, *f, now)
 	if err != nil {
-		return fmt.Errorf("list %s: %w", q.Name, err)
+		return fmt.Errorf("list %s: %w", q.Name(), err)
 	}
-	doc := listJSON{Scanned: l.Scanned, Matched: l.Matched, Messages: []parkedJSON{}, ByReason: map[string]int{}, ByOrigin: map[string]int{}}
+	doc := ListJSON{Scanned: l.Scanned, Matched: l.Matched, Messages: []ParkedJSON{}, ByReason: dashed(l.ByReason), ByOrigin: dashed(l.ByOrigin)}
 	for _, m := range l.Messages {
-		j := parkedJSON{
+		j := ParkedJSON{
 			ID: m.ID(), Origin: m.Origin, Reason: m.Reason, RetryCount: m.Retries,
 			TaskStartedAt: m.StartedAt, TaskAgeMs: now.Sub(m.StartedAt).Milliseconds(),
 			Error: m.Error, BodyBytes: len(m.Delivery.Body),
+			FirstDeathReason: m.FirstDeathReason, FirstDeathQueue: m.FirstDeathQueue,
 		}
 		if !m.ParkedAt.IsZero() {
 			j.ParkedAt = &m.ParkedAt
 		}
 		doc.Messages = append(doc.Messages, j)
-		doc.ByReason[orDash(m.Reason)]++
-		doc.ByOrigin[orDash(m.Origin)]++
 	}
 	if *format == "json" {
-		enc := json.NewEncoder(stdout)
+		enc := json.NewEncoder(in.stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(doc)
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tORIGIN\tREASON\tRETRIES\tPARKED AT\tTASK AGE\tERROR\tBYTES")
+	tw := tabwriter.NewWriter(in.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tORIGIN\tREASON\tFIRST DEATH\tRETRIES\tPARKED AT\tTASK AGE\tERROR\tBYTES")
 	for _, j := range doc.Messages {
 		parkedAt := "-"
 		if j.ParkedAt != nil {
 			parkedAt = j.ParkedAt.UTC().Format(time.RFC3339)
 		}
 		age := (time.Duration(j.TaskAgeMs) * time.Millisecond).Round(time.Second)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\n", orDash(j.ID), orDash(j.Origin), orDash(j.Reason),
-			j.RetryCount, parkedAt, age, orDash(oneLine(j.Error, 60)), j.BodyBytes)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\n", orDash(j.ID), orDash(j.Origin), orDash(j.Reason),
+			firstDeath(j.FirstDeathReason, j.FirstDeathQueue), j.RetryCount, parkedAt, age, orDash(oneLine(j.Error, 60)), j.BodyBytes)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%d shown, %d matching, %d parked read; by reason: %s; by origin: %s\n",
+	fmt.Fprintf(in.stdout, "%d shown, %d matching, %d parked read; matching by reason: %s; by origin: %s\n",
 		len(doc.Messages), doc.Matched, doc.Scanned, counts(doc.ByReason), counts(doc.ByOrigin))
 	return nil
 }
 
-func parkedShow(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
+// dashed returns a tally with "" keys shown as "-".
+func dashed(m map[string]int) map[string]int {
+	out := make(map[string]int, len(m))
+	for k, v := range m {
+		out[orDash(k)] += v
+	}
+	return out
+}
+
+const parkedShowUsage = `usage: rebound parked show ID
+
+Prints every parked message whose message id is ID, without removing it:
+properties, headers and body.`
+
+func runParkedShow(ctx context.Context, args []string, in invocation) error {
 	fs := flag.NewFlagSet("parked show", flag.ContinueOnError)
 	// The id may come before the flags: `show ID` is how people type it.
 	var id string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		id, args = args[0], args[1:]
 	}
-	if done, err := parseFlags(fs, args, "usage: rebound parked show ID\n\nPrints every parked message whose message id is ID, without removing it.", stderr); done || err != nil {
+	if done, err := parseFlags(fs, args, parkedShowUsage, 1, in); done || err != nil {
 		return err
 	}
 	if id == "" && fs.NArg() > 0 {
 		id = fs.Arg(0)
+	} else if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q (see -h)", fs.Arg(0))}
 	}
-	if id == "" || fs.NArg() > 1 {
-		return usageError{"usage: rebound parked show ID"}
+	if id == "" {
+		return usageError{"missing message ID (see -h)"}
 	}
-	q, conn, err := openParking(environ, "parked show")
+	q, conn, err := openParking(ctx, in, "parked show")
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	l, err := q.List(ctx, parking.Filter{ID: id}, time.Now())
 	if err != nil {
-		return fmt.Errorf("read %s: %w", q.Name, err)
+		return fmt.Errorf("read %s: %w", q.Name(), err)
 	}
 	if len(l.Messages) == 0 {
-		return fmt.Errorf("no parked message with id %q in %s (%d read)", id, q.Name, l.Scanned)
+		return fmt.Errorf("no parked message with id %q in %s (%d read)", id, q.Name(), l.Scanned)
 	}
 	for i, m := range l.Messages {
 		if i > 0 {
-			fmt.Fprintln(stdout)
+			fmt.Fprintln(in.stdout)
 		}
-		printMessage(stdout, m)
+		printMessage(in.stdout, m)
 	}
 	if len(l.Messages) > 1 {
-		fmt.Fprintf(stdout, "\n%d parked messages have id %q\n", len(l.Messages), id)
+		fmt.Fprintf(in.stdout, "\n%d parked messages have id %q\n", len(l.Messages), id)
 	}
 	return nil
 }
@@ -268,6 +229,7 @@ func printMessage(w io.Writer, m parking.Message) {
 	if !m.ParkedAt.IsZero() {
 		prop("parked at", m.ParkedAt.UTC().Format(time.RFC3339Nano), true)
 	}
+	prop("first death", firstDeath(m.FirstDeathReason, m.FirstDeathQueue), true)
 	prop("retries", m.Retries, true)
 	prop("task started", m.StartedAt.UTC().Format(time.RFC3339Nano), true)
 	prop("content type", d.ContentType, d.ContentType != "")
@@ -331,27 +293,26 @@ func printable(b []byte) bool {
 	return true
 }
 
-func parkedReplay(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("parked replay", flag.ContinueOnError)
-	f := filterFlags(fs)
-	dryRun := fs.Bool("dry-run", false, "report what would be replayed, change nothing")
-	if done, err := parseFlags(fs, args, `usage: rebound parked replay [flags]
+const parkedReplayUsage = `usage: rebound parked replay [flags]
 
 Sends matching parked messages back to their origin queue (default exchange,
 routing key = origin) with their retry state reset: no retry count, a fresh
 task start, no park headers. A parked message is removed only once the
 broker has confirmed its copy; messages with an unknown or missing origin
-stay parked and are reported. Interrupted, it loses nothing: at worst a
-message is both replayed and still parked.`, stderr); done || err != nil {
+stay parked and are reported (exit status 1). Interrupted, it loses
+nothing: at worst a message is both replayed and still parked.`
+
+func runParkedReplay(ctx context.Context, args []string, in invocation) error {
+	fs := flag.NewFlagSet("parked replay", flag.ContinueOnError)
+	f := filterFlags(fs)
+	dryRun := fs.Bool("dry-run", false, "report what would be replayed, change nothing")
+	if done, err := parseFlags(fs, args, parkedReplayUsage, 0, in); done || err != nil {
 		return err
 	}
 	if err := checkFilter(f); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("parked replay: unexpected argument %q", fs.Arg(0))}
-	}
-	q, conn, err := openParking(environ, "parked replay")
+	q, conn, err := openParking(ctx, in, "parked replay")
 	if err != nil {
 		return err
 	}
@@ -361,11 +322,11 @@ message is both replayed and still parked.`, stderr); done || err != nil {
 	if *dryRun {
 		verb = "would replay"
 	}
-	fmt.Fprintf(stdout, "%s %d of %d matching messages (%d parked read); %d stay parked\n",
+	fmt.Fprintf(in.stdout, "%s %d of %d matching messages (%d parked read); %d stay parked\n",
 		verb, res.Replayed, res.Matched, res.Scanned, len(res.Kept))
-	reportKept(stdout, res.Kept)
+	reportKept(in.stdout, res.Kept)
 	if err != nil {
-		return fmt.Errorf("replay from %s: %w", q.Name, err)
+		return fmt.Errorf("replay from %s: %w", q.Name(), err)
 	}
 	if len(res.Kept) > 0 {
 		return fmt.Errorf("%d matching messages were not replayed and stay parked", len(res.Kept))
@@ -393,33 +354,47 @@ func reportKept(w io.Writer, kept []parking.Kept) {
 	}
 }
 
-func parkedPurge(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
+const parkedPurgeUsage = `usage: rebound parked purge --yes [flags]
+
+Deletes matching parked messages for good. See what matches first with
+rebound parked list and the same filters.`
+
+func runParkedPurge(ctx context.Context, args []string, in invocation) error {
 	fs := flag.NewFlagSet("parked purge", flag.ContinueOnError)
 	f := filterFlags(fs)
 	yes := fs.Bool("yes", false, "really delete the matching messages")
-	if done, err := parseFlags(fs, args, "usage: rebound parked purge --yes [flags]\n\nDeletes matching parked messages for good.", stderr); done || err != nil {
+	if done, err := parseFlags(fs, args, parkedPurgeUsage, 0, in); done || err != nil {
 		return err
 	}
 	if err := checkFilter(f); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("parked purge: unexpected argument %q", fs.Arg(0))}
-	}
 	if !*yes {
-		return usageError{"parked purge deletes messages for good: add --yes (see what matches first with `rebound parked list` and the same filters)"}
+		return usageError{"purge deletes messages for good: add --yes (see what matches first with `rebound parked list` and the same filters)"}
 	}
-	q, conn, err := openParking(environ, "parked purge")
+	q, conn, err := openParking(ctx, in, "parked purge")
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	scanned, removed, err := q.Purge(ctx, *f, time.Now())
-	fmt.Fprintf(stdout, "purged %d messages (%d parked read)\n", removed, scanned)
+	fmt.Fprintf(in.stdout, "purged %d messages (%d parked read)\n", removed, scanned)
 	if err != nil {
-		return fmt.Errorf("purge %s: %w", q.Name, err)
+		return fmt.Errorf("purge %s: %w", q.Name(), err)
 	}
 	return nil
+}
+
+// firstDeath shows why and where a task was first dead-lettered:
+// "expired in orders".
+func firstDeath(reason, queue string) string {
+	switch {
+	case reason == "" && queue == "":
+		return "-"
+	case queue == "":
+		return reason
+	}
+	return orDash(reason) + " in " + queue
 }
 
 func orDash(s string) string {

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"context"
@@ -14,11 +14,15 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/rebound-mq/rebound/internal/brokertest"
+	"github.com/rebound-mq/rebound/internal/cli"
 )
 
 // testPKI is a private CA with a server and a client certificate, written
@@ -76,10 +80,15 @@ func newTestPKI(t *testing.T) testPKI {
 }
 
 // tlsProxy terminates TLS, requiring a client certificate from the CA, and
-// forwards to the plain broker: amqps:// end to end without reconfiguring
-// RabbitMQ.
-func tlsProxy(t *testing.T, p testPKI) string {
+// forwards to the plain broker at brokerURL: amqps:// end to end without
+// reconfiguring RabbitMQ.
+func tlsProxy(t *testing.T, p testPKI, brokerURL string) string {
 	t.Helper()
+	uri, err := amqp.ParseURI(brokerURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	brokerAddr := net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))
 	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
 		Certificates: []tls.Certificate{p.serverCert}, ClientCAs: p.pool, ClientAuth: tls.RequireAndVerifyClientCert,
 	})
@@ -95,7 +104,7 @@ func tlsProxy(t *testing.T, p testPKI) string {
 			}
 			go func() {
 				defer c.Close()
-				b, err := net.Dial("tcp", "127.0.0.1:5672")
+				b, err := net.Dial("tcp", brokerAddr)
 				if err != nil {
 					return
 				}
@@ -110,8 +119,9 @@ func tlsProxy(t *testing.T, p testPKI) string {
 
 func TestAMQPSWithPrivateCAAndClientCertificate(t *testing.T) {
 	t.Parallel()
+	b := brokertest.Require(t)
 	pki := newTestPKI(t)
-	addr := tlsProxy(t, pki)
+	addr := tlsProxy(t, pki, b.URL)
 	port := addr[strings.LastIndex(addr, ":")+1:]
 	e := newTestEnv(t, map[string]string{"REBOUND_MAX_RETRIES": "1", "REBOUND_MIN_DELAY": "100ms"})
 	e.vars["REBOUND_AMQP_URL"] = "amqps://guest:guest@localhost:" + port + "/"
@@ -119,7 +129,7 @@ func TestAMQPSWithPrivateCAAndClientCertificate(t *testing.T) {
 	e.vars["REBOUND_TLS_CERT_FILE"] = pki.certFile
 	e.vars["REBOUND_TLS_KEY_FILE"] = pki.keyFile
 	e.startInProcess()
-	e.vars["REBOUND_AMQP_URL"] = brokerURL() // the test's own clients go straight to the broker
+	e.vars["REBOUND_AMQP_URL"] = e.broker.URL // the test's own clients go straight to the broker
 	e.rejectAll(e.app)
 	e.publish(amqp.Publishing{MessageId: "over-tls"})
 	if parked := e.parked(1, 30*time.Second); len(parked) != 1 || parked[0].Headers["x-retry-parked-reason"] != "max-retries" {
@@ -127,25 +137,20 @@ func TestAMQPSWithPrivateCAAndClientCertificate(t *testing.T) {
 	}
 }
 
-func TestTLSFileProblemsAreConfigErrors(t *testing.T) {
-	var stderr strings.Builder
-	err := run(t.Context(), []string{"run"}, []string{
-		"REBOUND_AMQP_URL=amqps://localhost:1/", "REBOUND_TLS_CA_FILE=/nonexistent/ca.pem",
-	}, io.Discard, &stderr)
-	if code := exitCode(err, &stderr); code != 2 || !strings.Contains(stderr.String(), "REBOUND_TLS_CA_FILE") {
-		t.Errorf("exit %d, output %q; want 2 naming REBOUND_TLS_CA_FILE", code, stderr.String())
-	}
-}
-
 func TestPasswordNeverLogged(t *testing.T) {
 	t.Parallel()
-	dialBroker(t, brokerURL()) // skip without a broker
+	b := brokertest.Require(t)
 	logs := &syncBuffer{}
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Second)
 	defer cancel()
 	const secret = "hunter2-not-the-password"
-	err := run(ctx, []string{"run"}, []string{
-		"REBOUND_AMQP_URL=amqp://guest:" + secret + "@127.0.0.1:5672/",
+	u, err := amqp.ParseURI(b.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Password = secret
+	err = cli.Run(ctx, []string{"run"}, []string{
+		"REBOUND_AMQP_URL=" + u.String(),
 		"REBOUND_HTTP_ADDR=" + freeAddr(t),
 		"REBOUND_LOG_LEVEL=debug",
 	}, io.Discard, logs)

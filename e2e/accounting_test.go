@@ -1,0 +1,329 @@
+package e2e
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/rebound-mq/rebound/config"
+)
+
+// Message accounting for the no-loss tests: N uniquely numbered messages
+// are driven through the loop to the parking queue while a fault is
+// injected; at the end every id must be parked. Duplicates are allowed and
+// reported, and so is, for every fault that ends, how long rebound took to
+// move messages again.
+
+// publishNumbered publishes messages with ids 0..n-1 to the application
+// queue and waits for the broker's confirms.
+func (e *testEnv) publishNumbered(n int) { e.publishNumberedFrom(0, n) }
+
+// publishNumberedFrom publishes ids first..first+n-1.
+func (e *testEnv) publishNumberedFrom(first, n int) {
+	e.t.Helper()
+	if err := e.tryPublishNumbered(first, n); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// tryPublishNumbered is publishNumberedFrom returning its error instead of
+// failing the test, so that a goroutine may call it.
+func (e *testEnv) tryPublishNumbered(first, n int) error {
+	conn, err := amqp.Dial(e.url())
+	if err != nil {
+		return fmt.Errorf("connect to publish: %w", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel to publish: %w", err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		return fmt.Errorf("enable confirms to publish: %w", err)
+	}
+	body := make([]byte, 512)
+	var confirms []*amqp.DeferredConfirmation
+	for i := first; i < first+n; i++ {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", e.app, false, false, amqp.Publishing{
+			MessageId: strconv.Itoa(i), DeliveryMode: amqp.Persistent, Body: body,
+			Headers: amqp.Table{"app": "orders", "seq": int64(i)},
+		})
+		if err != nil {
+			return fmt.Errorf("publish %d: %w", i, err)
+		}
+		confirms = append(confirms, dc)
+	}
+	for _, dc := range confirms {
+		if ok, err := dc.WaitContext(context.Background()); !ok || err != nil {
+			return fmt.Errorf("test publish not confirmed: %v", err)
+		}
+	}
+	return nil
+}
+
+// publishCanary puts message id straight into rebound's inbox, as if
+// dead-lettered from the application queue. Published as a fault ends, it
+// makes sure rebound has something to move then, even when the scenario's
+// own messages are all parked already; it is counted like them. It returns
+// an error rather than failing the test, so that a goroutine may call it.
+func (e *testEnv) publishCanary(id int) error {
+	conn, err := amqp.Dial(e.url())
+	if err != nil {
+		return fmt.Errorf("canary %d: %w", id, err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("canary %d: %w", id, err)
+	}
+	inbox := e.vars["REBOUND_INBOX_QUEUE"]
+	if _, err := ch.QueueDeclarePassive(inbox, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("canary %d: %w", id, err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		return fmt.Errorf("canary %d: %w", id, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", inbox, false, false, amqp.Publishing{
+		MessageId: strconv.Itoa(id), DeliveryMode: amqp.Persistent, Headers: amqp.Table{"x-retry-origin-queue": e.app},
+	})
+	if err != nil {
+		return fmt.Errorf("canary %d: %w", id, err)
+	}
+	if ok, err := dc.WaitContext(ctx); !ok || err != nil {
+		return fmt.Errorf("canary %d not confirmed: %v", id, err)
+	}
+	return nil
+}
+
+// account takes parked messages off the parking queue until want distinct
+// ids are there (then a little longer, for duplicates) or timeout, and
+// fails the test for every id that is missing. It uses its own
+// connections, so it survives faults injected into the broker.
+func (e *testEnv) account(n, operatorLost int, timeout time.Duration) (duplicates int) {
+	e.t.Helper()
+	return e.accountRecovered(n, operatorLost, nil, timeout)
+}
+
+// accountRecovered is account for a scenario whose faults end: it also
+// reports the worst of their times to recover.
+func (e *testEnv) accountRecovered(n, operatorLost int, faults []recovery, timeout time.Duration) (duplicates int) {
+	e.t.Helper()
+	seen := map[string]int{}
+	total := 0
+	want := n - operatorLost
+	deadline := time.Now().Add(timeout)
+	var settled time.Time
+	for time.Now().Before(deadline) {
+		got := e.takeParked(seen)
+		total += got
+		if len(seen) >= want {
+			if settled.IsZero() {
+				settled = time.Now()
+			}
+			if time.Since(settled) > time.Second {
+				break
+			}
+		}
+		if got == 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	duplicates = total - len(seen)
+	if bound, ok := e.duplicateBound(faults); ok && duplicates > bound {
+		e.t.Errorf("%d duplicates after %d faults, more than the in-flight window per fault allows (%d)", duplicates, len(faults), bound)
+	}
+	worst := "-" // no fault with an end
+	if len(faults) > 0 {
+		worst = seconds(slices.MaxFunc(faults, func(a, b recovery) int { return cmp.Compare(a.recover, b.recover) }).recover)
+	}
+	// One line per scenario; scripts/chaos.sh turns these into a table.
+	e.t.Logf("ACCOUNT scenario=%s N=%d parked=%d distinct=%d lost=%d duplicates=%d operator-lost=%d elapsed=%s recover=%s faults=%d",
+		e.t.Name(), n, total, len(seen), max(0, want-len(seen)), duplicates, operatorLost, time.Since(e.started).Round(100*time.Millisecond),
+		worst, len(faults))
+	if len(seen) < want {
+		var missing []int
+		for i := range n {
+			if seen[strconv.Itoa(i)] == 0 {
+				missing = append(missing, i)
+			}
+		}
+		e.t.Errorf("%d ids not parked (operator loss allowance %d), first %v; app queue holds %d, inbox %d",
+			len(missing), operatorLost, missing[:min(len(missing), 20)], e.queueLenOr(e.app, -1), e.queueLenOr(e.vars["REBOUND_INBOX_QUEUE"], -1))
+	}
+	return duplicates
+}
+
+// duplicateBound is the most duplicates faults may cause: one in-flight
+// window (REBOUND_PREFETCH) each. A fault that ends a rebound process or its
+// connections does so at worst while a whole window of deliveries is unacked
+// and every copy of them confirmed; each such delivery then comes back once
+// and makes one extra copy, wherever in the loop it was. A fault that ends
+// neither (a memory alarm) hands nothing back and makes none. There is no
+// bound (ok is false) without faults recorded, nor with a broker restart:
+// the broker's own at-least-once dead-lettering may hand on again what it
+// held, which no window of rebound's limits.
+func (e *testEnv) duplicateBound(faults []recovery) (bound int, ok bool) {
+	if len(faults) == 0 {
+		return 0, false
+	}
+	cfg, err := config.Load(e.environ())
+	if err != nil {
+		e.t.Fatalf("the test's configuration: %v", err)
+	}
+	for _, f := range faults {
+		if strings.HasPrefix(f.fault, "broker-") {
+			return 0, false
+		}
+	}
+	return len(faults) * cfg.Prefetch, true
+}
+
+func (e *testEnv) takeParked(seen map[string]int) int {
+	conn, err := amqp.Dial(e.url())
+	if err != nil {
+		return 0
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return 0
+	}
+	got := 0
+	for {
+		d, ok, err := ch.Get(e.vars["REBOUND_PARKING_QUEUE"], true)
+		if err != nil || !ok {
+			return got
+		}
+		seen[d.MessageId]++
+		got++
+	}
+}
+
+// recovery is one fault that ends, as a test measured it.
+type recovery struct {
+	fault   string        // what was done, one word: broker-SIGKILL, rebound-SIGTERM, ...
+	outage  time.Duration // from the fault's start to its end
+	recover time.Duration // from the fault's end to rebound moving messages again
+}
+
+// progress is what rebound shows of itself over HTTP.
+type progress struct {
+	ready      bool    // /readyz answered 200
+	moved      float64 // copies the broker confirmed: every rebound_messages_retried_total and rebound_messages_parked_total series
+	reconnects float64 // rebound_reconnects_total
+}
+
+var probeClient = &http.Client{Timeout: time.Second}
+
+// progress reads rebound's /readyz and /metrics; ok is false when rebound
+// does not answer. It never fails the test, so a goroutine may call it.
+func (e *testEnv) progress() (p progress, ok bool) {
+	resp, err := probeClient.Get("http://" + e.http + "/readyz")
+	if err != nil {
+		return p, false
+	}
+	resp.Body.Close()
+	p.ready = resp.StatusCode == http.StatusOK
+	resp, err = probeClient.Get("http://" + e.http + "/metrics")
+	if err != nil {
+		return p, false
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return p, false
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		series, value, _ := strings.Cut(line, " ")
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(series, "rebound_messages_retried_total{"), strings.HasPrefix(series, "rebound_messages_parked_total{"):
+			p.moved += v
+		case series == "rebound_reconnects_total":
+			p.reconnects = v
+		}
+	}
+	return p, true
+}
+
+// watchRecovery polls rebound every 20 ms, from now on, until it moves
+// messages again: /readyz answers 200 and the broker has confirmed a copy
+// (a retry or a parked message) not counted in base. With newSession (the
+// fault drops rebound's connections) only a session begun after base
+// counts. The channel gets the moment that was first seen, or the zero
+// time after timeout. Start it before the fault, so that a recovery
+// faster than the test's own view of the fault's end is seen too.
+func (e *testEnv) watchRecovery(base progress, newSession bool, timeout time.Duration) <-chan time.Time {
+	seen := make(chan time.Time, 1)
+	go func() {
+		moved := base.moved
+		for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			at := time.Now()
+			p, ok := e.progress()
+			switch {
+			case !ok:
+			case newSession && p.reconnects <= base.reconnects:
+				moved = p.moved // the session the fault is to end still runs
+			case p.ready && p.moved > moved:
+				seen <- at
+				return
+			}
+		}
+		seen <- time.Time{}
+	}()
+	return seen
+}
+
+// recovered records a fault that started at start and ended at end, once
+// moving (from watchRecovery) says when rebound moved messages again.
+func (e *testEnv) recovered(fault string, start, end time.Time, moving <-chan time.Time) recovery {
+	e.t.Helper()
+	at := <-moving
+	if at.IsZero() {
+		e.t.Fatalf("%s: rebound did not move messages again after the fault ended", fault)
+	}
+	r := recovery{fault: fault, outage: end.Sub(start), recover: max(0, at.Sub(end))}
+	// scripts/chaos.sh lists these lines under the table.
+	e.t.Logf("RECOVER scenario=%s fault=%s outage=%s recover=%s", e.t.Name(), fault, seconds(r.outage), seconds(r.recover))
+	return r
+}
+
+// seconds formats d for the reliability tables: 0.31s, 12.40s.
+func seconds(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
+
+// feedUntil publishes a canary at once and then every 200 ms until moving
+// reports, and passes the report on. No canary is published after that.
+// A canary that fails is logged, not counted, and the next one is tried:
+// if none gets through, moving reports that rebound did not move again.
+func feedUntil(moving <-chan time.Time, canary func() error, logf func(format string, args ...any)) <-chan time.Time {
+	out := make(chan time.Time, 1)
+	go func() {
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if err := canary(); err != nil {
+				logf("%v", err)
+			}
+			select {
+			case at := <-moving:
+				out <- at
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return out
+}

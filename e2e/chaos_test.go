@@ -1,0 +1,222 @@
+//go:build chaos
+
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/rebound-mq/rebound/internal/brokertest"
+)
+
+// Scenarios that disturb the whole broker under test: every test running
+// beside them would see the fault. They are built with the chaos tag only
+// and `make test` runs them in a step of their own, after the rest.
+
+// TestNoLossUnderMemoryAlarm raises a memory alarm while messages flow.
+// Not parallel, and the queue types one after the other: the alarm blocks
+// publishing on the whole broker.
+func TestNoLossUnderMemoryAlarm(t *testing.T) {
+	for _, queueType := range []string{"classic", "quorum"} {
+		t.Run(queueType, func(t *testing.T) { memoryAlarm(t, queueType) })
+	}
+}
+
+func memoryAlarm(t *testing.T, queueType string) {
+	// Delays long enough that copies come back from the delay queues while
+	// the alarm is on: RabbitMQ blocks a connection when it publishes.
+	e := newTestEnv(t, with(fastLoop, "REBOUND_MIN_DELAY", "3s", "REBOUND_QUEUE_TYPE", queueType))
+	e.rejectAll(e.app)
+	e.startInProcess()
+	const n = 2000
+	e.publishNumbered(n)
+	// A probe connection tells when the alarm ends: RabbitMQ blocks a
+	// connection that publishes under an alarm and unblocks it when the
+	// alarm clears.
+	probe := e.broker.Dial(t, e.broker.URL)
+	blocking := probe.NotifyBlocked(make(chan amqp.Blocking, 4))
+	probeCh, err := probe.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Put back the watermark the node had (its default differs between
+	// versions: 0.4 on 3.10, 0.6 on 4.3).
+	watermark, err := e.broker.MemoryWatermark()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("memory watermark before the alarm: %v", watermark)
+	e.broker.MustCtl(t, "-q", "set_vm_memory_high_watermark", "0")
+	alarmed := time.Now()
+	restore := func() {
+		args := append([]string{"-q", "set_vm_memory_high_watermark"}, watermark...)
+		if _, err := e.broker.Ctl(context.Background(), nil, args...); err != nil {
+			t.Errorf("restore the memory watermark: %v", err)
+		}
+	}
+	t.Cleanup(restore)
+	// Routed nowhere: the default exchange drops it.
+	if err := probeCh.PublishWithContext(context.Background(), "", e.prefix+"nowhere", false, false, amqp.Publishing{}); err != nil {
+		t.Fatal(err)
+	}
+	awaitBlocking := func(active bool) time.Time {
+		t.Helper()
+		timeout := time.After(30 * time.Second)
+		for {
+			select {
+			case b := <-blocking:
+				if b.Active == active {
+					return time.Now()
+				}
+			case <-timeout:
+				t.Fatalf("probe connection: no connection.blocked active=%v within 30s", active)
+			}
+		}
+	}
+	awaitBlocking(true)
+
+	deadline := time.Now().Add(15 * time.Second)
+	for e.metric("rebound_connection_blocked") != "1" && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := e.metric("rebound_connection_blocked"); got != "1" {
+		t.Fatalf("rebound_connection_blocked = %q during the alarm, want 1", got)
+	}
+	if resp, err := http.Get("http://" + e.http + "/readyz"); err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("/readyz during the alarm: %v %v, want 503", resp, err)
+	}
+	if resp, err := http.Get("http://" + e.http + "/healthz"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("/healthz during the alarm: %v %v, want 200 (an alarm is not a wedge)", resp, err)
+	}
+	time.Sleep(2 * time.Second)
+	base, _ := e.progress()
+	moving := e.watchRecovery(base, false, 3*time.Minute)
+	restore()
+	lifted := awaitBlocking(false)
+	if err := e.publishCanary(n); err != nil {
+		t.Fatal(err)
+	}
+	faults := []recovery{e.recovered("memory-alarm", alarmed, lifted, moving)}
+	e.accountRecovered(n+1, 0, faults, 3*time.Minute)
+	if got := e.metric("rebound_connection_blocked"); got != "0" {
+		t.Errorf("rebound_connection_blocked = %q after the alarm, want 0", got)
+	}
+}
+
+// TestNoLossWhenBrokerRestarts takes the broker down while messages flow,
+// once briefly (the application stopped for 5 s) and once for longer than
+// rebound's reconnect backoff cap of 30 s (the node's Erlang VM killed
+// with SIGKILL, started again 35 s later).
+func TestNoLossWhenBrokerRestarts(t *testing.T) {
+	b := brokertest.Require(t)
+	for _, sc := range []struct {
+		name, fault string
+		down        time.Duration // from the stop or kill (once done) to the start
+		stop, start func(t *testing.T)
+	}{
+		{
+			name: "stop_app-5s", fault: "broker-stop_app", down: 5 * time.Second,
+			stop:  func(t *testing.T) { b.MustCtl(t, "-q", "stop_app") },
+			start: func(t *testing.T) { b.MustCtl(t, "-q", "start_app") },
+		},
+		{
+			name: "SIGKILL-35s", fault: "broker-SIGKILL", down: 35 * time.Second,
+			stop: func(t *testing.T) {
+				if err := b.Kill(); err != nil {
+					t.Fatal(err)
+				}
+			},
+			start: func(t *testing.T) {
+				if err := b.Start(); err != nil {
+					t.Fatal(err)
+				}
+			},
+		},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			brokerRestart(t, sc.fault, sc.down, sc.stop, sc.start)
+		})
+	}
+}
+
+// brokerRestart runs one broker outage of about down while messages flow.
+// Classic queues dead-letter at most once inside the broker (no internal
+// confirms), so a restart can drop a message in the app queue -> inbox or
+// delay queue -> app queue hop whatever rebound does. With quorum queues
+// and at-least-once dead-lettering every hop is confirmed, and a loss
+// could only be rebound's.
+func brokerRestart(t *testing.T, fault string, down time.Duration, stop, start func(t *testing.T)) {
+	e := newTestEnv(t, with(fastLoop, "REBOUND_MIN_DELAY", "200ms", "REBOUND_QUEUE_TYPE", "quorum"))
+	e.quorumApp()
+	e.rejectAll(e.app)
+	proc := e.startBinary()
+	const n = 3000
+	e.publishNumbered(n)
+	time.Sleep(300 * time.Millisecond)
+
+	base, _ := e.progress()
+	moving := e.watchRecovery(base, true, down+5*time.Minute)
+	// The outage starts when the broker drops a probe connection, as every
+	// client sees it (stop_app takes seconds to get there).
+	dropped := closedAt(e.broker.Dial(t, e.broker.URL))
+	brokerGoesDown(t, e.broker)
+	stop(t)
+	var stopped time.Time
+	select {
+	case stopped = <-dropped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the broker did not drop the probe connection within 30s of the stop")
+	}
+	time.Sleep(down - time.Second)
+	// A broker outage is not a wedge: rebound is not ready, stays
+	// healthy (a liveness probe must not restart it) and keeps trying to
+	// connect, backing off up to its cap, without spinning.
+	into := time.Since(stopped).Round(time.Second)
+	during, ok := e.progress()
+	if !ok || during.ready {
+		t.Errorf("%s into the outage: rebound answers %v, ready %v; want /readyz 503", into, ok, during.ready)
+	}
+	healthz := 0
+	if resp, err := probeClient.Get("http://" + e.http + "/healthz"); err == nil {
+		resp.Body.Close()
+		healthz = resp.StatusCode
+	}
+	if healthz != http.StatusOK {
+		t.Errorf("/healthz %s into the outage: %d, want 200", into, healthz)
+	}
+	attempts := during.reconnects - base.reconnects
+	t.Logf("OUTAGE %s in: ready=%v /healthz %d, %v reconnect attempts", into, during.ready, healthz, attempts)
+	if attempts < 1 || attempts > 10 {
+		t.Errorf("%v reconnect attempts in %s of outage, want 1 to 10 (trying, with backoff)", attempts, into)
+	}
+	time.Sleep(time.Second)
+
+	// The fault ends when the broker accepts a connection again.
+	up := e.broker.Accepts(3 * time.Minute)
+	start(t)
+	upAt := <-up
+	if upAt.IsZero() {
+		t.Fatal("the broker did not accept connections within 3 minutes of its start")
+	}
+	brokerBack(t)
+	if err := e.publishCanary(n); err != nil {
+		t.Fatal(err)
+	}
+	faults := []recovery{e.recovered(fault, stopped, upAt, moving)}
+	// Recovery takes at most one capped backoff (30 s) plus connecting.
+	if faults[0].recover > 45*time.Second {
+		t.Errorf("rebound moved messages again %s after the broker came back, want within 45s", faults[0].recover)
+	}
+	e.broker.MustCtl(t, "-q", "await_startup")
+	e.accountRecovered(n+1, 0, faults, 3*time.Minute)
+	for _, line := range strings.Split(proc.logs.String(), "\n") {
+		if strings.Contains(line, "reconnecting") {
+			t.Log(line)
+		}
+	}
+}

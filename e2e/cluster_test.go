@@ -1,0 +1,187 @@
+//go:build chaos
+
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/rebound-mq/rebound/internal/brokertest"
+)
+
+// The cluster tests run against the three nodes `scripts/cluster.sh -b
+// <broker> start` runs beside the broker under test (rebound-cN@localhost
+// on 127.0.0.1:570N for 3.10, rebound43-cN@localhost on 571N for 4.3).
+// They stop and start nodes through that script, so they need root.
+
+// cluster returns the cluster's nodes, skipping the test without them
+// (failing it where a broker is required).
+func cluster(t *testing.T) []*brokertest.Broker {
+	t.Helper()
+	b := brokertest.Require(t)
+	nodes, err := b.Cluster()
+	if err != nil {
+		if brokertest.Required() {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	return nodes
+}
+
+// clusterEnv is a test deployment on the cluster: rebound gets every
+// node's URL (through REBOUND_AMQP_URL_FILE, which wins over
+// REBOUND_AMQP_URL), the test's own clients the first node's.
+func clusterEnv(t *testing.T, nodes []*brokertest.Broker, overrides map[string]string) *testEnv {
+	t.Helper()
+	urls := make([]string, len(nodes))
+	for i, nd := range nodes {
+		urls[i] = nd.URL
+	}
+	urlFile := filepath.Join(t.TempDir(), "amqp-url")
+	if err := os.WriteFile(urlFile, []byte(strings.Join(urls, ",")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return newTestEnvOn(t, nodes[0], with(overrides, "REBOUND_AMQP_URL_FILE", urlFile))
+}
+
+// TestClusterNodeStopped drives N messages through rebound on a three-node
+// cluster with quorum queues everywhere (the application queue with
+// at-least-once dead-lettering) and, mid-run, stops the node rebound is
+// connected to, which also leads rebound's inbox, for longer than
+// rebound's first reconnect backoffs. rebound, given every node's URL,
+// must carry on from another node, and every id must be parked.
+func TestClusterNodeStopped(t *testing.T) {
+	nodes := cluster(t)
+	e := clusterEnv(t, nodes, with(fastLoop, "REBOUND_MIN_DELAY", "200ms", "REBOUND_QUEUE_TYPE", "quorum"))
+	e.quorumApp()
+	e.startInProcess()
+
+	// rebound starts on a node of its choosing and declares its inbox there
+	// (quorum queue leaders are placed on the declaring client's node).
+	victim := reboundNode(t, nodes, nodes[0], nil)
+	inbox := e.vars["REBOUND_INBOX_QUEUE"]
+	leader := queueLeader(t, nodes[0], inbox)
+	t.Logf("rebound is connected to %s; its inbox is led by %s, its parking queue by %s", victim.Node, leader,
+		queueLeader(t, nodes[0], e.vars["REBOUND_PARKING_QUEUE"]))
+	if leader != victim.Node {
+		t.Logf("the inbox leader is not rebound's node: stopping rebound's node %s anyway", victim.Node)
+	}
+	// The test's clients stay on a node that keeps running.
+	h := e.on(liveNode(nodes, victim))
+	h.rejectAll(e.app)
+
+	const n = 3000
+	h.publishNumbered(n)
+	// Stop the node once the loop is well under way: a tenth parked, the
+	// rest spread over the application queue, the inbox and the delay
+	// queue, most of them led by the node about to stop.
+	parking := e.vars["REBOUND_PARKING_QUEUE"]
+	deadline := time.Now().Add(time.Minute)
+	for h.queueLenOr(parking, 0) < n/10 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	delayQueue := e.prefix + "delay.200"
+	t.Logf("stopping %s: %d of %d parked; ready (not yet delivered): %d in the application queue, %d in the inbox, %d in the delay queue (led by %s)",
+		victim.Node, h.queueLenOr(parking, -1), n, h.queueLenOr(e.app, -1), h.queueLenOr(inbox, -1), h.queueLenOr(delayQueue, -1), queueLeader(t, h.broker, delayQueue))
+	// Whatever happens below, leave the cluster whole for what comes next.
+	t.Cleanup(func() { _ = victim.Start() })
+	stopping := time.Now()
+	if err := victim.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	moved := reboundNode(t, nodes, h.broker, victim)
+	t.Logf("%s stopped (the stop took %s); rebound moved to %s; inbox now led by %s",
+		victim.Node, stopped.Sub(stopping).Round(100*time.Millisecond), moved.Node, queueLeader(t, h.broker, inbox))
+	// Down for longer than rebound's first reconnect backoffs (500 ms, 1 s, 2 s, jittered).
+	time.Sleep(time.Until(stopped.Add(5 * time.Second)))
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s running again: down %s in all, %s of it stopped", victim.Node,
+		time.Since(stopping).Round(100*time.Millisecond), time.Since(stopped).Round(100*time.Millisecond))
+
+	h.account(n, 0, 3*time.Minute)
+	if got := e.metric("rebound_reconnects_total"); got == "" || got == "0" {
+		t.Errorf("rebound_reconnects_total = %q, want at least 1", got)
+	}
+}
+
+// on returns the env with the test's own clients on node b; rebound's
+// variables are unchanged.
+func (e *testEnv) on(b *brokertest.Broker) *testEnv {
+	h := *e
+	h.broker = b
+	h.vars = with(e.vars, "REBOUND_AMQP_URL", b.URL)
+	return &h
+}
+
+// liveNode returns a node other than not.
+func liveNode(nodes []*brokertest.Broker, not *brokertest.Broker) *brokertest.Broker {
+	for _, nd := range nodes {
+		if nd != not {
+			return nd
+		}
+	}
+	return nil
+}
+
+// ctlJSON runs rabbitmqctl against node and decodes its JSON output.
+func ctlJSON(t *testing.T, node *brokertest.Broker, out any, args ...string) {
+	t.Helper()
+	b := node.MustCtl(t, append(append([]string{"-q"}, args...), "--formatter", "json")...)
+	if err := json.Unmarshal([]byte(b), out); err != nil {
+		t.Fatalf("rabbitmqctl %v: %v\n%s", args, err, b)
+	}
+}
+
+// reboundNode waits until rebound's consuming connection is on a node other
+// than not (any node if nil), asking node ask, and returns that node.
+func reboundNode(t *testing.T, nodes []*brokertest.Broker, ask, not *brokertest.Broker) *brokertest.Broker {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var conns []struct {
+			Port  int     `json:"port"`
+			Props [][]any `json:"client_properties"`
+		}
+		ctlJSON(t, ask, &conns, "list_connections", "port", "client_properties")
+		for _, c := range conns {
+			for _, p := range c.Props {
+				if len(p) != 3 || p[0] != "connection_name" || p[2] != "rebound consume" {
+					continue
+				}
+				for _, nd := range nodes {
+					if uri, err := amqp.ParseURI(nd.URL); err == nil && c.Port == uri.Port && nd != not {
+						return nd
+					}
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no rebound consuming connection on a cluster node within 30s (but the one stopped)")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// queueLeader returns the node leading a quorum queue.
+func queueLeader(t *testing.T, ask *brokertest.Broker, queue string) string {
+	t.Helper()
+	var queues []struct{ Name, Leader string }
+	ctlJSON(t, ask, &queues, "list_queues", "name", "leader")
+	for _, q := range queues {
+		if q.Name == queue {
+			return q.Leader
+		}
+	}
+	return fmt.Sprintf("(no leader for %s)", queue)
+}

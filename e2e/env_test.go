@@ -1,0 +1,431 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/rebound-mq/rebound/config"
+	"github.com/rebound-mq/rebound/internal/brokertest"
+	"github.com/rebound-mq/rebound/internal/cli"
+)
+
+// The test harness: one test's private rebound deployment on the broker
+// under test, rebound run in-process or as a built binary, and the test's
+// own clients (publisher, rejecting application, reader of queues).
+
+// binPath is the rebound binary TestMain built for tests that need a real
+// process to kill or signal; buildErr is why there is none.
+var binPath, buildErr = "", error(nil)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "rebound-e2e-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "rebound")
+	if out, err := exec.Command("go", "build", "-o", binPath, "..").CombinedOutput(); err != nil {
+		buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// binary returns the rebound binary TestMain built.
+func binary(t *testing.T) string {
+	t.Helper()
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// testEnv is one test's private rebound deployment on the broker under
+// test. Every queue and exchange it declares starts with prefix and is
+// deleted at cleanup.
+type testEnv struct {
+	t       *testing.T
+	broker  *brokertest.Broker
+	conn    *amqp.Connection
+	ch      *amqp.Channel
+	prefix  string
+	app     string // the application queue, dead-lettering to rebound
+	http    string // rebound's HTTP address
+	vars    map[string]string
+	started time.Time
+}
+
+// newTestEnv requires the broker under test and sets up the deployment's
+// variables (overrides win) and its application queue. REBOUND_AMQP_URL
+// in overrides points the env at another virtual host.
+func newTestEnv(t *testing.T, overrides map[string]string) *testEnv {
+	t.Helper()
+	return newTestEnvOn(t, brokertest.Require(t), overrides)
+}
+
+// newTestEnvOn is newTestEnv on node b, a node of a cluster say.
+func newTestEnvOn(t *testing.T, b *brokertest.Broker, overrides map[string]string) *testEnv {
+	t.Helper()
+	url := b.URL
+	if u, ok := overrides["REBOUND_AMQP_URL"]; ok {
+		url = u
+	}
+	conn := b.Dial(t, url)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := brokertest.Unique(t)
+	e := &testEnv{t: t, broker: b, conn: conn, ch: ch, prefix: prefix, app: prefix + "app", http: freeAddr(t), started: time.Now()}
+	e.vars = map[string]string{
+		"REBOUND_AMQP_URL":             url,
+		"REBOUND_INBOX_QUEUE":          prefix + "inbox",
+		"REBOUND_DEAD_LETTER_EXCHANGE": prefix + "dlx",
+		"REBOUND_DELAY_EXCHANGE":       prefix + "delay",
+		"REBOUND_DELAY_QUEUE_PREFIX":   prefix + "delay.",
+		"REBOUND_PARKING_QUEUE":        prefix + "parked",
+		"REBOUND_HTTP_ADDR":            e.http,
+		"REBOUND_LOG_LEVEL":            "warn",
+		"REBOUND_JITTER":               "none",
+		"REBOUND_SHUTDOWN_GRACE":       "5s",
+	}
+	maps.Copy(e.vars, overrides)
+	// The dead-letter exchange is declared here as rebound declares it, so
+	// the application queue can point at it before rebound first starts.
+	if err := ch.ExchangeDeclare(e.vars["REBOUND_DEAD_LETTER_EXCHANGE"], "fanout", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(e.app, true, false, false, false, amqp.Table{"x-dead-letter-exchange": e.vars["REBOUND_DEAD_LETTER_EXCHANGE"]}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.cleanup)
+	return e
+}
+
+func (e *testEnv) url() string { return e.vars["REBOUND_AMQP_URL"] }
+
+func (e *testEnv) environ() []string {
+	out := make([]string, 0, len(e.vars))
+	for k, v := range e.vars {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+// quorumApp makes the application queue a quorum queue with at-least-once
+// dead-lettering, so the broker confirms the hop from it to rebound's inbox.
+func (e *testEnv) quorumApp() {
+	e.t.Helper()
+	if _, err := e.ch.QueueDelete(e.app, false, false, false); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.ch.QueueDeclare(e.app, true, false, false, false, amqp.Table{
+		"x-queue-type": "quorum", "x-dead-letter-exchange": e.vars["REBOUND_DEAD_LETTER_EXCHANGE"],
+		"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish",
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// cleanup deletes every queue and exchange with the test's prefix.
+func (e *testEnv) cleanup() {
+	conn, err := amqp.Dial(e.url())
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	var names []string
+	if out, err := e.broker.Ctl(context.Background(), nil, "-q", "list_queues", "-p", e.vhost(), "name", "--no-table-headers"); err == nil {
+		for _, name := range strings.Fields(out) {
+			if strings.HasPrefix(name, e.prefix) {
+				names = append(names, name)
+			}
+		}
+	}
+	for _, q := range names {
+		if ch, err := conn.Channel(); err == nil {
+			_, _ = ch.QueueDelete(q, false, false, false)
+			ch.Close()
+		}
+	}
+	for _, x := range []string{e.vars["REBOUND_DEAD_LETTER_EXCHANGE"], e.vars["REBOUND_DELAY_EXCHANGE"]} {
+		if ch, err := conn.Channel(); err == nil {
+			_ = ch.ExchangeDelete(x, false, false)
+			ch.Close()
+		}
+	}
+}
+
+// vhost is the virtual host of the env's broker URL.
+func (e *testEnv) vhost() string { return config.VhostOf(e.url()) }
+
+func freeAddr(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// cli runs a rebound command in-process with the env's variables.
+func (e *testEnv) cli(args ...string) (stdout, stderr string, err error) {
+	var out, errOut bytes.Buffer
+	err = cli.Run(context.Background(), args, e.environ(), &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+// startInProcess runs rebound in this process with the env's variables
+// and waits until it is ready. It is stopped (as by SIGTERM) at cleanup.
+func (e *testEnv) startInProcess() (stop func() error) {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	logs := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- cli.Run(ctx, []string{"run"}, e.environ(), io.Discard, logs) }()
+	var once sync.Once
+	var runErr error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case runErr = <-done:
+			case <-time.After(30 * time.Second):
+				runErr = fmt.Errorf("rebound did not stop within 30s")
+			}
+			if e.t.Failed() {
+				e.t.Logf("rebound logs:\n%s", logs.String())
+			}
+		})
+		return runErr
+	}
+	e.t.Cleanup(func() { _ = stop() })
+	e.waitReady(done)
+	return stop
+}
+
+// proc is a rebound process started by launch or startBinary.
+type proc struct {
+	cmd     *exec.Cmd
+	exited  chan error
+	logs    *syncBuffer
+	started time.Time // just before the process was started
+}
+
+func (p *proc) signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
+
+// wait returns how the process ended, or false if it is still running
+// after timeout.
+func (p *proc) wait(timeout time.Duration) (error, bool) {
+	select {
+	case err := <-p.exited:
+		return err, true
+	case <-time.After(timeout):
+		return nil, false
+	}
+}
+
+// replica returns another rebound deployment on e's queues, with an HTTP
+// address of its own: a second replica on the same inbox.
+func (e *testEnv) replica() *testEnv {
+	r := *e
+	r.http = freeAddr(e.t)
+	r.vars = maps.Clone(e.vars)
+	r.vars["REBOUND_HTTP_ADDR"] = r.http
+	return &r
+}
+
+// launch starts the rebound binary with the env's variables and returns at
+// once. Its log is shown if the test fails.
+func (e *testEnv) launch() *proc {
+	e.t.Helper()
+	cmd := exec.Command(binary(e.t), "run")
+	cmd.Env = append(os.Environ(), e.environ()...)
+	logs := &syncBuffer{}
+	cmd.Stderr = logs
+	p := &proc{cmd: cmd, exited: make(chan error, 1), logs: logs, started: time.Now()}
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	go func() { p.exited <- cmd.Wait() }()
+	e.t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if e.t.Failed() {
+			e.t.Logf("rebound (pid %d) logs:\n%s", cmd.Process.Pid, logs.String())
+		}
+	})
+	return p
+}
+
+// startBinary launches the rebound binary and waits until it is ready.
+func (e *testEnv) startBinary() *proc {
+	e.t.Helper()
+	p := e.launch()
+	e.waitReady(p.exited)
+	return p
+}
+
+func (e *testEnv) waitReady(exited <-chan error) {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			e.t.Fatalf("rebound exited before it was ready: %v", err)
+		default:
+		}
+		if resp, err := http.Get("http://" + e.http + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	e.t.Fatal("rebound not ready within 30s")
+}
+
+// metric returns the value of one sample line of /metrics, e.g.
+// `rebound_messages_parked_total{reason="max-retries"}`.
+func (e *testEnv) metric(series string) string {
+	e.t.Helper()
+	resp, err := http.Get("http://" + e.http + "/metrics")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// publish sends msg to the application queue.
+func (e *testEnv) publish(msg amqp.Publishing) {
+	e.t.Helper()
+	e.publishTo(e.app, msg)
+}
+
+// publishTo sends msg to queue through the default exchange.
+func (e *testEnv) publishTo(queue string, msg amqp.Publishing) {
+	e.t.Helper()
+	if err := e.ch.PublishWithContext(context.Background(), "", queue, false, false, msg); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// queueLen returns how many ready messages queue holds. The queue must
+// exist: a test that expects an empty queue fails when it is gone.
+func (e *testEnv) queueLen(queue string) int {
+	e.t.Helper()
+	n, err := brokertest.QueueLen(e.url(), queue)
+	if err != nil {
+		e.t.Fatalf("queue length: %v", err)
+	}
+	return n
+}
+
+// queueExists reports whether queue exists now.
+func (e *testEnv) queueExists(queue string) bool {
+	_, err := brokertest.QueueLen(e.url(), queue)
+	return err == nil
+}
+
+// queueLenOr returns how many ready messages queue holds, or missing when
+// it cannot be read (gone, or the broker down): for polling loops.
+func (e *testEnv) queueLenOr(queue string, missing int) int {
+	n, err := brokertest.QueueLen(e.url(), queue)
+	if err != nil {
+		return missing
+	}
+	return n
+}
+
+// extraQueue declares another durable queue with the test's prefix; the
+// env's cleanup deletes it.
+func (e *testEnv) extraQueue(suffix string) string {
+	e.t.Helper()
+	name := e.prefix + suffix
+	if _, err := e.ch.QueueDeclare(name, true, false, false, false, nil); err != nil {
+		e.t.Fatal(err)
+	}
+	return name
+}
+
+// drain takes every message off queue.
+func (e *testEnv) drain(queue string) []amqp.Delivery {
+	e.t.Helper()
+	var out []amqp.Delivery
+	for {
+		d, ok, err := e.ch.Get(queue, true)
+		if err != nil {
+			e.t.Fatalf("get from %s: %v", queue, err)
+		}
+		if !ok {
+			return out
+		}
+		out = append(out, d)
+	}
+}
+
+// with returns base plus the given key, value pairs.
+func with(base map[string]string, extra ...string) map[string]string {
+	out := maps.Clone(base)
+	if out == nil {
+		out = map[string]string{}
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		out[extra[i]] = extra[i+1]
+	}
+	return out
+}
+
+// fastLoop is a policy that parks after two quick retries.
+var fastLoop = map[string]string{"REBOUND_BACKOFF": "constant", "REBOUND_MIN_DELAY": "20ms", "REBOUND_MAX_RETRIES": "2"}
+
+// queueTypes runs a scenario once with classic and once with quorum
+// queues, in parallel.
+func queueTypes(t *testing.T, scenario func(t *testing.T, queueType string)) {
+	for _, qt := range []string{"classic", "quorum"} {
+		t.Run(qt, func(t *testing.T) {
+			t.Parallel()
+			scenario(t, qt)
+		})
+	}
+}
+
+// syncBuffer collects a process's output while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

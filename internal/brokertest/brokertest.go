@@ -1,0 +1,442 @@
+// Package brokertest gives tests a real RabbitMQ, the way net/http/httptest
+// gives them a real HTTP server: which broker of the test matrix this run
+// is against, the rule for skipping or requiring it, rabbitmqctl on its
+// node, and the few helpers every broker test needs (unique names, queue
+// length, private virtual hosts, stopping and starting the node).
+//
+// The matrix has two brokers, picked by REBOUND_TEST_BROKER:
+//
+//	3.10  (default) Debian 12's RabbitMQ on 127.0.0.1:5672, node rabbit@localhost,
+//	      started by scripts/ensure-rabbitmq.sh
+//	4.3   Debian sid's RabbitMQ in a chroot on 127.0.0.1:5674, node
+//	      rabbit43@localhost, started by scripts/rabbitmq43.sh
+//
+// A test that needs a broker calls Require. Without one it is skipped with
+// a message saying how to start it, unless CI or REBOUND_REQUIRE_BROKER is
+// set: then it fails. Require logs the broker's version, so every test's
+// output names the broker it ran against.
+//
+// Functions that return an error instead of taking a testing.TB are for
+// goroutines and for the bench program.
+package brokertest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Broker is one RabbitMQ node of the test matrix.
+type Broker struct {
+	Name string // the matrix entry: "3.10" or "4.3"
+	URL  string // AMQP URL of the default virtual host, guest/guest
+	Node string // Erlang node name, as rabbitmqctl -n takes it
+
+	ctl     []string // runs rabbitmqctl against Node
+	plugins []string // runs rabbitmq-plugins against Node
+	start   []string // starts Node when it is not running, and waits for it
+	stop    []string // stops Node, keeping its data (cluster nodes only)
+	setup   string   // how to get the broker, for skip messages
+
+	clusterPorts int // the AMQP ports of its cluster's nodes are clusterPorts+1..3
+	clusterName  string
+
+	mu      sync.Mutex
+	version string // as the server announced it, once a connection opened
+}
+
+// scriptsDir is the repository's scripts/ directory, found from this
+// file's path so that tests in any package can run the scripts.
+func scriptsDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "scripts")
+}
+
+// Brokers returns every broker of the matrix, keyed by name.
+func Brokers() map[string]*Broker {
+	s := scriptsDir()
+	return map[string]*Broker{
+		"3.10": {
+			Name: "3.10", URL: "amqp://guest:guest@127.0.0.1:5672/", Node: "rabbit@localhost",
+			ctl: []string{"rabbitmqctl"}, plugins: []string{"rabbitmq-plugins"},
+			start: []string{filepath.Join(s, "ensure-rabbitmq.sh")},
+			setup: "scripts/ensure-rabbitmq.sh",
+
+			clusterPorts: 5700, clusterName: "rebound-c",
+		},
+		"4.3": {
+			Name: "4.3", URL: "amqp://guest:guest@127.0.0.1:5674/", Node: "rabbit43@localhost",
+			ctl:     []string{filepath.Join(s, "rabbitmq43.sh"), "ctl"},
+			plugins: []string{filepath.Join(s, "rabbitmq43.sh"), "plugins"},
+			start:   []string{filepath.Join(s, "rabbitmq43.sh"), "start"},
+			setup:   "scripts/rabbitmq43.sh ensure",
+
+			clusterPorts: 5710, clusterName: "rebound43-c",
+		},
+	}
+}
+
+var (
+	currentOnce sync.Once
+	current     *Broker
+	currentErr  error
+)
+
+// Current returns the broker REBOUND_TEST_BROKER names (3.10 when unset).
+func Current() (*Broker, error) {
+	currentOnce.Do(func() {
+		name := os.Getenv("REBOUND_TEST_BROKER")
+		if name == "" {
+			name = "3.10"
+		}
+		current = Brokers()[name]
+		if current == nil {
+			currentErr = fmt.Errorf("REBOUND_TEST_BROKER=%q: want 3.10 or 4.3", name)
+		}
+	})
+	return current, currentErr
+}
+
+// Required reports whether a missing broker fails tests instead of
+// skipping them: in CI, or when REBOUND_REQUIRE_BROKER is set.
+func Required() bool {
+	return os.Getenv("CI") != "" || os.Getenv("REBOUND_REQUIRE_BROKER") != ""
+}
+
+// Require returns the broker under test once an AMQP connection to it
+// opens, and logs its version. Without one, the test is skipped, or fails
+// where Required says a broker must be there.
+func Require(t testing.TB) *Broker {
+	t.Helper()
+	b, err := Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.probe(); err != nil {
+		if Required() {
+			t.Fatalf("RabbitMQ %s required (CI or REBOUND_REQUIRE_BROKER set) but not reachable at %s: %v", b.Name, redact(b.URL), err)
+		}
+		t.Skipf("no RabbitMQ %s at %s (%v); start it with %s, or run `make test`", b.Name, redact(b.URL), err, b.setup)
+	}
+	t.Logf("broker: RabbitMQ %s (node %s, %s)", b.Version(), b.Node, redact(b.URL))
+	return b
+}
+
+// probe opens and closes a connection, learning the server's version.
+func (b *Broker) probe() error {
+	conn, err := amqp.DialConfig(b.URL, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if v, ok := conn.Properties["version"].(string); ok {
+		b.mu.Lock()
+		b.version = v
+		b.mu.Unlock()
+	}
+	return nil
+}
+
+// Version is the server's version as it announces itself ("4.3.6"), or
+// "?" before a connection opened.
+func (b *Broker) Version() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.version == "" {
+		return "?"
+	}
+	return b.version
+}
+
+// AtLeast reports whether the server's version is major.minor or later.
+func (b *Broker) AtLeast(major, minor int) bool {
+	parts := strings.SplitN(b.Version(), ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return ma > major || (ma == major && mi >= minor)
+}
+
+// Dial opens a connection to url (a URL of this broker, in any virtual
+// host) and closes it at cleanup.
+func (b *Broker) Dial(t testing.TB, url string) *amqp.Connection {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatalf("connect to %s: %v", redact(url), err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// URLIn returns the broker's URL for vhost.
+func (b *Broker) URLIn(vhost string) string {
+	u, err := amqp.ParseURI(b.URL)
+	if err != nil {
+		panic(err) // the matrix's URLs parse
+	}
+	u.Vhost = vhost
+	return u.String()
+}
+
+// Ctl runs rabbitmqctl against the broker's node with args and returns
+// what it printed on stdout. stdin, if not nil, is the tool's input (the
+// node of a chroot cannot read a test's temporary files).
+func (b *Broker) Ctl(ctx context.Context, stdin io.Reader, args ...string) (string, error) {
+	return run(ctx, stdin, b.ctl, args...)
+}
+
+// CtlCommand is the command line that runs rabbitmqctl against the
+// broker's node, for scripts that take one (deploy/rabbitmq/setup.sh's
+// RABBITMQCTL).
+func (b *Broker) CtlCommand() []string { return append([]string{}, b.ctl...) }
+
+// MustCtl is Ctl, failing the test on error.
+func (b *Broker) MustCtl(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := b.Ctl(context.Background(), nil, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Plugins runs rabbitmq-plugins against the broker's node.
+func (b *Broker) Plugins(ctx context.Context, args ...string) (string, error) {
+	return run(ctx, nil, b.plugins, args...)
+}
+
+func run(ctx context.Context, stdin io.Reader, command []string, args ...string) (string, error) {
+	argv := append(append([]string{}, command[1:]...), args...)
+	cmd := exec.CommandContext(ctx, command[0], argv...)
+	cmd.Stdin = stdin
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("%s %s: %w\n%s%s", filepath.Base(command[0]), strings.Join(argv, " "), err, stdout.Bytes(), stderr.Bytes())
+	}
+	return stdout.String(), nil
+}
+
+// Unique returns a name prefix no other test, or run, uses: "rt.<test
+// name>.<random>.". Every queue and exchange a test declares starts with
+// it.
+func Unique(t testing.TB) string {
+	name := strings.Trim(unsafeName.ReplaceAllString(t.Name(), "-"), "-")
+	if len(name) > 80 {
+		name = name[:80]
+	}
+	return "rt." + name + "." + RandomSuffix() + "."
+}
+
+var unsafeName = regexp.MustCompile(`[^a-zA-Z0-9]+`)
+
+// RandomSuffix returns 8 random hex digits.
+func RandomSuffix() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// QueueLen returns how many ready messages queue holds, on a fresh
+// connection to url (so it works across faults a test injects). An error
+// means the queue could not be inspected: it does not exist, or the broker
+// did not answer.
+func QueueLen(url, queue string) (int, error) {
+	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return 0, err
+	}
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil {
+		return 0, fmt.Errorf("inspect queue %s: %w", queue, err)
+	}
+	return q.Messages, nil
+}
+
+// PrivateVhost creates a virtual host for one test, gives guest every
+// permission in it, deletes it at cleanup and returns its URL: faults the
+// test injects there (closing every connection) touch no other test.
+func (b *Broker) PrivateVhost(t testing.TB) string {
+	t.Helper()
+	vhost := "rebound-test-" + RandomSuffix()
+	b.MustCtl(t, "-q", "add_vhost", vhost)
+	t.Cleanup(func() { _, _ = b.Ctl(context.Background(), nil, "-q", "delete_vhost", vhost) })
+	b.MustCtl(t, "-q", "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+	return b.URLIn(vhost)
+}
+
+// Answers reports whether an AMQP connection to the broker opens now.
+func (b *Broker) Answers() bool {
+	conn, err := amqp.DialConfig(b.URL, amqp.Config{Dial: amqp.DefaultDial(2 * time.Second)})
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
+}
+
+// Accepts polls the broker every 20 ms, from now on, with a fresh AMQP
+// connection. The channel gets the moment one first opened, or the zero
+// time after timeout.
+func (b *Broker) Accepts(timeout time.Duration) <-chan time.Time {
+	up := make(chan time.Time, 1)
+	go func() {
+		for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if b.Answers() {
+				up <- time.Now()
+				return
+			}
+		}
+		up <- time.Time{}
+	}()
+	return up
+}
+
+// Kill kills the node's Erlang VM with SIGKILL, as a crash or the OOM
+// killer would, and waits until it is gone. The pid comes from the node
+// itself, so other nodes on this host (the other broker, a cluster's) are
+// left alone.
+func (b *Broker) Kill() error {
+	out, err := b.Ctl(context.Background(), nil, "-q", "eval", "os:getpid().")
+	if err != nil {
+		return err
+	}
+	pid, err := strconv.Atoi(strings.Trim(strings.TrimSpace(out), `"`))
+	if err != nil {
+		return fmt.Errorf("node %s pid %q: %w", b.Node, out, err)
+	}
+	if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err != nil || !bytes.Contains(cmdline, []byte("beam")) {
+		return fmt.Errorf("pid %d, from node %s, is not an Erlang VM (%q, %v)", pid, b.Node, cmdline, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill -9 %d (node %s): %w", pid, b.Node, err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		// Gone, or a zombie nobody reaps: either way it holds no socket.
+		if i := bytes.LastIndexByte(stat, ')'); err != nil || (i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z') {
+			return nil
+		}
+	}
+	return fmt.Errorf("node %s (pid %d) still runs 30s after SIGKILL", b.Node, pid)
+}
+
+// Cluster returns the three nodes `scripts/cluster.sh -b <name> start`
+// runs beside the broker's own node, of the same version, or an error
+// saying how to start them when the first does not answer.
+func (b *Broker) Cluster() ([]*Broker, error) {
+	script := filepath.Join(scriptsDir(), "cluster.sh")
+	nodes := make([]*Broker, 3)
+	for i := range nodes {
+		n := strconv.Itoa(i + 1)
+		nodes[i] = &Broker{
+			Name:    b.Name,
+			URL:     fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", b.clusterPorts+i+1),
+			Node:    b.clusterName + n + "@localhost",
+			ctl:     []string{script, "-b", b.Name, "ctl", n},
+			plugins: b.plugins,
+			start:   []string{script, "-b", b.Name, "start-node", n},
+			stop:    []string{script, "-b", b.Name, "stop-node", n},
+			setup:   "scripts/cluster.sh -b " + b.Name + " start",
+		}
+	}
+	if err := nodes[0].probe(); err != nil {
+		return nil, fmt.Errorf("cluster node %s at %s does not answer (%w); start the cluster with %s", nodes[0].Node, redact(nodes[0].URL), err, nodes[0].setup)
+	}
+	return nodes, nil
+}
+
+// Stop stops a cluster node, keeping its data, and waits until it is down.
+func (b *Broker) Stop() error {
+	if b.stop == nil {
+		return fmt.Errorf("node %s: stopping is for cluster nodes only", b.Node)
+	}
+	_, err := run(context.Background(), nil, b.stop)
+	return err
+}
+
+// Start starts the node if it is not running and waits until it answers,
+// with the script that starts it for `make test`.
+func (b *Broker) Start() error {
+	_, err := run(context.Background(), nil, b.start)
+	return err
+}
+
+// Restore brings the node back from wherever a test left it: the
+// application stopped (start_app) or the VM gone (Start). It waits for
+// the node to accept connections.
+func (b *Broker) Restore() error {
+	if !b.Answers() {
+		if _, err := b.Ctl(context.Background(), nil, "-q", "start_app"); err != nil {
+			if err := b.Start(); err != nil {
+				return err
+			}
+		}
+	}
+	if at := <-b.Accepts(3 * time.Minute); at.IsZero() {
+		return fmt.Errorf("node %s did not come back within 3 minutes", b.Node)
+	}
+	_, _ = b.Ctl(context.Background(), nil, "-q", "await_startup")
+	return nil
+}
+
+// MemoryWatermark returns the node's memory high watermark as
+// set_vm_memory_high_watermark takes it: a fraction ("0.4"), or
+// "absolute <bytes>".
+func (b *Broker) MemoryWatermark() ([]string, error) {
+	out, err := b.Ctl(context.Background(), nil, "-q", "status", "--formatter", "json")
+	if err != nil {
+		return nil, err
+	}
+	var status struct {
+		Setting map[string]json.Number `json:"vm_memory_high_watermark_setting"`
+	}
+	if err := json.Unmarshal([]byte(out), &status); err != nil {
+		return nil, fmt.Errorf("node %s status: %w", b.Node, err)
+	}
+	if v, ok := status.Setting["relative"]; ok {
+		return []string{v.String()}, nil
+	}
+	if v, ok := status.Setting["absolute"]; ok {
+		return []string{"absolute", v.String()}, nil
+	}
+	return nil, fmt.Errorf("node %s status: no memory watermark setting in %s", b.Node, out)
+}
+
+// redact hides the password of a test URL in messages.
+func redact(raw string) string {
+	u, err := amqp.ParseURI(raw)
+	if err != nil {
+		return "<URL>"
+	}
+	u.Password = "xxx"
+	return u.String()
+}

@@ -1,0 +1,180 @@
+// Package cli is rebound's command line: the sidecar (`rebound run`) and
+// the tools around it, one file per command. main only adds signals and
+// the exit status; tests run the real program in-process through Run.
+//
+// Every command reads the REBOUND_* environment it is given (never the
+// process's own), writes only to the stdout and stderr it is given, and
+// takes -h, which prints its help to stdout. Errors are returned, never
+// printed, and ExitCode prints each once, prefixed with the command:
+// "rebound parked list: ...". A usage or configuration error exits 2,
+// before anything connects; any other error exits 1.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/rebound-mq/rebound/config"
+)
+
+// invocation is what a command gets besides its arguments.
+type invocation struct {
+	environ        []string
+	stdout, stderr io.Writer
+}
+
+// command is one subcommand of rebound.
+type command struct {
+	name    string // the words after "rebound": "run", "parked list"
+	summary string // one line for the command list
+	run     func(ctx context.Context, args []string, in invocation) error
+}
+
+// commands lists every command, in the order help shows them.
+func commands() []command {
+	return []command{
+		{"run", "run the retry sidecar (the default)", runSidecar},
+		{"schedule", "print the delay schedule the configured policy produces", runSchedule},
+		{"parked list", "list parked messages, with a summary by reason and origin", runParkedList},
+		{"parked show", "print one parked message in full", runParkedShow},
+		{"parked replay", "send parked messages back to their origin queue", runParkedReplay},
+		{"parked purge", "delete parked messages (needs --yes)", runParkedPurge},
+		{"topology print", "print what rebound needs on the broker as definitions JSON", runTopologyPrint},
+		{"topology declare", "declare what rebound needs on the broker now", runTopologyDeclare},
+		{"config check", "validate the configuration without connecting", runConfigCheck},
+	}
+}
+
+// Run runs the command args name (run when args is empty) with environ
+// as its environment. It returns nil on success; ExitCode turns any
+// error into the exit status.
+func Run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
+	in := invocation{environ: environ, stdout: stdout, stderr: stderr}
+	if len(args) == 0 {
+		args = []string{"run"}
+	}
+	if isHelp(args[0]) {
+		fmt.Fprint(stdout, commandList(""))
+		return nil
+	}
+	for _, c := range commands() {
+		words := strings.Fields(c.name)
+		if len(args) >= len(words) && strings.Join(args[:len(words)], " ") == c.name {
+			if err := c.run(ctx, args[len(words):], in); err != nil {
+				return commandError{name: c.name, err: err}
+			}
+			return nil
+		}
+	}
+	// A group of commands (parked, topology, ...): its list is its help.
+	group := args[0]
+	if strings.Contains(commandList(group), "\n  ") {
+		if len(args) > 1 && isHelp(args[1]) {
+			fmt.Fprint(stdout, commandList(group))
+			return nil
+		}
+		what := "missing command"
+		if len(args) > 1 {
+			what = fmt.Sprintf("unknown command %q", args[1])
+		}
+		return usageError{fmt.Sprintf("%s: %s\n%s", group, what, commandList(group))}
+	}
+	return usageError{fmt.Sprintf("unknown command %q\n%s", args[0], commandList(""))}
+}
+
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help" || arg == "help"
+}
+
+// commandList is the help of rebound (group "") or of a group of commands:
+// each command with its summary.
+func commandList(group string) string {
+	var b strings.Builder
+	if group == "" {
+		b.WriteString("usage: rebound [command] [flags]\n\ncommands:\n")
+	} else {
+		fmt.Fprintf(&b, "usage: rebound %s <command> [flags]\n\ncommands:\n", group)
+	}
+	for _, c := range commands() {
+		if group == "" || strings.HasPrefix(c.name, group+" ") {
+			fmt.Fprintf(&b, "  %-18s %s\n", c.name, c.summary)
+		}
+	}
+	b.WriteString("\nEach command takes -h. Configuration comes from REBOUND_* environment\nvariables; see README.md.\n")
+	return b.String()
+}
+
+// usageError is a command line rebound does not understand: exit 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+// commandError names the command an error came from.
+type commandError struct {
+	name string
+	err  error
+}
+
+func (e commandError) Error() string { return e.name + ": " + e.err.Error() }
+func (e commandError) Unwrap() error { return e.err }
+
+// ExitCode prints err, if any, once to stderr and maps it to the process
+// exit status: 0 for nil, 2 for usage and configuration errors (nothing
+// was attempted), 1 otherwise.
+func ExitCode(err error, stderr io.Writer) int {
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(stderr, "rebound "+err.Error())
+	if IsUsageError(err) {
+		return 2
+	}
+	return 1
+}
+
+// IsUsageError reports whether err is a usage or configuration error,
+// the kind that exits 2.
+func IsUsageError(err error) bool {
+	var cfgErr *config.Error
+	var usage usageError
+	return errors.As(err, &cfgErr) || errors.As(err, &usage)
+}
+
+// parseFlags parses args into fs. With -h it prints usage and the flags
+// to stdout and returns done; any other problem is a usageError. A
+// command that takes no arguments passes maxArgs 0: extra ones are an
+// error too.
+func parseFlags(fs *flag.FlagSet, args []string, usage string, maxArgs int, in invocation) (done bool, err error) {
+	fs.SetOutput(io.Discard) // errors are returned and printed once, by ExitCode
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(in.stdout, strings.TrimRight(usage, "\n"))
+			if hasFlags(fs) {
+				fmt.Fprintln(in.stdout, "\nflags:")
+				fs.SetOutput(in.stdout)
+				fs.PrintDefaults()
+			}
+			return true, nil
+		}
+		return false, usageError{fmt.Sprintf("%v (see -h)", err)}
+	}
+	if fs.NArg() > maxArgs {
+		return false, usageError{fmt.Sprintf("unexpected argument %q (see -h)", fs.Arg(maxArgs))}
+	}
+	return false, nil
+}
+
+func hasFlags(fs *flag.FlagSet) bool {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return n > 0
+}
+
+// loadConfig reads the configuration from the invocation's environment.
+func loadConfig(in invocation) (config.Config, error) {
+	return config.Load(in.environ)
+}

@@ -1,0 +1,121 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/rebound-mq/rebound/config"
+	"github.com/rebound-mq/rebound/consumer"
+)
+
+// Version is stamped at build time: -ldflags "-X github.com/rebound-mq/rebound/internal/cli.Version=...".
+var Version = "dev"
+
+const runUsage = `usage: rebound run
+
+Runs the retry sidecar until SIGTERM or SIGINT: consumes the inbox,
+republishes each message into a delay queue or the parking queue, and
+serves /healthz, /readyz and /metrics on REBOUND_HTTP_ADDR.
+Configuration comes from REBOUND_* environment variables (see README.md).`
+
+// runSidecar runs the retry sidecar until ctx is cancelled.
+func runSidecar(ctx context.Context, args []string, in invocation) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	if done, err := parseFlags(fs, args, runUsage, 0, in); done || err != nil {
+		return err
+	}
+	cfg, err := loadConfig(in)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(cfg, in.stderr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	opt, err := consumer.OptionsFrom(cfg, log, consumer.NewMetrics(reg, consumer.ReadHeaders(cfg.HeaderNames())...))
+	if err != nil {
+		return err
+	}
+	sidecar := consumer.New(opt)
+
+	listener, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on REBOUND_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
+	}
+	server := &http.Server{Handler: httpHandler(sidecar, reg), ReadHeaderTimeout: 5 * time.Second}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := server.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server stopped", zap.Error(err))
+		}
+	}()
+	log.Info("starting", zap.String("version", Version), zap.String("broker", config.Redact(cfg.AMQPURL)),
+		zap.String("http", listener.Addr().String()), zap.String("inbox", cfg.InboxQueue))
+
+	runErr := sidecar.Run(ctx)
+
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = server.Shutdown(shutdownCtx)
+	wg.Wait()
+	return runErr
+}
+
+// httpHandler serves the probes and metrics. Nothing it serves holds a
+// secret or a message: the probes say only ready or not, the metrics carry
+// counts whose labels come from fixed sets and configured header names.
+func httpHandler(sidecar *consumer.Sidecar, gatherer prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if err := sidecar.Healthy(); err != nil {
+			http.Error(w, "wedged: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !sidecar.Ready() {
+			http.Error(w, "not ready: not connected, not consuming, or blocked by a resource alarm", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	return mux
+}
+
+func newLogger(cfg config.Config, stderr io.Writer) (*zap.Logger, error) {
+	level, err := zapcore.ParseLevel(cfg.LogLevel)
+	if err != nil {
+		return nil, err // unreachable: config validated the level
+	}
+	encCfg := zap.NewProductionEncoderConfig()
+	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
+	var enc zapcore.Encoder
+	if cfg.LogFormat == "console" {
+		encCfg.EncodeLevel = zapcore.CapitalColorLevelEncoder
+		enc = zapcore.NewConsoleEncoder(encCfg)
+	} else {
+		enc = zapcore.NewJSONEncoder(encCfg)
+	}
+	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(stderr), level)), nil
+}

@@ -1,0 +1,125 @@
+package cli
+
+// `rebound topology`: print what rebound needs on the broker as RabbitMQ
+// definitions JSON, or declare it now. Both work from republisher.Topology,
+// the description the sidecar itself declares from.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/rebound-mq/rebound/republisher"
+)
+
+// deadLetterPolicyName is the example policy `topology print` writes for
+// application queues, named as deploy/rabbitmq/setup.sh names it.
+const deadLetterPolicyName = "rebound-dead-letter"
+
+const topologyPrintUsage = `usage: rebound topology print [flags]
+
+Writes RabbitMQ definitions JSON for the virtual host of REBOUND_AMQP_URL:
+load it with ` + "`rabbitmqctl import_definitions`" + ` or the management UI. It
+holds the exchanges, queues and bindings rebound declares, rebound's own
+policies and an example dead-letter policy for application queues:
+
+  - classic queues: rebound-delay-queues-lazy runs the delay queues lazy,
+    which keeps retries on time on RabbitMQ before 3.12 (later versions
+    ignore it);
+  - quorum queues: rebound-inbox-dead-letter makes the inbox dead-letter to
+    the parking queue, and on RabbitMQ 4.0 and later
+    rebound-parked-no-delivery-limit lifts the parking queue's delivery
+    limit. The queues' arguments say the same; the policies are for queues
+    an earlier rebound declared without them (see README, Upgrading).
+
+With quorum queues the definitions depend on the broker's version: it is
+asked over REBOUND_AMQP_URL unless --rabbitmq names it. A queue declared
+with its own x-dead-letter-exchange argument ignores the application
+policy. Delay queues (REBOUND_DELAY_QUEUE_PREFIX + milliseconds) are not
+included: rebound declares each one the first time it needs that delay.`
+
+func runTopologyPrint(ctx context.Context, args []string, in invocation) error {
+	fs := flag.NewFlagSet("topology print", flag.ContinueOnError)
+	pattern := fs.String("app-pattern", `^app\.`, "`regexp` of the application queues the example dead-letter policy applies to (empty: no policy)")
+	version := fs.String("rabbitmq", "", "the broker's `version` (such as 3.10 or 4.3), for quorum queues; empty: ask the broker")
+	if done, err := parseFlags(fs, args, topologyPrintUsage, 0, in); done || err != nil {
+		return err
+	}
+	if *version != "" && !republisher.VersionAtLeast(*version, 0, 0) {
+		return usageError{fmt.Sprintf("--rabbitmq %q: want a version such as 3.10 or 4.3", *version)}
+	}
+	cfg, err := loadConfig(in)
+	if err != nil {
+		return err
+	}
+	topo := cfg.Topology()
+	if topo.Quorum {
+		if *version == "" {
+			conn, err := connect(ctx, cfg, "topology print")
+			if err != nil {
+				return fmt.Errorf("%w (the definitions for quorum queues depend on the broker's version: pass --rabbitmq to print them offline)", err)
+			}
+			*version, _ = conn.Properties["version"].(string)
+			conn.Close()
+		}
+		topo = topo.ForServer(amqp.Table{"version": *version})
+	}
+	vhost := cfg.Vhost()
+	defs := topo.Definitions(vhost)
+	defs.Policies = append(defs.Policies, topo.Policies(vhost)...)
+	if *pattern != "" {
+		defs.Policies = append(defs.Policies, topo.DeadLetterPolicy(vhost, deadLetterPolicyName, *pattern))
+	}
+	enc := json.NewEncoder(in.stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(defs); err != nil {
+		return err
+	}
+	fmt.Fprintf(in.stderr, "rebound topology print: delay queues (%s<ms>) are not listed: rebound declares each on first use\n", cfg.DelayQueuePrefix)
+	return nil
+}
+
+const topologyDeclareUsage = `usage: rebound topology declare
+
+Declares rebound's exchanges, queues and bindings (all durable) on the
+broker of REBOUND_AMQP_URL now, as the sidecar does when it starts. It is
+idempotent, and takes over what an earlier rebound declared (see README,
+Upgrading). Policies, application queues and their dead-letter policy are
+left to you (see rebound topology print).`
+
+func runTopologyDeclare(ctx context.Context, args []string, in invocation) error {
+	fs := flag.NewFlagSet("topology declare", flag.ContinueOnError)
+	if done, err := parseFlags(fs, args, topologyDeclareUsage, 0, in); done || err != nil {
+		return err
+	}
+	cfg, err := loadConfig(in)
+	if err != nil {
+		return err
+	}
+	conn, err := connect(ctx, cfg, "topology declare")
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	topo := cfg.Topology().ForServer(conn.Properties)
+	notices, err := topo.Declare(conn)
+	for _, n := range notices {
+		fmt.Fprintln(in.stderr, "rebound topology declare: notice:", n)
+	}
+	if err != nil {
+		var aerr *amqp.Error
+		if errors.As(err, &aerr) && aerr.Code == amqp.PreconditionFailed {
+			return fmt.Errorf("%w (it exists with other settings: compare with `rebound topology print`)", err)
+		}
+		return err
+	}
+	fmt.Fprintf(in.stdout, "declared in virtual host %q:\n", cfg.Vhost())
+	for _, line := range topo.Describe() {
+		fmt.Fprintln(in.stdout, "  "+line)
+	}
+	return nil
+}

@@ -1,0 +1,236 @@
+package republisher
+
+import (
+	"encoding/json"
+	"regexp"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+func testTopology(quorum, deliveryLimits bool) Topology {
+	return Topology{
+		InboxQueue: "in", DeadLetterExchange: "dlx", DelayExchange: "delay",
+		DelayQueuePrefix: "delay.", ParkingQueue: "parked", Quorum: quorum, DeliveryLimits: deliveryLimits,
+	}
+}
+
+func TestDelayQueueAndKey(t *testing.T) {
+	for _, quorum := range []bool{false, true} {
+		topo := testTopology(quorum, false)
+		q, b := topo.DelayQueue(1500 * time.Millisecond)
+		if q.Name != "delay.1500" || b.Queue != q.Name || b.Exchange != "delay" || b.Key != "amq.delay.1500" || b.Args != nil {
+			t.Errorf("quorum=%v: queue %+v binding %+v", quorum, q, b)
+		}
+		want := amqp.Table{"x-message-ttl": int64(1500), "x-dead-letter-exchange": ""}
+		if quorum {
+			want["x-queue-type"] = "quorum"
+			want["x-dead-letter-strategy"] = "at-least-once"
+			want["x-overflow"] = "reject-publish"
+		}
+		if got, _ := json.Marshal(q.Args); string(got) != mustJSON(t, want) {
+			t.Errorf("quorum=%v: delay queue arguments %s, want %s", quorum, got, mustJSON(t, want))
+		}
+		if d := topo.Delayed(1500*time.Millisecond, "orders"); d != (Destination{Exchange: "delay", RoutingKey: "amq.delay.1500", CC: "orders", Delay: 1500 * time.Millisecond}) {
+			t.Errorf("Delayed = %+v", d)
+		}
+	}
+	topo := testTopology(false, false)
+	for key, want := range map[string]int64{"amq.delay.1500": 1500, "amq.delay.": 0, "amq.delay.15x": 0, "delay.1500": 0, "amq.delay.0": 0, "amq.other.1500": 0} {
+		ms, ok := topo.delayOfKey(key)
+		if ms != want || ok != (want > 0) {
+			t.Errorf("delayOfKey(%q) = %d, %v; want %d", key, ms, ok, want)
+		}
+	}
+}
+
+// No queue can be named like a delay key: RabbitMQ reserves "amq." for
+// itself, and config refuses prefixes that start with it.
+func TestDelayKeysNameNoQueue(t *testing.T) {
+	topo := testTopology(false, false)
+	for _, d := range []time.Duration{time.Millisecond, time.Second, time.Hour} {
+		if key := topo.DelayKey(d); key[:4] != "amq." || topo.Owns(key) {
+			t.Errorf("DelayKey(%s) = %q", d, key)
+		}
+	}
+}
+
+func TestFixedQueues(t *testing.T) {
+	for _, tc := range []struct {
+		quorum, limits bool
+		inbox, parked  string
+	}{
+		{false, false, `{}`, `{}`},
+		{false, true, `{}`, `{}`},
+		{true, false,
+			`{"x-dead-letter-exchange":"","x-dead-letter-routing-key":"parked","x-dead-letter-strategy":"at-least-once","x-overflow":"reject-publish","x-queue-type":"quorum"}`,
+			`{"x-queue-type":"quorum"}`},
+		{true, true,
+			`{"x-dead-letter-exchange":"","x-dead-letter-routing-key":"parked","x-dead-letter-strategy":"at-least-once","x-overflow":"reject-publish","x-queue-type":"quorum"}`,
+			`{"x-delivery-limit":-1,"x-queue-type":"quorum"}`},
+	} {
+		qs := testTopology(tc.quorum, tc.limits).Queues()
+		if qs[0].Name != "in" || mustJSON(t, qs[0].Args) != tc.inbox || qs[1].Name != "parked" || mustJSON(t, qs[1].Args) != tc.parked {
+			t.Errorf("quorum=%v limits=%v: %s %s, %s %s; want %s, %s", tc.quorum, tc.limits,
+				qs[0].Name, mustJSON(t, qs[0].Args), qs[1].Name, mustJSON(t, qs[1].Args), tc.inbox, tc.parked)
+		}
+	}
+}
+
+func TestForServer(t *testing.T) {
+	for version, want := range map[string]bool{"3.10.8": false, "3.13.7": false, "4.0.5": true, "4.3.6": true, "10.0.0": true, "": false, "x.y": false} {
+		if got := testTopology(true, false).ForServer(amqp.Table{"version": version}).DeliveryLimits; got != want {
+			t.Errorf("version %q: DeliveryLimits %v, want %v", version, got, want)
+		}
+	}
+}
+
+func TestOwns(t *testing.T) {
+	topo := testTopology(false, false)
+	for queue, want := range map[string]bool{
+		"in": true, "parked": true, "delay.1500": true, "delay.1": true,
+		"delay.": false, "delay.15x": false, "delay.-1": false, "orders": false, "in.x": false, "xdelay.15": false,
+	} {
+		if got := topo.Owns(queue); got != want {
+			t.Errorf("Owns(%q) = %v, want %v", queue, got, want)
+		}
+	}
+}
+
+func TestTopologyDefinitions(t *testing.T) {
+	for _, quorum := range []bool{false, true} {
+		topo := testTopology(quorum, true)
+		defs := topo.Definitions("v1")
+		defs.Policies = append(defs.Policies, topo.DeadLetterPolicy("v1", "rebound-dead-letter", `^app\.`))
+		defs.Policies = append(defs.Policies, topo.Policies("v1")...)
+		b, err := json.Marshal(defs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Decode generically: this is the shape RabbitMQ reads.
+		var doc map[string][]map[string]any
+		if err := json.Unmarshal(b, &doc); err != nil {
+			t.Fatal(err)
+		}
+		names := func(key, field string) map[string]map[string]any {
+			out := map[string]map[string]any{}
+			for _, e := range doc[key] {
+				if e["vhost"] != "v1" {
+					t.Errorf("%s %v: vhost %v, want v1", key, e[field], e["vhost"])
+				}
+				out[e[field].(string)] = e
+			}
+			return out
+		}
+		xs := names("exchanges", "name")
+		if xs["dlx"]["type"] != "fanout" || xs["delay"]["type"] != "direct" || xs["dlx"]["durable"] != true {
+			t.Errorf("exchanges: %v", doc["exchanges"])
+		}
+		qs := names("queues", "name")
+		if len(qs) != 2 || qs["in"] == nil || qs["parked"] == nil {
+			t.Fatalf("queues: %v", doc["queues"])
+		}
+		for name, q := range qs {
+			args := q["arguments"].(map[string]any)
+			if q["durable"] != true || (args["x-queue-type"] == "quorum") != quorum {
+				t.Errorf("quorum=%v queue %s: %v", quorum, name, q)
+			}
+		}
+		if bs := names("bindings", "destination"); bs["in"]["source"] != "dlx" || len(bs) != 1 {
+			t.Errorf("bindings: %v", doc["bindings"])
+		}
+		ps := names("policies", "name")
+		p := ps["rebound-dead-letter"]
+		if p["apply-to"] != "queues" || p["pattern"] != `^app\.` || p["definition"].(map[string]any)["dead-letter-exchange"] != "dlx" || p["priority"] != 10.0 {
+			t.Errorf("policy: %v", p)
+		}
+		if !quorum {
+			lazy := ps[LazyDelayQueuePolicyName]
+			if lazy["apply-to"] != "queues" || lazy["definition"].(map[string]any)["queue-mode"] != "lazy" || lazy["priority"] != 10.0 || len(ps) != 2 {
+				t.Errorf("classic policies: %v", ps)
+			}
+			pattern := regexp.MustCompile(lazy["pattern"].(string))
+			for name, want := range map[string]bool{"delay.1500": true, "delay.3600000": true, "delay.": false, "delay.15x": false,
+				"delayx1500": false, "in": false, "parked": false, "app.delay.1500": false} {
+				if got := pattern.MatchString(name); got != want {
+					t.Errorf("lazy policy pattern %s matches %q: %v, want %v", pattern, name, got, want)
+				}
+			}
+			continue
+		}
+		inbox, parked := ps[InboxDeadLetterPolicyName], ps[ParkingNoDeliveryLimitPolicyName]
+		if inbox["pattern"] != `^in$` || mustJSON(t, inbox["definition"]) !=
+			`{"dead-letter-exchange":"","dead-letter-routing-key":"parked","dead-letter-strategy":"at-least-once","overflow":"reject-publish"}` {
+			t.Errorf("inbox policy: %v", inbox)
+		}
+		if parked["pattern"] != `^parked$` || mustJSON(t, parked["definition"]) != `{"delivery-limit":-1}` || len(ps) != 3 {
+			t.Errorf("parking policy: %v (policies %v)", parked, ps)
+		}
+	}
+	// RabbitMQ 3.x refuses a delivery limit of -1 in a policy.
+	for _, p := range testTopology(true, false).Policies("v1") {
+		if p.Name == ParkingNoDeliveryLimitPolicyName {
+			t.Errorf("the parking policy is for RabbitMQ 4.0 and later only: %+v", p)
+		}
+	}
+}
+
+func TestTopologyDefinitionsEmptyListsAreArrays(t *testing.T) {
+	// RabbitMQ wants lists, not nulls, for sections with nothing in them.
+	b, err := json.Marshal(Topology{}.Definitions("/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if string(doc["policies"]) != "[]" {
+		t.Errorf("policies = %s, want []", doc["policies"])
+	}
+}
+
+// A copy routes where rebound decided and nowhere else: whatever CC, BCC
+// or legacy routing header the message carried is gone, and a delayed
+// copy has exactly its origin in CC.
+func TestCopyRoutingHeaders(t *testing.T) {
+	d := amqp.Delivery{
+		MessageId: "m", Expiration: "60000", UserId: "producer", DeliveryMode: amqp.Persistent, Body: []byte("b"),
+	}
+	for _, tc := range []struct {
+		dest Destination
+		cc   any
+	}{
+		{Direct("parked"), nil},
+		{Direct("orders"), nil},
+		{testTopology(false, false).Delayed(time.Second, "orders"), []any{"orders"}},
+	} {
+		headers := amqp.Table{"CC": []any{"payments"}, "BCC": []any{"payments"}, "rebound-delay-ms": int64(1000), "tenant": "acme"}
+		msg := Copy(d, headers, tc.dest)
+		if _, ok := msg.Headers["BCC"]; ok {
+			t.Errorf("%+v: BCC kept", tc.dest)
+		}
+		if _, ok := msg.Headers["rebound-delay-ms"]; ok {
+			t.Errorf("%+v: legacy delay header kept", tc.dest)
+		}
+		if got, ok := msg.Headers["CC"]; mustJSON(t, got) != mustJSON(t, tc.cc) || ok != (tc.cc != nil) {
+			t.Errorf("%+v: CC = %v, want %v", tc.dest, got, tc.cc)
+		}
+		if msg.Headers["tenant"] != "acme" || msg.Expiration != "" || msg.UserId != "" || msg.MessageId != "m" || msg.DeliveryMode != amqp.Persistent {
+			t.Errorf("%+v: copy %+v", tc.dest, msg)
+		}
+		if err := msg.Headers.Validate(); err != nil {
+			t.Errorf("%+v: headers do not validate: %v", tc.dest, err)
+		}
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
