@@ -221,6 +221,7 @@ type progress struct {
 	ready      bool    // /readyz answered 200
 	moved      float64 // copies the broker confirmed: every rebound_messages_retried_total and rebound_messages_parked_total series
 	reconnects float64 // rebound_reconnects_total
+	received   float64 // rebound_messages_received_total
 }
 
 var probeClient = &http.Client{Timeout: time.Second}
@@ -254,6 +255,8 @@ func (e *testEnv) progress() (p progress, ok bool) {
 			p.moved += v
 		case series == "rebound_reconnects_total":
 			p.reconnects = v
+		case series == "rebound_messages_received_total":
+			p.received = v
 		}
 	}
 	return p, true

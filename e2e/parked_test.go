@@ -44,8 +44,11 @@ func (e *testEnv) seedParked(seeds ...parkedSeed) {
 	}
 	defer ch.Close()
 	queue := e.vars["REBOUND_PARKING_QUEUE"]
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{}); err != nil {
-		e.t.Fatal(err)
+	// Declared as a classic queue unless rebound (or the test) declared it.
+	if !e.queueExists(queue) {
+		if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{}); err != nil {
+			e.t.Fatal(err)
+		}
 	}
 	if err := ch.Confirm(false); err != nil {
 		e.t.Fatal(err)

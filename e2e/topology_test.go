@@ -63,12 +63,9 @@ func TestTopologyPrintImportsIntoFreshVhost(t *testing.T) {
 			t.Errorf("%s: vhost %q, want %q", what, vhost, e.vhost())
 		}
 	}
-	// RabbitMQ imports into the virtual hosts each entry names. The
-	// document goes in on stdin (3.10.8 takes no file name "-"): rabbitmqctl
-	// runs as another user, or in a chroot, that cannot read the test's
-	// temporary directory.
-	if msg, err := e.broker.Ctl(context.Background(), strings.NewReader(out), "-q", "import_definitions"); err != nil {
-		t.Fatalf("rabbitmqctl import_definitions: %v\n%s", err, msg)
+	// RabbitMQ imports into the virtual hosts each entry names.
+	if err := e.broker.ImportDefinitions(context.Background(), out); err != nil {
+		t.Fatalf("rabbitmqctl import_definitions: %v", err)
 	}
 
 	// Before rebound runs: the inbox, parking queue and dead-letter binding
@@ -143,7 +140,8 @@ func TestTopologyDeclare(t *testing.T) {
 	for _, want := range []string{
 		"exchange " + e.vars["REBOUND_DEAD_LETTER_EXCHANGE"] + " (fanout, durable)",
 		"exchange " + e.vars["REBOUND_DELAY_EXCHANGE"] + " (direct, durable)",
-		"queue " + e.vars["REBOUND_INBOX_QUEUE"] + " (durable, x-queue-type=quorum)",
+		"queue " + e.vars["REBOUND_INBOX_QUEUE"] + " (durable, x-dead-letter-exchange=, x-dead-letter-routing-key=" + e.vars["REBOUND_PARKING_QUEUE"] +
+			", x-dead-letter-strategy=at-least-once, x-overflow=reject-publish, x-queue-type=quorum)",
 		"queue " + e.vars["REBOUND_PARKING_QUEUE"],
 		"binding " + e.vars["REBOUND_DEAD_LETTER_EXCHANGE"] + " -> " + e.vars["REBOUND_INBOX_QUEUE"],
 	} {

@@ -22,6 +22,7 @@ package brokertest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -54,6 +55,7 @@ type Broker struct {
 	start   []string // starts Node when it is not running, and waits for it
 	stop    []string // stops Node, keeping its data (cluster nodes only)
 	setup   string   // how to get the broker, for skip messages
+	root    string   // where the node's rabbitmqctl has its "/" on this host: "" for the host, a chroot for 4.3
 
 	clusterPorts int // the AMQP ports of its cluster's nodes are clusterPorts+1..3
 	clusterName  string
@@ -87,6 +89,7 @@ func Brokers() map[string]*Broker {
 			plugins: []string{filepath.Join(s, "rabbitmq43.sh"), "plugins"},
 			start:   []string{filepath.Join(s, "rabbitmq43.sh"), "start"},
 			setup:   "scripts/rabbitmq43.sh ensure",
+			root:    cmp.Or(os.Getenv("REBOUND_RABBITMQ43_ROOT"), "/var/lib/rebound/rabbitmq-4.3"),
 
 			clusterPorts: 5710, clusterName: "rebound43-c",
 		},
@@ -212,6 +215,24 @@ func (b *Broker) Ctl(ctx context.Context, stdin io.Reader, args ...string) (stri
 // broker's node, for scripts that take one (deploy/rabbitmq/setup.sh's
 // RABBITMQCTL).
 func (b *Broker) CtlCommand() []string { return append([]string{}, b.ctl...) }
+
+// ImportDefinitions loads a definitions document with rabbitmqctl
+// import_definitions, the way the node's CLI can read it: RabbitMQ 3.10's
+// takes it on stdin only, 4.3's crashes reading stdin that is not a
+// terminal and takes a file, written where the chroot sees it.
+func (b *Broker) ImportDefinitions(ctx context.Context, definitions string) error {
+	if b.root == "" {
+		_, err := b.Ctl(ctx, strings.NewReader(definitions), "-q", "import_definitions")
+		return err
+	}
+	name := "/tmp/rebound-definitions-" + RandomSuffix() + ".json"
+	if err := os.WriteFile(filepath.Join(b.root, name), []byte(definitions), 0o644); err != nil {
+		return err
+	}
+	defer os.Remove(filepath.Join(b.root, name))
+	_, err := b.Ctl(ctx, nil, "-q", "import_definitions", name)
+	return err
+}
 
 // MustCtl is Ctl, failing the test on error.
 func (b *Broker) MustCtl(t testing.TB, args ...string) string {

@@ -1,0 +1,385 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/rebound-mq/rebound/config"
+	"github.com/rebound-mq/rebound/republisher"
+)
+
+// Messages dead-lettered for every reason, and rebound's own quorum queues
+// under delivery limits: the losses RabbitMQ 3.10 and 4.x each showed.
+
+// TestEveryDeadLetterReasonIsRetried: an application queue dead-letters a
+// message because it expired (message TTL), overflowed (x-max-length,
+// drop-head) or crossed a quorum delivery limit, not only because its
+// consumer rejected it. Each is retried until parked, none lost. RabbitMQ
+// 3.10 dropped every such copy as a dead-letter cycle when its delay ended
+// while copies carried the broker's x-death (which names the origin with
+// no "rejected" entry).
+func TestEveryDeadLetterReasonIsRetried(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		reason string
+		args   amqp.Table // the application queue's, besides dead-lettering
+		drive  func(e *testEnv, n int)
+	}{
+		// Nobody consumes: every message expires after 200 ms.
+		{"expired", amqp.Table{"x-message-ttl": int64(200)}, func(e *testEnv, n int) { e.publishNumbered(n) }},
+		// Room for one: each message pushes the one before out.
+		{"maxlen", amqp.Table{"x-max-length": int64(1), "x-overflow": "drop-head"}, func(e *testEnv, n int) {
+			e.publishNumbered(n)
+			e.publishNumberedFrom(n, 1) // pushes the last of them out too
+		}},
+		// A consumer that dies holding each message: a quorum queue
+		// dead-letters it past one delivery.
+		{"delivery_limit", amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": int64(1)}, func(e *testEnv, n int) {
+			e.crashingConsumer(e.app)
+			e.publishNumbered(n)
+		}},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			t.Parallel()
+			e := newTestEnv(t, fastLoop)
+			args := amqp.Table{"x-dead-letter-exchange": e.vars["REBOUND_DEAD_LETTER_EXCHANGE"]}
+			for k, v := range tc.args {
+				args[k] = v
+			}
+			if _, err := e.ch.QueueDelete(e.app, false, false, false); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.ch.QueueDeclare(e.app, true, false, false, false, args); err != nil {
+				t.Fatal(err)
+			}
+			e.startInProcess()
+			const n = 20
+			tc.drive(e, n)
+			extra := 0
+			if tc.reason == "maxlen" {
+				extra = 1 // the last one, still in the application queue
+			}
+			parked := e.parkedAll(n, extra, time.Minute)
+			for id, d := range parked {
+				if d.Headers["x-retry-parked-reason"] != "max-retries" || d.Headers["x-retry-count"] != int64(2) {
+					t.Errorf("%s parked as %v after %v retries, want max-retries after 2", id, d.Headers["x-retry-parked-reason"], d.Headers["x-retry-count"])
+				}
+				if d.Headers["x-retry-first-death-reason"] != tc.reason || d.Headers["x-retry-first-death-queue"] != e.app {
+					t.Errorf("%s: first death %v in %v, want %s in %s", id, d.Headers["x-retry-first-death-reason"],
+						d.Headers["x-retry-first-death-queue"], tc.reason, e.app)
+				}
+			}
+		})
+	}
+}
+
+// parkedAll waits until n numbered messages (ids 0..n-1) are parked, or
+// for extra of them, still in the application queue; it fails the test for
+// every other and returns the parked ones by id.
+func (e *testEnv) parkedAll(n, extra int, timeout time.Duration) map[string]amqp.Delivery {
+	e.t.Helper()
+	parked := map[string]amqp.Delivery{}
+	deadline := time.Now().Add(timeout)
+	for len(parked) < n-extra && time.Now().Before(deadline) {
+		for _, d := range e.drain(e.vars["REBOUND_PARKING_QUEUE"]) {
+			parked[d.MessageId] = d
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // the last copies on their way
+	for _, d := range e.drain(e.vars["REBOUND_PARKING_QUEUE"]) {
+		parked[d.MessageId] = d
+	}
+	waiting := map[string]bool{}
+	for _, d := range e.drain(e.app) {
+		waiting[d.MessageId] = true
+	}
+	for i := range n {
+		id := strconv.Itoa(i)
+		if _, ok := parked[id]; !ok && !waiting[id] {
+			e.t.Errorf("message %s lost: neither parked nor in the application queue", id)
+		}
+	}
+	e.t.Logf("%d of %d parked, %d waiting in the application queue", len(parked), n, len(waiting))
+	return parked
+}
+
+// crashingConsumer takes every message from queue and dies holding it
+// (closes its channel without acking), again and again, until cleanup.
+func (e *testEnv) crashingConsumer(queue string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		conn, err := amqp.Dial(e.url())
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		for ctx.Err() == nil {
+			ch, err := conn.Channel()
+			if err != nil {
+				return
+			}
+			_, ok, err := ch.Get(queue, false)
+			ch.Close()
+			if err != nil {
+				return
+			}
+			if !ok {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}()
+	e.t.Cleanup(func() { cancel(); <-done })
+}
+
+// TestInboxDeliveryLimitParksInsteadOfDropping: a message rebound keeps in
+// flight (its copy refused by the broker) while rebound is killed again
+// and again counts one delivery per kill. Past a quorum queue's delivery
+// limit (20 by default on RabbitMQ 4.x, none on 3.x) the broker drops it
+// unless the queue dead-letters: rebound's inbox dead-letters to the
+// parking queue, at least once, so the message is parked, and `rebound
+// parked list` shows it with reason delivery-limit and its origin.
+//
+// Variants: the inbox as rebound declares it now; as an earlier rebound
+// declared it (no dead-lettering), with the policy `rebound topology print`
+// and setup.sh give; and, on RabbitMQ 4.0 and later, with the broker's own
+// default limit. The first two lower the limit to 3 with a test policy so
+// they run quickly on every broker.
+func TestInboxDeliveryLimitParksInsteadOfDropping(t *testing.T) {
+	t.Parallel()
+	for _, variant := range []string{"declared", "earlier-rebound-with-policy", "default-limit"} {
+		t.Run(variant, func(t *testing.T) {
+			t.Parallel()
+			inboxDeliveryLimit(t, variant)
+		})
+	}
+}
+
+func inboxDeliveryLimit(t *testing.T, variant string) {
+	e := newTestEnv(t, map[string]string{
+		"REBOUND_QUEUE_TYPE": "quorum", "REBOUND_IMMEDIATE_RETRIES": "1000000",
+		"REBOUND_MAX_RETRIES": "0", "REBOUND_MAX_DURATION": "1h",
+	})
+	kills := 3 + 2
+	if variant == "default-limit" {
+		if !e.broker.AtLeast(4, 0) {
+			t.Skipf("RabbitMQ %s has no default delivery limit", e.broker.Version())
+		}
+		kills = 20 + 2
+	}
+	// Every copy is refused: the origin queue takes no message.
+	if _, err := e.ch.QueueDelete(e.app, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ch.QueueDeclare(e.app, true, false, false, false, amqp.Table{"x-max-length": int64(0), "x-overflow": "reject-publish"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(e.environ())
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo := cfg.Topology().ForServer(e.conn.Properties)
+	inbox := topo.InboxQueue
+	policy := amqp.Table{}
+	switch variant {
+	case "earlier-rebound-with-policy":
+		// As rebound declared its inbox before it dead-lettered: quorum,
+		// nothing else. Declaring it again cannot change that.
+		if _, err := e.ch.QueueDeclare(inbox, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range topo.Policies(e.vhost()) {
+			if p.Name == republisher.InboxDeadLetterPolicyName {
+				policy = p.Definition
+			}
+		}
+		if len(policy) == 0 {
+			t.Fatalf("no %s policy in %+v", republisher.InboxDeadLetterPolicyName, topo.Policies(e.vhost()))
+		}
+		fallthrough
+	case "declared":
+		policy["delivery-limit"] = int64(3)
+		def, _ := json.Marshal(policy)
+		name := e.prefix + "inbox-policy"
+		e.broker.MustCtl(t, "-q", "set_policy", "-p", e.vhost(), "--apply-to", "queues", "--priority", "20", name, "^"+strings.ReplaceAll(inbox, ".", `\.`)+"$", string(def))
+		t.Cleanup(func() { _, _ = e.broker.Ctl(context.Background(), nil, "-q", "clear_policy", "-p", e.vhost(), name) })
+	}
+
+	p := e.startBinary()
+	if variant == "earlier-rebound-with-policy" && !strings.Contains(p.logs.String(), "was declared by an earlier rebound without") {
+		t.Errorf("no notice about the earlier rebound's inbox in the log:\n%s", p.logs.String())
+	}
+	e.publishTo(inbox, amqp.Publishing{MessageId: "in-flight", DeliveryMode: amqp.Persistent, Headers: amqp.Table{"x-retry-origin-queue": e.app}})
+	for k := range kills {
+		// Killed while the message is delivered to it and unsettled.
+		if !e.waitReceived(15 * time.Second) {
+			break // the broker took it away: parked (or lost, below)
+		}
+		if err := p.signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		p.wait(10 * time.Second)
+		if k < kills-1 {
+			p = e.startBinary()
+		}
+	}
+	var parked []amqp.Delivery
+	for deadline := time.Now().Add(30 * time.Second); len(parked) == 0 && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if doc := e.listJSON(); doc.Matched > 0 {
+			if m := doc.Messages[0]; m.ID != "in-flight" || m.Reason != "delivery-limit" || m.Origin != e.app {
+				t.Errorf("parked list shows %+v, want in-flight, reason delivery-limit, origin %s", m, e.app)
+			}
+			parked = e.drain(e.vars["REBOUND_PARKING_QUEUE"])
+		}
+	}
+	if len(parked) != 1 {
+		t.Fatalf("after %d kills the message is neither parked nor in the inbox (%d there): lost", kills, e.queueLenOr(inbox, -1))
+	}
+	if reason := firstDeathReason(parked[0]); reason != "delivery_limit" {
+		t.Errorf("x-death reason %q, want delivery_limit", reason)
+	}
+}
+
+// waitReceived waits until the rebound process listening on e's HTTP
+// address has received a message since it started; false after timeout.
+func (e *testEnv) waitReceived(timeout time.Duration) bool {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if got, ok := e.progress(); ok && got.received > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func firstDeathReason(d amqp.Delivery) string {
+	deaths, _ := d.Headers["x-death"].([]any)
+	if len(deaths) == 0 {
+		return ""
+	}
+	entry, _ := deaths[0].(amqp.Table)
+	reason, _ := entry["reason"].(string)
+	return reason
+}
+
+// TestParkingQueueSurvivesKilledReaders: `rebound parked` holds the
+// messages it reads unacked; killed, its channel closes and each counts a
+// delivery. RabbitMQ 4.x would drop a parked message after 20 such kills
+// from a quorum parking queue with the default delivery limit: rebound
+// declares it without one.
+func TestParkingQueueSurvivesKilledReaders(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, map[string]string{"REBOUND_QUEUE_TYPE": "quorum"})
+	if _, stderr, err := e.cli("topology", "declare"); err != nil {
+		t.Fatalf("topology declare: %v\n%s", err, stderr)
+	}
+	const n = 5
+	seeds := make([]parkedSeed, n)
+	for i := range seeds {
+		seeds[i] = parkedSeed{id: strconv.Itoa(i), origin: e.app, reason: "max-retries"}
+	}
+	e.seedParked(seeds...)
+	parking := e.vars["REBOUND_PARKING_QUEUE"]
+	for range 25 {
+		ch, err := e.conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range n {
+			if _, ok, err := ch.Get(parking, false); err != nil || !ok {
+				t.Fatalf("get from the parking queue: %v, %v", ok, err)
+			}
+		}
+		ch.Close() // as a killed `rebound parked` leaves them
+	}
+	time.Sleep(200 * time.Millisecond)
+	if got := len(e.drain(parking)); got != n {
+		t.Errorf("%d of %d parked messages left after 25 killed readers on RabbitMQ %s", got, n, e.broker.Version())
+	}
+}
+
+// TestUpgradeFromHeadersExchange: an earlier rebound routed delayed copies
+// through a headers exchange, on a header its delay queues were bound on.
+// The new rebound replaces that exchange by a direct one when it starts.
+// The copies already waiting in delay queues come back to their origin as
+// before (their routing key is the origin), and a copy an old replica
+// still publishes the old way is returned to it, not lost.
+func TestUpgradeFromHeadersExchange(t *testing.T) {
+	t.Parallel()
+	queueTypes(t, func(t *testing.T, queueType string) {
+		e := newTestEnv(t, with(fastLoop, "REBOUND_QUEUE_TYPE", queueType, "REBOUND_MIN_DELAY", "100ms"))
+		cfg, err := config.Load(e.environ())
+		if err != nil {
+			t.Fatal(err)
+		}
+		topo := cfg.Topology().ForServer(e.conn.Properties)
+		// The earlier topology: a headers exchange, and a 3 s delay queue
+		// bound on rebound-delay-ms, holding copies as the earlier rebound
+		// published them.
+		const waitMs = 3000
+		exchange := e.vars["REBOUND_DELAY_EXCHANGE"]
+		if err := e.ch.ExchangeDeclare(exchange, amqp.ExchangeHeaders, true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		old, _ := topo.DelayQueue(waitMs * time.Millisecond)
+		if _, err := e.ch.QueueDeclare(old.Name, true, false, false, false, old.Args); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.ch.QueueBind(old.Name, "", exchange, false, amqp.Table{"x-match": "all", "rebound-delay-ms": int64(waitMs)}); err != nil {
+			t.Fatal(err)
+		}
+		const n = 200
+		for i := range n {
+			if err := e.ch.PublishWithContext(context.Background(), exchange, e.app, true, false, amqp.Publishing{
+				MessageId: strconv.Itoa(i), DeliveryMode: amqp.Persistent,
+				Headers: amqp.Table{"rebound-delay-ms": int64(waitMs), "x-retry-count": int64(1), "x-retry-origin-queue": e.app},
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for deadline := time.Now().Add(10 * time.Second); e.queueLenOr(old.Name, 0) < n; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d old copies in the delay queue", e.queueLenOr(old.Name, -1), n)
+			}
+		}
+		e.rejectAll(e.app)
+		stop := e.startInProcess()
+		// An old replica still running publishes the old way: the direct
+		// exchange has no binding for the origin's name, so it comes back.
+		oldReplica := e.broker.Dial(t, e.url())
+		och, err := oldReplica.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		returns := och.NotifyReturn(make(chan amqp.Return, 1))
+		if err := och.PublishWithContext(context.Background(), exchange, e.app, true, false, amqp.Publishing{
+			MessageId: "old-replica", Headers: amqp.Table{"rebound-delay-ms": int64(waitMs)},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-returns:
+			if r.MessageId != "old-replica" {
+				t.Errorf("returned %q", r.MessageId)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("an old replica's copy was not returned: it may have been routed somewhere, or lost")
+		}
+		e.account(n, 0, time.Minute)
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		// The exchange is direct now: declaring it so succeeds.
+		if err := e.ch.ExchangeDeclare(exchange, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
+			t.Errorf("exchange %s is not direct after the upgrade: %v", exchange, err)
+		}
+	})
+}

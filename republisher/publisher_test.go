@@ -1,0 +1,360 @@
+package republisher
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/rebound-mq/rebound/internal/brokertest"
+)
+
+// Tests of the Publisher and Declare against the broker under test.
+
+// testEnv is one test's topology on the broker, deleted at cleanup.
+type testEnv struct {
+	t      *testing.T
+	broker *brokertest.Broker
+	conn   *amqp.Connection // the publisher's
+	admin  *amqp.Channel    // the test's own
+	topo   Topology
+	origin string // an application queue
+}
+
+func newTestEnv(t *testing.T, quorum bool) *testEnv {
+	t.Helper()
+	b := brokertest.Require(t)
+	prefix := brokertest.Unique(t)
+	conn := b.Dial(t, b.URL)
+	adminConn := b.Dial(t, b.URL)
+	admin, err := adminConn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &testEnv{t: t, broker: b, conn: conn, admin: admin, origin: prefix + "app",
+		topo: Topology{
+			InboxQueue: prefix + "inbox", DeadLetterExchange: prefix + "dlx", DelayExchange: prefix + "delay",
+			DelayQueuePrefix: prefix + "delay.", ParkingQueue: prefix + "parked", Quorum: quorum,
+		}.ForServer(conn.Properties)}
+	if _, err := admin.QueueDeclare(e.origin, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cleanup, err := amqp.Dial(b.URL)
+		if err != nil {
+			return
+		}
+		defer cleanup.Close()
+		out, _ := b.Ctl(context.Background(), nil, "-q", "list_queues", "name", "--no-table-headers")
+		for _, q := range splitLines(out) {
+			if len(q) > len(prefix) && q[:len(prefix)] == prefix {
+				if ch, err := cleanup.Channel(); err == nil {
+					_, _ = ch.QueueDelete(q, false, false, false)
+					ch.Close()
+				}
+			}
+		}
+		for _, x := range []string{e.topo.DeadLetterExchange, e.topo.DelayExchange} {
+			if ch, err := cleanup.Channel(); err == nil {
+				_ = ch.ExchangeDelete(x, false, false)
+				ch.Close()
+			}
+		}
+	})
+	return e
+}
+
+func splitLines(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\n' {
+			if i > start {
+				out = append(out, s[start:i])
+			}
+			start = i + 1
+		}
+	}
+	if start < len(s) {
+		out = append(out, s[start:])
+	}
+	return out
+}
+
+// publisher declares the topology and returns a Publisher on e's
+// connection, closed at cleanup.
+func (e *testEnv) publisher(window int) *Publisher {
+	e.t.Helper()
+	if _, err := e.topo.Declare(e.conn); err != nil {
+		e.t.Fatal(err)
+	}
+	p, err := New(e.conn, e.topo, window, 30*time.Second)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() {
+		_ = p.ch.Close()
+		<-p.Done()
+	})
+	return p
+}
+
+// outcomes collects what became of each publish, by message id.
+type outcomes struct {
+	mu   sync.Mutex
+	got  map[string]Outcome
+	done chan string
+}
+
+func newOutcomes() *outcomes { return &outcomes{got: map[string]Outcome{}, done: make(chan string, 1024)} }
+
+func (o *outcomes) callback(id string) func(Outcome, time.Duration) {
+	return func(out Outcome, _ time.Duration) {
+		o.mu.Lock()
+		o.got[id] = out
+		o.mu.Unlock()
+		o.done <- id
+	}
+}
+
+// wait returns the outcomes once n publishes have one.
+func (o *outcomes) wait(t *testing.T, n int, timeout time.Duration) map[string]Outcome {
+	t.Helper()
+	deadline := time.After(timeout)
+	for range n {
+		select {
+		case <-o.done:
+		case <-deadline:
+			t.Fatalf("outcomes after %s: %v, want %d", timeout, o.got, n)
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.got
+}
+
+func msg(id string) amqp.Publishing {
+	return amqp.Publishing{MessageId: id, DeliveryMode: amqp.Persistent, Headers: amqp.Table{}, Body: []byte(id)}
+}
+
+func TestPublishOutcomes(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, false)
+	p := e.publisher(16)
+	o := newOutcomes()
+	ctx := context.Background()
+	delayed := e.topo.Delayed(200*time.Millisecond, e.origin)
+	for id, dest := range map[string]Destination{
+		"direct":     Direct(e.origin),
+		"parked":     Direct(e.topo.ParkingQueue),
+		"delayed":    delayed,
+		"nowhere":    Direct(brokertest.Unique(t) + "missing"),
+		"no-binding": {Exchange: e.topo.DelayExchange, RoutingKey: e.origin}, // as a replica before direct routing published
+	} {
+		m := msg(id)
+		if dest.CC != "" {
+			m = Copy(amqp.Delivery{MessageId: id, Body: []byte(id)}, amqp.Table{}, dest)
+		}
+		if err := p.Publish(ctx, dest, m, o.callback(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := o.wait(t, 5, 10*time.Second)
+	want := map[string]Outcome{"direct": Confirmed, "parked": Confirmed, "delayed": Confirmed, "nowhere": Returned, "no-binding": Returned}
+	for id, w := range want {
+		if got[id] != w {
+			t.Errorf("%s: %v, want %v", id, got[id], w)
+		}
+	}
+	// The delayed copy waits its delay, then reaches the origin through CC;
+	// the delay key itself reaches no queue.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := brokertest.QueueLen(e.broker.URL, e.origin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("origin queue holds %d messages, want the direct and the delayed one", n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n, err := brokertest.QueueLen(e.broker.URL, e.topo.ParkingQueue); err != nil || n != 1 {
+		t.Errorf("parking queue holds %d (%v), want 1", n, err)
+	}
+}
+
+// TestReturnIsNeverLostBehindADeclaration is the loss of issue 12: the
+// confirm/return loop used to take the declaration lock to forget a
+// returned delay queue. The session holds that lock while it waits for a
+// declaration's reply on the same connection, whose one reader goroutine
+// may be stuck handing the loop the next return; amqp091-go abandons a
+// notification after 5 s, and the ack that followed the abandoned return
+// passed for a confirm: the inbox delivery was acked, its copy lost.
+//
+// The test holds the lock, as a declaration waiting for its reply does,
+// for longer than those 5 s, while two copies come back unroutable: one
+// from a delay queue that is gone (its return is what took the lock), one
+// sent to a queue that does not exist. Both must be reported Returned.
+func TestReturnIsNeverLostBehindADeclaration(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, false)
+	p := e.publisher(16)
+	o := newOutcomes()
+	// A delay queue the publisher believes declared, and that is gone: its
+	// copies come back from the delay exchange.
+	gone := 300 * time.Millisecond
+	if err := p.ensureDelayQueue(gone); err != nil {
+		t.Fatal(err)
+	}
+	q, _ := e.topo.DelayQueue(gone)
+	if _, err := e.admin.QueueDelete(q.Name, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	p.declMu.Lock()
+	// Publish would wait for the lock (it checks the delay queue first):
+	// send the delayed copy as it does once the queue is known.
+	delayed := e.topo.Delayed(gone, e.origin)
+	entry := &pending{route: delayed.key(), sent: p.now(), done: o.callback("delayed")}
+	seq := p.ch.GetNextPublishSeqNo()
+	p.mu.Lock()
+	p.pending[seq] = entry
+	p.mu.Unlock()
+	if err := p.ch.PublishWithContext(context.Background(), delayed.Exchange, delayed.RoutingKey, true, false,
+		Copy(amqp.Delivery{MessageId: "delayed"}, amqp.Table{}, delayed)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Publish(context.Background(), Direct(brokertest.Unique(t)+"missing"), msg("direct"), o.callback("direct")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(6 * time.Second)
+	p.declMu.Unlock()
+	got := o.wait(t, 2, 10*time.Second)
+	for _, id := range []string{"delayed", "direct"} {
+		if got[id] != Returned {
+			t.Errorf("copy %s: %v, want returned (a confirmed-but-returned copy is a lost message)", id, got[id])
+		}
+	}
+	// And the publisher declares the delay queue again on next use.
+	done := make(chan Outcome, 1)
+	if err := p.Publish(context.Background(), delayed, Copy(amqp.Delivery{MessageId: "again"}, amqp.Table{}, delayed),
+		func(out Outcome, _ time.Duration) { done <- out }); err != nil {
+		t.Fatal(err)
+	}
+	if out := <-done; out != Confirmed {
+		t.Errorf("copy after the queue came back: %v, want confirmed", out)
+	}
+}
+
+// Many returns at once, more than any listener buffer of the library's
+// default, while the publisher's goroutine is kept busy: none may be lost.
+func TestReturnsOfAWholeWindow(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, false)
+	const window = 200
+	p := e.publisher(window)
+	o := newOutcomes()
+	dest := Direct(brokertest.Unique(t) + "missing")
+	for i := range window {
+		id := string(rune('a'+i%26)) + time.Duration(i).String()
+		if err := p.Publish(context.Background(), dest, msg(id), o.callback(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id, out := range o.wait(t, window, 30*time.Second) {
+		if out != Returned {
+			t.Errorf("%s: %v, want returned", id, out)
+		}
+	}
+}
+
+func TestQueueExists(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, false)
+	for queue, want := range map[string]bool{e.origin: true, brokertest.Unique(t) + "missing": false} {
+		got, err := QueueExists(e.conn, queue)
+		if err != nil || got != want {
+			t.Errorf("QueueExists(%s) = %v, %v; want %v", queue, got, err, want)
+		}
+	}
+	p := e.publisher(4)
+	if ok, err := p.OriginExists(e.origin); !ok || err != nil {
+		t.Errorf("OriginExists = %v, %v", ok, err)
+	}
+	// Cached for a minute: the queue's deletion is not seen at once.
+	if _, err := e.admin.QueueDelete(e.origin, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := p.OriginExists(e.origin); !ok {
+		t.Error("OriginExists rechecked within the minute")
+	}
+	p.now = func() time.Time { return time.Now().Add(2 * originRecheck) }
+	if ok, err := p.OriginExists(e.origin); ok || err != nil {
+		t.Errorf("OriginExists after the recheck = %v, %v; want false", ok, err)
+	}
+}
+
+func TestSweepIdleDeletesOnlyEmptyClassicQueues(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, false)
+	p := e.publisher(4)
+	for _, d := range []time.Duration{time.Second, 2 * time.Second} {
+		if err := p.ensureDelayQueue(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	busy, _ := e.topo.DelayQueue(2 * time.Second)
+	if err := e.admin.PublishWithContext(context.Background(), "", busy.Name, false, false, msg("waiting")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	p.now = func() time.Time { return time.Now().Add(time.Hour) }
+	deleted, err := p.SweepIdle(time.Minute)
+	idle, _ := e.topo.DelayQueue(time.Second)
+	if err != nil || len(deleted) != 1 || deleted[0] != idle.Name {
+		t.Errorf("SweepIdle = %v, %v; want only %s", deleted, err, idle.Name)
+	}
+	if n, err := brokertest.QueueLen(e.broker.URL, busy.Name); err != nil || n != 1 {
+		t.Errorf("busy delay queue: %d, %v; want kept with its message", n, err)
+	}
+}
+
+func TestSweepIdleLeavesQuorumQueues(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, true)
+	p := e.publisher(4)
+	if err := p.ensureDelayQueue(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p.now = func() time.Time { return time.Now().Add(time.Hour) }
+	if deleted, err := p.SweepIdle(time.Minute); err != nil || len(deleted) != 0 {
+		t.Errorf("SweepIdle = %v, %v; quorum delay queues are never swept", deleted, err)
+	}
+}
+
+func TestPublisherReportsClosedChannel(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, false)
+	p := e.publisher(4)
+	o := newOutcomes()
+	// Unconfirmed when the channel dies: published after the close.
+	_ = p.ch.Close()
+	select {
+	case <-p.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done not closed after the channel closed")
+	}
+	if p.Err() == nil {
+		t.Error("Err is nil after the channel closed")
+	}
+	err := p.Publish(context.Background(), Direct(e.origin), msg("late"), o.callback("late"))
+	if !errors.Is(err, amqp.ErrClosed) {
+		t.Errorf("Publish on a closed channel: %v, want amqp.ErrClosed", err)
+	}
+}
