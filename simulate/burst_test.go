@@ -1,6 +1,7 @@
 package simulate
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -60,41 +61,44 @@ func val(p *int) float64 {
 func TestBurstFindings(t *testing.T) {
 	p := defaultPolicy(t)
 	for _, seed := range seeds {
-		c := DefaultBurst()
-		c.Seed = seed
-		r := burstAll(t, c, p)
-		for _, good := range []string{EB, REB} {
-			g := r[good]
-			if g.Completed != c.Clients {
-				t.Errorf("seed %d: %s answered %d of %d clients, want all", seed, good, g.Completed, c.Clients)
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+			t.Parallel()
+			c := DefaultBurst()
+			c.Seed = seed
+			r := burstAll(t, c, p)
+			for _, good := range []string{EB, REB} {
+				g := r[good]
+				if g.Completed != c.Clients {
+					t.Errorf("seed %d: %s answered %d of %d clients, want all", seed, good, g.Completed, c.Clients)
+				}
+				for _, bad := range []string{NB, CB, URB} {
+					b := r[bad]
+					if val(g.LatencyP90) >= val(b.LatencyP50) {
+						t.Errorf("seed %d: %s p90 latency %v not below %s p50 %v", seed, good, val(g.LatencyP90), bad, val(b.LatencyP50))
+					}
+					if 5*g.Requests > b.Requests {
+						t.Errorf("seed %d: %s sent %d requests, %s %d: want less than a fifth", seed, good, g.Requests, bad, b.Requests)
+					}
+					if b.Completed >= g.Completed {
+						t.Errorf("seed %d: %s answered %d clients, %s %d", seed, bad, b.Completed, good, g.Completed)
+					}
+				}
 			}
-			for _, bad := range []string{NB, CB, URB} {
-				b := r[bad]
-				if val(g.LatencyP90) >= val(b.LatencyP50) {
-					t.Errorf("seed %d: %s p90 latency %v not below %s p50 %v", seed, good, val(g.LatencyP90), bad, val(b.LatencyP50))
-				}
-				if 5*g.Requests > b.Requests {
-					t.Errorf("seed %d: %s sent %d requests, %s %d: want less than a fifth", seed, good, g.Requests, bad, b.Requests)
-				}
-				if b.Completed >= g.Completed {
-					t.Errorf("seed %d: %s answered %d clients, %s %d", seed, bad, b.Completed, good, g.Completed)
-				}
+			eb, reb := r[EB], r[REB]
+			if eb.Aftershocks < 2.5 || reb.Aftershocks > 1.5 {
+				t.Errorf("seed %d: aftershock index EB %.2f, REB %.2f: want EB above 2.5 (waves) and REB under 1.5 (none)", seed, eb.Aftershocks, reb.Aftershocks)
 			}
-		}
-		eb, reb := r[EB], r[REB]
-		if eb.Aftershocks < 2.5 || reb.Aftershocks > 1.5 {
-			t.Errorf("seed %d: aftershock index EB %.2f, REB %.2f: want EB above 2.5 (waves) and REB under 1.5 (none)", seed, eb.Aftershocks, reb.Aftershocks)
-		}
-		if val(eb.LatencyP75) >= val(reb.LatencyP75) {
-			t.Errorf("seed %d: p75 EB %v, REB %v: want EB's better", seed, val(eb.LatencyP75), val(reb.LatencyP75))
-		}
-		if val(reb.LatencyP99) >= val(eb.LatencyP99) || val(reb.LatencyMax) >= val(eb.LatencyMax) {
-			t.Errorf("seed %d: tail p99/max REB %v/%v, EB %v/%v: want REB's better", seed,
-				val(reb.LatencyP99), val(reb.LatencyMax), val(eb.LatencyP99), val(eb.LatencyMax))
-		}
-		if eb.Requests >= reb.Requests {
-			t.Errorf("seed %d: EB sent %d requests, REB %d: want EB fewer", seed, eb.Requests, reb.Requests)
-		}
+			if val(eb.LatencyP75) >= val(reb.LatencyP75) {
+				t.Errorf("seed %d: p75 EB %v, REB %v: want EB's better", seed, val(eb.LatencyP75), val(reb.LatencyP75))
+			}
+			if val(reb.LatencyP99) >= val(eb.LatencyP99) || val(reb.LatencyMax) >= val(eb.LatencyMax) {
+				t.Errorf("seed %d: tail p99/max REB %v/%v, EB %v/%v: want REB's better", seed,
+					val(reb.LatencyP99), val(reb.LatencyMax), val(eb.LatencyP99), val(eb.LatencyMax))
+			}
+			if eb.Requests >= reb.Requests {
+				t.Errorf("seed %d: EB sent %d requests, REB %d: want EB fewer", seed, eb.Requests, reb.Requests)
+			}
+		})
 	}
 }
 
