@@ -1,9 +1,6 @@
 package simulate
 
-import (
-	"math"
-	"slices"
-)
+import "math"
 
 // censoredPercentile returns the p-th percentile (0 < p <= 1, nearest rank)
 // of a population of n values of which only the sorted ones in done are
@@ -37,11 +34,4 @@ func ptr[T any](v T, ok bool) *T {
 		return nil
 	}
 	return &v
-}
-
-// sortedCopy returns the values in ascending order, leaving xs alone.
-func sortedCopy[T int | float64](xs []T) []T {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s
 }
