@@ -7,6 +7,7 @@
 //
 //	rebound [run]     run the sidecar
 //	rebound schedule  print the delay schedule the configured policy produces
+//	rebound simulate burst|outage  play the configured policy against a struggling service
 //	rebound config check  validate the configuration without connecting
 //
 // Configuration comes from REBOUND_* environment variables; see README.md.
@@ -63,6 +64,7 @@ const usage = `usage: rebound [command]
 commands:
   run        run the retry sidecar (the default)
   schedule   print the delay schedule the configured policy produces
+  simulate   play retry policies against a struggling service (burst, outage)
   parked     list, show, replay or purge parked messages
   topology   print (as definitions JSON) or declare what rebound needs on the broker
   config     check the configuration without connecting (rebound config check)
@@ -80,6 +82,8 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		return runSidecar(ctx, rest, environ, stdout, stderr)
 	case "schedule":
 		return runSchedule(rest, environ, stdout, stderr)
+	case "simulate":
+		return runSimulate(ctx, rest, environ, stdout, stderr)
 	case "parked":
 		return runParked(ctx, rest, environ, stdout, stderr)
 	case "topology":
