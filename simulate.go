@@ -104,7 +104,10 @@ Backoff or how not to crash a server".
 
 The consumer: messages arrive as a Poisson process (-rate per second);
 the consumer handles up to -concurrency at once, in queue order, calling
-the dependency once per message. A call answered within -timeout
+the dependency once per message. Set -concurrency to your consumers'
+prefetch × replicas; the default, 2000, is above the roughly 950 calls
+the dependency answers within the timeout, as the text's 1000 clients
+were. Below that, no policy can push the dependency over. A call answered within -timeout
 succeeds; one that is not is given up at -timeout: the message is
 rejected, rebound's policy.Decide chooses its delay (rounded as rebound
 queues it; each distinct delay is one delay queue) or parks it, and it
@@ -284,7 +287,7 @@ func runSimulateOutage(ctx context.Context, args, environ []string, stdout, stde
 	fs.Float64Var(&c.K, "k", c.K, "calls past -limit per -factor of latency")
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "the consumer gives a call up after this")
 	fs.DurationVar(&c.At, "at", c.At, "the dependency stops at this time")
-	fs.DurationVar(&c.Outage, "outage", c.Outage, "and stays stopped this long")
+	fs.DurationVar(&c.Outage, "outage", c.Outage, "how long the dependency stays stopped")
 	fs.DurationVar(&c.Horizon, "horizon", c.Horizon, "length of the run")
 	fs.DurationVar(&c.Sustain, "sustain", c.Sustain, "a recovery must hold at least this long, up to -horizon")
 	fs.DurationVar(&c.Step, "step", c.Step, "time resolution (divides a second)")
