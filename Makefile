@@ -5,7 +5,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
 GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: demo run test build lint broker bench chaos
+.PHONY: demo run test build lint broker bench chaos plots
 
 # The demo: rebound plus an application that fails every message.
 demo: broker build
@@ -49,3 +49,13 @@ bench: broker
 # connections, memory alarm, deleted delay queue; classic and quorum).
 chaos: broker
 	./scripts/chaos.sh
+
+# The plots of README.md's "Simulating a policy", from the default policy
+# and seed 1 (deterministic). The environment is emptied of REBOUND_*
+# variables so that the committed plots do not depend on the shell.
+SIMULATE := env -i PATH="$(PATH)" HOME="$(HOME)" go run . simulate
+TEXT_EB := text-eb: REBOUND_MIN_DELAY=100ms REBOUND_MULTIPLIER=2.7 REBOUND_JITTER=gaussian REBOUND_JITTER_FACTOR=0.1 REBOUND_MAX_DELAY=5m REBOUND_MAX_RETRIES=0
+plots:
+	@./scripts/ensure-go.sh
+	$(SIMULATE) burst -svg docs/simulate-burst.svg
+	$(SIMULATE) outage -compare '$(TEXT_EB)' -svg docs/simulate-outage.svg
