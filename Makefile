@@ -11,7 +11,7 @@ BROKERS := 3.10 4.3
 CHAOS_TESTS := ^(TestNoLossUnderMemoryAlarm|TestNoLossWhenBrokerRestarts)$$
 CLUSTER_TESTS := ^TestCluster
 
-.PHONY: demo run test build lint broker brokers bench chaos
+.PHONY: demo run test build lint broker brokers bench chaos plots
 
 # The demo: rebound plus an application that fails every message.
 demo: broker build
@@ -73,3 +73,13 @@ bench: brokers
 # and quorum), printed as the tables of RELIABILITY.md.
 chaos: brokers
 	./scripts/chaos.sh
+
+# The plots of README.md's "Simulating a policy", from the default policy
+# and seed 1 (deterministic). The environment is emptied of REBOUND_*
+# variables so that the committed plots do not depend on the shell.
+SIMULATE := env -i PATH="$(PATH)" HOME="$(HOME)" go run . simulate
+TEXT_EB := text-eb: REBOUND_MIN_DELAY=100ms REBOUND_MULTIPLIER=2.7 REBOUND_JITTER=gaussian REBOUND_JITTER_FACTOR=0.1 REBOUND_MAX_DELAY=5m REBOUND_MAX_RETRIES=0
+plots:
+	@./scripts/ensure-go.sh
+	$(SIMULATE) burst -svg docs/simulate-burst.svg
+	$(SIMULATE) outage -compare '$(TEXT_EB)' -svg docs/simulate-outage.svg

@@ -39,6 +39,8 @@ func commands() []command {
 	return []command{
 		{"run", "run the retry sidecar (the default)", runSidecar},
 		{"schedule", "print the delay schedule the configured policy produces", runSchedule},
+		{"simulate burst", "replay \"Exploring backoff\" with the configured policy among the strategies", runSimulateBurst},
+		{"simulate outage", "play the configured policy against a dependency that stops and comes back", runSimulateOutage},
 		{"parked list", "list parked messages, with a summary by reason and origin", runParkedList},
 		{"parked show", "print one parked message in full", runParkedShow},
 		{"parked replay", "send parked messages back to their origin queue", runParkedReplay},

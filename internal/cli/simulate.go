@@ -1,0 +1,541 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rebound-mq/rebound/config"
+	"github.com/rebound-mq/rebound/policy"
+	"github.com/rebound-mq/rebound/simulate"
+)
+
+// This file is "rebound simulate": flag parsing, a call into package
+// simulate, and the table, JSON or SVG it prints. The models live in the
+// package; its doc comments hold their exact reading of the texts.
+
+const burstUsage = `usage: rebound simulate burst [flags]
+
+Reproduces the discrete-time experiment of "Exploring backoff". Clients
+each need one request answered. 20 % of them send their first request at
+tick 0 (the spike), the others at a uniformly random tick of the first
+1000; the run lasts 3000 ticks, so retries have 2000 more to drain.
+
+The service processes 5 requests at once, each needing 5 ticks of work.
+A request arriving while 5 are processed is rejected, but the rejection
+itself takes 1 tick of work before the client hears it. Outstanding
+requests are all those the service holds and owes a response, successes
+and rejections alike; with more than 25 outstanding it is overwhelmed,
+and each tick only 25 of them, drawn at random (each equally likely),
+make progress: a flood of doomed retries starves the requests it could
+answer. A client told of a failure at the end of tick t sends again at
+tick t+1+delay, the delay drawn by its strategy and rounded to a tick.
+
+Strategies (-strategies, comma-separated):
+  NB      no backoff: retry at once (the next tick)
+  CB      constant backoff: -constant ticks (5)
+  URB     uniformly random backoff: U(0, -uniform-max) ticks (5)
+  EB      exponential backoff: min(2^attempts, -exp-cap) ticks, attempts
+          counting the requests sent, so 2, 4, 8, 16, then 30. The text
+          writes max(2^attempts, 30); read as a floor, EB would never wait
+          less than 30 ticks, contradicting the text's own results, so 30
+          is taken as a cap.
+  REB     random exponential backoff: U(0, EB's delay) ticks
+  policy  the configured REBOUND_* policy, one tick being -tick (1s): each
+          failure asks policy.Decide (retries so far, first request as the
+          task start, last delay); a park decision means the client gives
+          up (column "gave up")
+
+Columns (table) and fields (json results):
+  completed (completed)  clients answered within the run
+  gave up (gave_up)      clients whose policy parked them
+  requests, rejected     requests sent by all clients, and rejected
+  p50 .. max             latency in ticks from a client's first request to
+                         its answer (latency_p50, _p75, _p90, _p99, _max),
+                         over every client: a percentile that falls on a
+                         client never answered is "-" (json: null)
+  aftershocks            how much retries come in waves: the index of
+                         dispersion of retries per tick around their
+                         -shock-window moving average over the first
+                         -send-ticks ticks; about 1 for independent
+                         retries, several for waves, about 0 for a
+                         metronome (everyone on the same delay)
+
+-format json prints {"model", "seed", "results": [...]} with one object
+per strategy, field "strategy" one of NB, CB, URB, EB, REB, policy.
+-svg FILE draws, per strategy, the service per tick (held, received,
+rejected, first requests) and every client's latency and requests.`
+
+const outageUsage = `usage: rebound simulate outage [flags]
+
+Plays the configured REBOUND_* policy against a consumer whose dependency
+stops and comes back, and compares it with the retries of "Exponential
+Backoff or how not to crash a server".
+
+The consumer: messages arrive as a Poisson process (-rate per second);
+the consumer handles up to -concurrency at once, in queue order, calling
+the dependency once per message. Set -concurrency to your consumers'
+prefetch × replicas; the default, 2000, is above the roughly 950 calls
+the dependency answers within the timeout, as the text's 1000 clients
+were. Below that, no policy can push the dependency over. A call answered within -timeout
+succeeds; one that is not is given up at -timeout: the message is
+rejected, rebound's policy.Decide chooses its delay (rounded as rebound
+queues it; each distinct delay is one delay queue) or parks it, and it
+re-enters the queue when its delay ends (a delay of 0 goes straight back).
+
+The dependency, as the text's server: a call is answered once it has run
+for -min-latency while it holds up to -limit calls, -min-latency ×
+-factor^((calls − limit)/-k) past that (defaults 1.05 and 15, from the
+text's code), recomputed as the count changes. A call its caller gave up
+on keeps running and counting: past about 950 calls (with the defaults)
+every call times out, is retried and adds to the count, and the
+dependency never comes back. At -at it stops for -outage (SIGSTOP in the
+text): calls made then fail at -timeout, not at once, as the text's
+client saw; they never reach it. It then resumes.
+
+Strategies (-strategies, comma-separated, plus each -compare):
+  policy     the configured policy
+  fixed      retry after -interval (100ms, the text's), no jitter, with the
+             configured policy's budget (max retries, duration, deadline)
+  immediate  retry at once, with the configured policy's budget
+  -compare 'ASSIGNMENTS'  another policy: REBOUND_* assignments laid over
+             the environment, e.g. -compare 'REBOUND_BACKOFF=constant
+             REBOUND_MIN_DELAY=5s'; prefix a name and a colon to name it
+             ('slow: REBOUND_MIN_DELAY=5s'). Repeatable.
+
+Recovered: every second from some point to -horizon is healthy, for at
+least -sustain: the dependency ran, a call made then would have been
+answered within -timeout, and the application queue was empty at least
+once that second (the consumer kept up). "recovery" is that point, in
+seconds after the dependency resumed.
+
+Columns (table) and fields (json results):
+  recovered, recovery (recovered, recovery_s: null when not recovered)
+  peak rps (peak_dependency_rps)  most calls reaching the dependency in a second
+  peak calls (peak_concurrency)   most calls it held, abandoned ones included
+  peak delayed (peak_delayed)     most messages waiting in delay queues
+  queues (delay_queues)           distinct delays used: delay queues to size
+  parked (parked: {reason: count})
+  attempts (attempts_p50, attempts_p99)  calls per message by the horizon
+  latency (latency_p50_s, latency_p90_s, latency_p99_s)  arrival to delivery,
+        over every message: "-" (null) when the percentile falls on one
+        never delivered (parked or pending)
+  delivered, pending (also messages in json)
+
+-format json prints {"model", "seed", "results": [...]}. -svg FILE draws,
+per strategy, the dependency's load, its latency and the backlog in the
+delay queues and the application queue over time.`
+
+// simulateOutput holds what every simulate subcommand prints with
+// -format json. Its shape is public interface.
+type simulateOutput[T any] struct {
+	Model   string `json:"model"`
+	Seed    uint64 `json:"seed"`
+	Results []T    `json:"results"`
+}
+
+func runSimulateBurst(ctx context.Context, args []string, in invocation) error {
+	fs := flag.NewFlagSet("simulate burst", flag.ContinueOnError)
+	// The policy is set once the configuration is read: flags come first,
+	// so that -h works whatever the environment holds.
+	c, b := simulate.DefaultBurst(), simulate.DefaultBackoffs(policy.Policy{})
+	fs.IntVar(&c.Ticks, "ticks", c.Ticks, "length of the run, in ticks")
+	fs.IntVar(&c.SendTicks, "send-ticks", c.SendTicks, "first requests fall in the first `n` ticks")
+	fs.IntVar(&c.Clients, "clients", c.Clients, "clients, one request each to get answered")
+	fs.Float64Var(&c.Spike, "spike", c.Spike, "share of clients sending their first request at tick 0")
+	fs.IntVar(&c.Capacity, "capacity", c.Capacity, "requests the service processes at once")
+	fs.IntVar(&c.ServiceTicks, "service-ticks", c.ServiceTicks, "ticks of work a request needs")
+	fs.IntVar(&c.RejectTicks, "reject-ticks", c.RejectTicks, "ticks of work a rejection needs before the client hears it")
+	fs.IntVar(&c.Overwhelmed, "overwhelmed", c.Overwhelmed, "outstanding requests past which the service is overwhelmed")
+	fs.IntVar(&c.ShockWindow, "shock-window", c.ShockWindow, "ticks of the moving average the aftershock index uses")
+	fs.Float64Var(&b.Constant, "constant", b.Constant, "CB's delay, in ticks")
+	fs.Float64Var(&b.UniformMax, "uniform-max", b.UniformMax, "URB's largest delay, in ticks")
+	fs.Float64Var(&b.ExpCap, "exp-cap", b.ExpCap, "cap on EB's and REB's delay, in ticks")
+	fs.DurationVar(&b.Tick, "tick", b.Tick, "what one tick is to the policy strategy")
+	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of every random draw")
+	strategies := fs.String("strategies", strings.Join(simulate.BurstStrategyNames, ","), "comma-separated strategies to run")
+	format := fs.String("format", "table", "output `format`: table or json")
+	svg := fs.String("svg", "", "also write the plot to this `file`")
+	if done, err := parseFlags(fs, args, burstUsage, 0, in); done || err != nil {
+		return err
+	}
+	if err := checkFormat(*format); err != nil {
+		return err
+	}
+	if err := c.Validate(); err != nil {
+		return usageError{fmt.Sprintf("%v", err)}
+	}
+	cfg, err := config.Load(in.environ)
+	if err != nil {
+		return err
+	}
+	b.Policy = cfg.Policy()
+	names, err := splitList(*strategies)
+	if err != nil {
+		return usageError{"-strategies: " + err.Error()}
+	}
+	var runs []simulate.BurstStrategy
+	for _, name := range names {
+		s, err := b.Strategy(name)
+		if err != nil {
+			return usageError{"-strategies: " + err.Error()}
+		}
+		runs = append(runs, s)
+	}
+
+	var results []simulate.BurstResult
+	for _, s := range runs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		r, err := simulate.Burst(c, s)
+		if err != nil {
+			return err
+		}
+		results = append(results, r)
+	}
+	if *svg != "" {
+		if err := writeFile(*svg, func(w io.Writer) error { return simulate.WriteBurstSVG(w, c, results) }); err != nil {
+			return err
+		}
+	}
+	out := simulateOutput[simulate.BurstSummary]{Model: "burst", Seed: c.Seed}
+	for _, r := range results {
+		out.Results = append(out.Results, r.Summary)
+	}
+	if *format == "json" {
+		return writeSimulateJSON(in.stdout, out)
+	}
+	return writeBurstTable(in.stdout, c, out.Results)
+}
+
+func writeBurstTable(w io.Writer, c simulate.BurstConfig, rows []simulate.BurstSummary) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "strategy\tclients\tcompleted\tgave up\trequests\trejected\tp50\tp75\tp90\tp99\tmax\taftershocks")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%.1f\n", r.Strategy, r.Clients, r.Completed, r.GaveUp,
+			r.Requests, r.Rejected, optInt(r.LatencyP50), optInt(r.LatencyP75), optInt(r.LatencyP90), optInt(r.LatencyP99), optInt(r.LatencyMax), r.Aftershocks)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write table: %w", err)
+	}
+	_, err := fmt.Fprintf(w, "latency in ticks from a client's first request to its answer; -: the percentile falls on clients not answered within %d ticks (seed %d)\n",
+		c.Ticks, c.Seed)
+	if err != nil {
+		return fmt.Errorf("write table: %w", err)
+	}
+	return nil
+}
+
+func runSimulateOutage(ctx context.Context, args []string, in invocation) error {
+	fs := flag.NewFlagSet("simulate outage", flag.ContinueOnError)
+	c := simulate.DefaultOutage()
+	fs.Float64Var(&c.Rate, "rate", c.Rate, "messages per second (Poisson)")
+	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "messages the consumer handles at once (prefetch × replicas)")
+	fs.DurationVar(&c.MinLatency, "min-latency", c.MinLatency, "the dependency's latency up to -limit calls")
+	fs.IntVar(&c.Limit, "limit", c.Limit, "calls the dependency holds at -min-latency")
+	fs.Float64Var(&c.Factor, "factor", c.Factor, "latency grows by this factor every -k calls past -limit")
+	fs.Float64Var(&c.K, "k", c.K, "calls past -limit per -factor of latency")
+	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "the consumer gives a call up after this")
+	fs.DurationVar(&c.At, "at", c.At, "the dependency stops at this time")
+	fs.DurationVar(&c.Outage, "outage", c.Outage, "how long the dependency stays stopped")
+	fs.DurationVar(&c.Horizon, "horizon", c.Horizon, "length of the run")
+	fs.DurationVar(&c.Sustain, "sustain", c.Sustain, "a recovery must hold at least this long, up to -horizon")
+	fs.DurationVar(&c.Step, "step", c.Step, "time resolution (divides a second)")
+	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of every random draw")
+	interval := fs.Duration("interval", 100*time.Millisecond, "the fixed strategy's retry interval")
+	strategies := fs.String("strategies", "policy,fixed,immediate", "comma-separated built-in strategies to run: policy, fixed, immediate")
+	var compares []string
+	fs.Func("compare", "another policy as REBOUND_* `assignments` over the environment, optionally 'name: ...' (repeatable)", func(s string) error {
+		compares = append(compares, s)
+		return nil
+	})
+	format := fs.String("format", "table", "output `format`: table or json")
+	svg := fs.String("svg", "", "also write the plot to this `file`")
+	if done, err := parseFlags(fs, args, outageUsage, 0, in); done || err != nil {
+		return err
+	}
+	if err := checkFormat(*format); err != nil {
+		return err
+	}
+	if err := c.Validate(); err != nil {
+		return usageError{fmt.Sprintf("%v", err)}
+	}
+	if *interval < time.Millisecond {
+		return usageError{fmt.Sprintf("-interval %s: want at least 1ms (delay queues count milliseconds)", *interval)}
+	}
+	cfg, err := config.Load(in.environ)
+	if err != nil {
+		return err
+	}
+	p := cfg.Policy()
+	var names []string
+	if strings.TrimSpace(*strategies) != "" || len(compares) == 0 {
+		if names, err = splitList(*strategies); err != nil {
+			return usageError{"-strategies: " + err.Error()}
+		}
+	}
+	var runs []simulate.OutageStrategy
+	for _, name := range names {
+		switch name {
+		case "policy":
+			runs = append(runs, simulate.OutageStrategy{Name: name, Policy: p})
+		case "fixed":
+			runs = append(runs, simulate.OutageStrategy{Name: name, Policy: simulate.FixedInterval(p, *interval)})
+		case "immediate":
+			runs = append(runs, simulate.OutageStrategy{Name: name, Policy: simulate.Immediate(p)})
+		default:
+			return usageError{fmt.Sprintf("-strategies: unknown strategy %q: want policy, fixed or immediate", name)}
+		}
+	}
+	for _, raw := range compares {
+		name, assignments, err := parseCompare(raw)
+		if err != nil {
+			return usageError{fmt.Sprintf("-compare %q: %v", raw, err)}
+		}
+		if slices.ContainsFunc(runs, func(s simulate.OutageStrategy) bool { return s.Name == name }) {
+			return usageError{fmt.Sprintf("-compare %q: the name %q is taken; prefix another ('name: ...')", raw, name)}
+		}
+		cmp, err := config.Load(overlay(in.environ, assignments))
+		if err != nil {
+			return fmt.Errorf("-compare %q: %w", raw, err)
+		}
+		runs = append(runs, simulate.OutageStrategy{Name: name, Policy: cmp.Policy()})
+	}
+
+	var results []simulate.OutageResult
+	for _, s := range runs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		r, err := simulate.Outage(c, s)
+		if err != nil {
+			return err
+		}
+		results = append(results, r)
+	}
+	if *svg != "" {
+		if err := writeFile(*svg, func(w io.Writer) error { return simulate.WriteOutageSVG(w, c, results) }); err != nil {
+			return err
+		}
+	}
+	out := simulateOutput[simulate.OutageSummary]{Model: "outage", Seed: c.Seed}
+	for _, r := range results {
+		out.Results = append(out.Results, r.Summary)
+	}
+	if *format == "json" {
+		return writeSimulateJSON(in.stdout, out)
+	}
+	return writeOutageTable(in.stdout, c, out.Results)
+}
+
+func writeOutageTable(w io.Writer, c simulate.OutageConfig, rows []simulate.OutageSummary) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "strategy\trecovered\trecovery\tpeak rps\tpeak calls\tpeak delayed\tqueues\tparked\tattempts p50/p99\tlatency p50\tp90\tp99\tdelivered\tpending")
+	for _, r := range rows {
+		recovered, after := "no", "-"
+		if r.Recovered {
+			recovered, after = "yes", optSeconds(r.RecoveryS)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%d/%d\t%s\t%s\t%s\t%d\t%d\n", r.Strategy, recovered, after,
+			r.PeakDependencyRPS, r.PeakConcurrency, r.PeakDelayed, r.DelayQueues, parkedText(r.Parked),
+			r.AttemptsP50, r.AttemptsP99, optSeconds(r.LatencyP50S), optSeconds(r.LatencyP90S), optSeconds(r.LatencyP99S), r.Delivered, r.Pending)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write table: %w", err)
+	}
+	_, err := fmt.Fprintf(w, "dependency stopped from %s for %s; recovery counted from when it resumed, holding to the %s horizon for at least %s; latency from arrival to delivery, -: the percentile falls on messages never delivered (seed %d)\n",
+		simDuration(c.At), simDuration(c.Outage), simDuration(c.Horizon), simDuration(c.Sustain), c.Seed)
+	if err != nil {
+		return fmt.Errorf("write table: %w", err)
+	}
+	return nil
+}
+
+// parseCompare reads a -compare value: an optional "name:" and then
+// whitespace-separated NAME=VALUE assignments of REBOUND_* variables, each
+// variable at most once. Without a name, the assignments without the
+// REBOUND_ prefix name it. Values cannot hold whitespace (no policy
+// variable needs it).
+func parseCompare(s string) (name string, assignments []string, err error) {
+	rest := strings.TrimSpace(s)
+	if i := strings.IndexByte(rest, ':'); i >= 0 && !strings.ContainsAny(rest[:i], "= \t\n") {
+		name, rest = rest[:i], rest[i+1:]
+		if !isCompareName(name) {
+			return "", nil, fmt.Errorf("name %q: want 1 to 40 letters, digits, '.', '_' or '-'", name)
+		}
+	}
+	seen := map[string]bool{}
+	var short []string
+	for _, a := range strings.Fields(rest) {
+		variable, _, ok := strings.Cut(a, "=")
+		if !ok || !isVariable(variable) {
+			return "", nil, fmt.Errorf("%q: want REBOUND_NAME=value", a)
+		}
+		if seen[variable] {
+			return "", nil, fmt.Errorf("%s is set twice", variable)
+		}
+		seen[variable] = true
+		assignments = append(assignments, a)
+		short = append(short, strings.TrimPrefix(a, config.Prefix))
+	}
+	if len(assignments) == 0 {
+		return "", nil, errors.New("no assignment: want REBOUND_NAME=value, space-separated")
+	}
+	if name == "" {
+		name = strings.Join(short, " ")
+	}
+	return name, assignments, nil
+}
+
+// isCompareName reports whether a -compare may be named s: 1 to 40
+// letters, digits, '.', '_' or '-', starting with a letter or digit.
+func isCompareName(s string) bool {
+	if len(s) == 0 || len(s) > 40 || strings.ContainsRune("._-", rune(s[0])) {
+		return false
+	}
+	for _, r := range s {
+		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("._-", r)) {
+			return false
+		}
+	}
+	return true
+}
+
+// isVariable reports whether s names a variable a -compare may set:
+// REBOUND_ then upper-case letters, digits and underscores.
+func isVariable(s string) bool {
+	rest, ok := strings.CutPrefix(s, config.Prefix)
+	if !ok || rest == "" {
+		return false
+	}
+	for _, r := range rest {
+		if !('A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// overlay returns environ with the assignments replacing any variable of
+// the same name.
+func overlay(environ, assignments []string) []string {
+	set := map[string]bool{}
+	for _, a := range assignments {
+		v, _, _ := strings.Cut(a, "=")
+		set[v] = true
+	}
+	out := make([]string, 0, len(environ)+len(assignments))
+	for _, e := range environ {
+		if v, _, _ := strings.Cut(e, "="); !set[v] {
+			out = append(out, e)
+		}
+	}
+	return append(out, assignments...)
+}
+
+// checkFormat checks the -format both subcommands take.
+func checkFormat(format string) error {
+	if format != "table" && format != "json" {
+		return usageError{fmt.Sprintf("-format %q: want table or json", format)}
+	}
+	return nil
+}
+
+// splitList splits a comma-separated list, refusing empty and repeated
+// entries.
+func splitList(s string) ([]string, error) {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if slices.Contains(out, f) {
+			return nil, fmt.Errorf("%q is listed twice", f)
+		}
+		out = append(out, f)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty list")
+	}
+	return out, nil
+}
+
+func writeSimulateJSON[T any](w io.Writer, out simulateOutput[T]) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(out); err != nil {
+		return fmt.Errorf("write json: %w", err)
+	}
+	return nil
+}
+
+// writeFile writes a file through write, reporting the first error of
+// either.
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("write plot: %w", err)
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write plot %s: %w", path, err)
+	}
+	return nil
+}
+
+func optInt(p *int) string {
+	if p == nil {
+		return "-"
+	}
+	return strconv.Itoa(*p)
+}
+
+func optSeconds(p *float64) string {
+	if p == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*p, 'g', 3, 64) + "s"
+}
+
+// parkedText lists parked counts by reason, "0" for none.
+func parkedText(parked map[string]int) string {
+	if len(parked) == 0 {
+		return "0"
+	}
+	reasons := make([]string, 0, len(parked))
+	for r := range parked {
+		reasons = append(reasons, r)
+	}
+	slices.Sort(reasons)
+	parts := make([]string, len(reasons))
+	for i, r := range reasons {
+		parts[i] = fmt.Sprintf("%s %d", r, parked[r])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// simDuration formats a duration as configuration writes it: 1m, not 1m0s.
+func simDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}

@@ -1,0 +1,121 @@
+package simulate
+
+import (
+	"bytes"
+	"encoding/xml"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+// wellFormed fails the test unless svg parses as XML with an <svg> root.
+func wellFormed(t *testing.T, svg []byte) {
+	t.Helper()
+	d := xml.NewDecoder(bytes.NewReader(svg))
+	root := ""
+	for {
+		tok, err := d.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("not well-formed XML: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok && root == "" {
+			root = se.Name.Local
+		}
+	}
+	if root != "svg" {
+		t.Fatalf("root element %q, want svg", root)
+	}
+	if bytes.Contains(svg, []byte("NaN")) || bytes.Contains(svg, []byte("Inf")) {
+		t.Error("a coordinate is NaN or infinite")
+	}
+}
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+
+func TestWriteBurstSVG(t *testing.T) {
+	c := DefaultBurst()
+	var runs []BurstResult
+	for _, name := range BurstStrategyNames {
+		s, _ := DefaultBackoffs(defaultPolicy(t)).Strategy(name)
+		r, err := Burst(c, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, r)
+	}
+	var b bytes.Buffer
+	if err := WriteBurstSVG(&b, c, runs); err != nil {
+		t.Fatal(err)
+	}
+	wellFormed(t, b.Bytes())
+	for _, name := range BurstStrategyNames {
+		if !strings.Contains(b.String(), ">"+name+":") {
+			t.Errorf("no panel titled %s", name)
+		}
+	}
+	if b.Len() > 80_000 {
+		t.Errorf("plot of %d bytes, want under 80 kB", b.Len())
+	}
+	if err := WriteBurstSVG(failingWriter{}, c, runs); err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Errorf("write error %v, want it passed on", err)
+	}
+}
+
+func TestWriteOutageSVG(t *testing.T) {
+	c := DefaultOutage()
+	c.Horizon = 3 * time.Minute
+	def := defaultPolicy(t)
+	runs := []OutageResult{
+		outage(t, c, "policy", def),
+		outage(t, c, "fixed", FixedInterval(def, 100*time.Millisecond)), // latency +Inf: must be clipped
+	}
+	var b bytes.Buffer
+	if err := WriteOutageSVG(&b, c, runs); err != nil {
+		t.Fatal(err)
+	}
+	wellFormed(t, b.Bytes())
+	for _, want := range []string{">policy: recovered", ">fixed: never recovered"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("no panel titled %q", want)
+		}
+	}
+	if b.Len() > 60_000 {
+		t.Errorf("plot of %d bytes, want under 60 kB", b.Len())
+	}
+	if err := WriteOutageSVG(failingWriter{}, c, runs); err == nil {
+		t.Error("write error not passed on")
+	}
+}
+
+func TestDownsample(t *testing.T) {
+	xs := []float64{1, 2, 3, 4, 5, 6, 7}
+	tests := []struct {
+		n       int
+		max     bool
+		want    []float64
+		wantPer int
+	}{
+		{10, false, xs, 1},
+		{3, false, []float64{2, 5, 7}, 3},
+		{3, true, []float64{3, 6, 7}, 3},
+		{1, true, []float64{7}, 7},
+	}
+	for _, tt := range tests {
+		got, per := downsample(xs, tt.n, tt.max)
+		if per != tt.wantPer || len(got) != len(tt.want) {
+			t.Fatalf("downsample(%d, %v) = %v per %d, want %v per %d", tt.n, tt.max, got, per, tt.want, tt.wantPer)
+		}
+		for i := range got {
+			if got[i] != tt.want[i] {
+				t.Errorf("downsample(%d, %v) = %v, want %v", tt.n, tt.max, got, tt.want)
+			}
+		}
+	}
+}
