@@ -19,18 +19,30 @@ import (
 
 // TestOriginHeaderCannotRedirect is the injection of issue 16: a producer
 // that may publish only to orders sets x-retry-origin-queue: payments (and
-// CC/BCC: payments, which would route rebound's own publish); the consumer
-// rejects it. The message must come back to orders, never reach payments,
-// and the mismatch be counted.
+// CC and BCC: payments, which would route rebound's own publishes); the
+// consumer rejects it. The message must come back to orders, never reach
+// payments, and the mismatch be counted. The producer publishes through a
+// fanout exchange bound to orders alone, as a producer limited to orders
+// does: through the default exchange the broker would honour its CC on
+// that very publish, before rebound sees anything.
 func TestOriginHeaderCannotRedirect(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, map[string]string{"REBOUND_MAX_RETRIES": "2", "REBOUND_MIN_DELAY": "100ms", "REBOUND_BACKOFF": "constant"})
 	payments := e.extraQueue("payments")
+	ordersOnly := e.prefix + "orders-in"
+	if err := e.ch.ExchangeDeclare(ordersOnly, amqp.ExchangeFanout, false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ch.QueueBind(e.app, "", ordersOnly, false, nil); err != nil {
+		t.Fatal(err)
+	}
 	e.startInProcess()
 	r := e.rejectAll(e.app)
-	e.publish(amqp.Publishing{MessageId: "forged", Headers: amqp.Table{
+	if err := e.ch.PublishWithContext(context.Background(), ordersOnly, "", false, false, amqp.Publishing{MessageId: "forged", Headers: amqp.Table{
 		"x-retry-origin-queue": payments, "CC": []any{payments}, "BCC": []any{payments},
-	}})
+	}}); err != nil {
+		t.Fatal(err)
+	}
 	parked := e.parked(1, 30*time.Second)
 	if len(parked) != 1 || parked[0].Headers["x-retry-parked-reason"] != "max-retries" || parked[0].Headers["x-retry-origin-queue"] != e.app {
 		t.Fatalf("parked %v, want the message parked after its retries in %s", parked, e.app)
