@@ -34,6 +34,6 @@ func Plan(topo republisher.Topology, codec headers.Codec, d amqp.Delivery, state
 		return dest, republisher.Copy(d, codec.Retry(d.Headers, state, 0), dest)
 	default:
 		dest := topo.Delayed(decision.Delay, state.Origin)
-		return dest, republisher.Copy(d, codec.Retry(d.Headers, state, decision.Delay), dest)
+		return dest, republisher.Copy(d, codec.Retry(d.Headers, state, decision.Drawn), dest)
 	}
 }

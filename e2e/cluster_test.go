@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -184,4 +185,69 @@ func queueLeader(t *testing.T, ask *brokertest.Broker, queue string) string {
 		}
 	}
 	return fmt.Sprintf("(no leader for %s)", queue)
+}
+
+// TestClusterMinorityLosesNothing stops two of the three nodes while
+// messages flow, leaving rebound's node alone, a minority. Since RabbitMQ
+// 4.2 the metadata store (Khepri) needs a majority: declaring a queue
+// fails there, so every new delay queue rebound needs fails to declare
+// until the others come back. Classic queues keep the rest working on the
+// node left (the inbox, the application and parking queues live there),
+// so the declarations are what the test exercises: rebound must retry,
+// and lose nothing. Full jitter spreads the copies over many delay
+// queues, new ones all along. On RabbitMQ 3.10 (Mnesia) a node left alone
+// after a clean stop of the others declares as before.
+func TestClusterMinorityLosesNothing(t *testing.T) {
+	nodes := cluster(t)
+	e := clusterEnv(t, nodes, map[string]string{
+		"REBOUND_BACKOFF": "constant", "REBOUND_MIN_DELAY": "3s", "REBOUND_JITTER": "full",
+		"REBOUND_MAX_RETRIES": "3", "REBOUND_QUEUE_TYPE": "classic",
+	})
+	// Only node 1's URL: rebound stays with the minority.
+	if err := os.WriteFile(e.vars["REBOUND_AMQP_URL_FILE"], []byte(nodes[0].URL), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.startInProcess()
+	e.rejectAll(e.app)
+	const n = 1000
+	e.publishNumbered(n)
+	time.Sleep(2 * time.Second)
+	stopped := time.Now()
+	t.Cleanup(func() {
+		for _, nd := range nodes[1:] {
+			_ = nd.Start()
+		}
+	})
+	var wg sync.WaitGroup
+	for _, nd := range nodes[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := nd.Stop(); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	// A queue declared now, on the node left: what rebound meets.
+	ch, err := e.broker.Dial(t, nodes[0].URL).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, declareErr := ch.QueueDeclare(e.prefix+"minority-probe", true, false, false, false, nil)
+	t.Logf("RabbitMQ %s, two of three nodes stopped: declaring a queue on the one left: %v", e.broker.Version(), declareErr)
+	time.Sleep(20 * time.Second)
+	before, _ := e.progress()
+	for _, nd := range nodes[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := nd.Start(); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("nodes back after %s; rebound reconnected %v times meanwhile", time.Since(stopped).Round(time.Second), before.reconnects)
+	e.account(n, 0, 3*time.Minute)
 }

@@ -22,10 +22,12 @@ import (
 // the table is rewritten from the decoded state, so a header that Decode
 // could not read never travels on with the copy.
 
-// Retry returns the headers for the copy scheduled after delay: a new table
-// with every header of h kept as is, plus count = s.Retries+1, task start =
-// s.StartedAt, last delay = delay (ms), origin = s.Origin. s is what Decode
-// returned for h.
+// Retry returns the headers for a copy sent back for another attempt: a
+// new table with every header of h kept as is, plus count = s.Retries+1,
+// task start = s.StartedAt, last delay = delay (ms; the policy's
+// Decision.Drawn: the delay as chosen, before the delay queue's rounding,
+// which decorrelated jitter grows the next one from), origin = s.Origin. s
+// is what Decode returned for h.
 //
 // The delay is written in whole milliseconds, clamped to [0, MaxLastDelay],
 // and the count is capped at MaxRetryCount, so the next Decode accepts

@@ -130,6 +130,12 @@ type Decision struct {
 	Retry  bool
 	Delay  time.Duration // when Retry; 0 for an immediate retry
 	Reason Reason        // when !Retry
+	// Drawn is the delay the policy chose, jitter and deadline applied,
+	// before Delay rounded it for the delay queue, in whole milliseconds:
+	// what the next decision takes as State.LastDelay. Carrying the
+	// rounded delay instead would compound rounding in decorrelated
+	// jitter, whose range grows from the last delay.
+	Drawn time.Duration
 }
 
 // Rand is the random source Decide draws from. *math/rand/v2.Rand
@@ -188,11 +194,11 @@ func (p Policy) Decide(s State, now time.Time, r Rand) Decision {
 	} else {
 		d = p.jitter(p.curve(n), s.LastDelay, r)
 	}
-	d, ok := p.fit(d, elapsed)
+	d, ceiling, ok := p.deadline(d, elapsed)
 	if !ok {
 		return Decision{Reason: MaxDuration}
 	}
-	return Decision{Retry: true, Delay: d}
+	return Decision{Retry: true, Delay: roundWithin(d, ceiling), Drawn: d.Truncate(time.Millisecond)}
 }
 
 // fit applies the deadline to a jittered delay d chosen when elapsed has
@@ -200,25 +206,43 @@ func (p Policy) Decide(s State, now time.Time, r Rand) Decision {
 // a budget), then rounds it for the delay queue. ok is false when the
 // message must be parked with MaxDuration instead.
 func (p Policy) fit(d, elapsed time.Duration) (delay time.Duration, ok bool) {
-	ceiling := p.MaxDelay
+	d, ceiling, ok := p.deadline(d, elapsed)
+	if !ok {
+		return 0, false
+	}
+	return roundWithin(d, ceiling), true
+}
+
+// deadline applies the deadline to a jittered delay d chosen when elapsed
+// has passed since the task started: it returns the delay, shortened under
+// Clamp, and the ceiling its rounding may not pass. ok is false when the
+// message must be parked with MaxDuration instead.
+func (p Policy) deadline(d, elapsed time.Duration) (delay, ceiling time.Duration, ok bool) {
+	ceiling = p.MaxDelay
 	if p.MaxDuration > 0 && p.Deadline != Lenient {
 		remaining := p.MaxDuration - elapsed
 		if d > remaining {
 			if p.Deadline == Strict {
-				return 0, false
+				return 0, 0, false
 			}
 			if remaining < time.Millisecond {
 				// Nothing shorter than the budget left can be queued:
 				// retrying now with no delay would only spin.
-				return 0, false
+				return 0, 0, false
 			}
 			d = remaining
 		}
 		ceiling = min(ceiling, remaining)
 	}
+	return d, ceiling, true
+}
+
+// roundWithin rounds d for the delay queue (RoundDelay), down instead
+// where rounding up would pass ceiling.
+func roundWithin(d, ceiling time.Duration) time.Duration {
 	rounded := RoundDelay(d)
 	if rounded > ceiling {
 		rounded = roundDown(d)
 	}
-	return rounded, true
+	return rounded
 }

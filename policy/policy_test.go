@@ -147,7 +147,7 @@ func TestDecideJitter(t *testing.T) {
 			p.MaxRetries = 100
 			p.Jitter = tt.jitter
 			r := &script{t: t, u: tt.u, z: tt.z}
-			got := p.Decide(State{Retries: tt.n, StartedAt: start, LastDelay: tt.last}, start, r)
+			got := p.Decide(State{Retries: tt.n, StartedAt: start, LastDelay: tt.last}, start, r).rounded()
 			if want := (Decision{Retry: true, Delay: tt.delay}); got != want {
 				t.Errorf("Decide = %+v, want %+v", got, want)
 			}
@@ -217,7 +217,7 @@ func TestDecideParks(t *testing.T) {
 			s := tt.s
 			s.StartedAt = start
 			// A nil Rand: none of these may draw.
-			if got := p.Decide(s, start.Add(tt.elapsed), nil); got != tt.want {
+			if got := p.Decide(s, start.Add(tt.elapsed), nil).rounded(); got != tt.want {
 				t.Errorf("Decide = %+v, want %+v", got, tt.want)
 			}
 		})
@@ -227,13 +227,13 @@ func TestDecideParks(t *testing.T) {
 func TestDecideUnlimited(t *testing.T) {
 	p := exponential()
 	p.MaxRetries = 0
-	got := p.Decide(State{Retries: 1_000_000, StartedAt: start}, start.Add(time.Hour), nil)
+	got := p.Decide(State{Retries: 1_000_000, StartedAt: start}, start.Add(time.Hour), nil).rounded()
 	if want := (Decision{Retry: true, Delay: time.Hour}); got != want {
 		t.Errorf("MaxRetries 0, retry 1e6: Decide = %+v, want %+v", got, want)
 	}
 	p = exponential()
 	p.MaxDuration = 0
-	got = p.Decide(State{Retries: 9, StartedAt: time.Time{}}, start, nil)
+	got = p.Decide(State{Retries: 9, StartedAt: time.Time{}}, start, nil).rounded()
 	if want := (Decision{Retry: true, Delay: 510 * time.Second}); got != want { // 512s, rounded
 		t.Errorf("MaxDuration 0, zero StartedAt: Decide = %+v, want %+v", got, want)
 	}
@@ -269,7 +269,7 @@ func TestDecideDeadline(t *testing.T) {
 			p := exponential()
 			p.MaxDuration = 10 * time.Second
 			p.Deadline = tt.deadline
-			if got := p.Decide(State{Retries: tt.n, StartedAt: start}, start.Add(tt.elapsed), nil); got != tt.want {
+			if got := p.Decide(State{Retries: tt.n, StartedAt: start}, start.Add(tt.elapsed), nil).rounded(); got != tt.want {
 				t.Errorf("Decide = %+v, want %+v", got, tt.want)
 			}
 		})
@@ -316,7 +316,7 @@ func TestDecideNeverRoundsPastMax(t *testing.T) {
 	p.Backoff = Constant
 	p.MinDelay = 1250 * time.Millisecond
 	p.MaxDelay = 1250 * time.Millisecond
-	got := p.Decide(State{StartedAt: start}, start, nil)
+	got := p.Decide(State{StartedAt: start}, start, nil).rounded()
 	if want := (Decision{Retry: true, Delay: 1200 * time.Millisecond}); got != want {
 		t.Errorf("Decide = %+v, want %+v", got, want)
 	}
@@ -417,5 +417,61 @@ func TestScheduleBudget(t *testing.T) {
 		if steps[i].Min != want[0] || steps[i].Max != want[1] {
 			t.Errorf("strict decorrelated retry %d: [%v, %v], want [%v, %v]", i, steps[i].Min, steps[i].Max, want[0], want[1])
 		}
+	}
+}
+
+// rounded is d without Drawn, for tests about the delay the queue holds.
+func (d Decision) rounded() Decision {
+	d.Drawn = 0
+	return d
+}
+
+// TestDecideDrawnIsUnrounded: Drawn is the chosen delay before rounding
+// for the delay queue, deadline applied, in whole milliseconds.
+func TestDecideDrawnIsUnrounded(t *testing.T) {
+	start := time.Unix(1_700_000_000, 0)
+	p := Policy{Backoff: Exponential, MinDelay: time.Second, MaxDelay: time.Hour, Multiplier: 1.5, Jitter: NoJitter,
+		MaxDuration: 10 * time.Second, Deadline: Clamp}
+	for _, tc := range []struct {
+		n            int
+		elapsed      time.Duration
+		delay, drawn time.Duration
+	}{
+		{0, 0, time.Second, time.Second},
+		{3, 0, 3400 * time.Millisecond, 3375 * time.Millisecond},                                            // 1.5^3 s
+		{3, 7654*time.Millisecond + 321*time.Microsecond, 2300 * time.Millisecond, 2345 * time.Millisecond}, // clamped to the deadline, rounded down
+	} {
+		got := p.Decide(State{Retries: tc.n, StartedAt: start}, start.Add(tc.elapsed), nil)
+		if got.Delay != tc.delay || got.Drawn != tc.drawn {
+			t.Errorf("n=%d elapsed %s: delay %s drawn %s, want %s and %s", tc.n, tc.elapsed, got.Delay, got.Drawn, tc.delay, tc.drawn)
+		}
+	}
+}
+
+// TestDecorrelatedDoesNotCompoundRounding: decorrelated jitter's range
+// grows from the last delay; carried as drawn (Decision.Drawn), the top
+// of the range follows the published formula, min(M, m·3^n), and each
+// delay is that within rounding's 5 %. Carried rounded, the top at retry
+// 5 from 5 ms was 1300 ms where the formula says 1215 ms.
+func TestDecorrelatedDoesNotCompoundRounding(t *testing.T) {
+	start := time.Unix(1_700_000_000, 0)
+	p := Policy{Backoff: Constant, MinDelay: 5 * time.Millisecond, MaxDelay: 2 * time.Second, Jitter: DecorrelatedJitter}
+	top := fixed{u: 0.999999999}
+	var last time.Duration
+	formula := 5 * time.Millisecond
+	steps, _ := p.Schedule(6)
+	for n := range 6 {
+		formula = min(3*formula, p.MaxDelay)
+		d := p.Decide(State{Retries: n, StartedAt: start, LastDelay: last}, start, top)
+		// Each draw is truncated to a whole millisecond, as the header
+		// carries it: a millisecond per retry at most.
+		if d.Drawn > formula || d.Drawn < formula-time.Duration(n+1)*time.Millisecond ||
+			float64(d.Delay) > 1.05*float64(formula) || float64(d.Delay) < 0.95*float64(formula) {
+			t.Errorf("retry %d: drawn %s, delay %s; want %s drawn, the delay within 5 %%", n+1, d.Drawn, d.Delay, formula)
+		}
+		if steps[n].Max != d.Delay {
+			t.Errorf("retry %d: schedule's max %s, Decide's top %s: they must agree", n+1, steps[n].Max, d.Delay)
+		}
+		last = d.Drawn
 	}
 }

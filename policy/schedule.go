@@ -48,11 +48,15 @@ func (p Policy) Schedule(limit int) (steps []Step, stop Decision) {
 			return steps, stop
 		}
 		lo, hi := p.Range(n, lastMax)
+		lastMax = hi
 		if n >= p.ImmediateRetries {
 			lo, _ = bounds.fit(lo, elapsed)
-			hi, _ = bounds.fit(hi, elapsed)
+			// The next range grows from this one's top as drawn, before
+			// rounding, as Decide's next range grows from Drawn.
+			top, ceiling, _ := bounds.deadline(hi, elapsed)
+			lastMax = top.Truncate(time.Millisecond)
+			hi = roundWithin(top, ceiling)
 		}
-		lastMax = hi
 		elapsed = addSaturating(elapsed, stop.Delay)
 		steps = append(steps, Step{
 			Retry:   n,

@@ -47,7 +47,7 @@ func TestGoogleHTTPClient(t *testing.T) {
 	for _, u := range []float64{0, 0.5} {
 		r := &script{t: t, u: []float64{u}}
 		want := RoundDelay(sec(1.125 * (1 + 0.5*(2*u-1))))
-		if got := p.Decide(State{Retries: 2, StartedAt: start}, start.Add(time.Second), r); got != (Decision{Retry: true, Delay: want}) {
+		if got := p.Decide(State{Retries: 2, StartedAt: start}, start.Add(time.Second), r).rounded(); got != (Decision{Retry: true, Delay: want}) {
 			t.Errorf("retry 3, U=%v: %+v, want retry after %v", u, got, want)
 		}
 	}
@@ -98,7 +98,7 @@ func TestTrueLayerRetryPolicies(t *testing.T) {
 	// Bounded, U = 0.5 at retry 4 (8s): 0.5s + 0.5·7.5s = 4.25s, queued as 4.3s.
 	p.Jitter = BoundedJitter
 	r := &script{t: t, u: []float64{0.5}}
-	if got := p.Decide(State{Retries: 3, StartedAt: start}, start, r); got != (Decision{Retry: true, Delay: 4300 * time.Millisecond}) {
+	if got := p.Decide(State{Retries: 3, StartedAt: start}, start, r).rounded(); got != (Decision{Retry: true, Delay: 4300 * time.Millisecond}) {
 		t.Errorf("bounded retry 4, U=0.5: %+v, want 4.3s", got)
 	}
 	if got := p.Decide(State{Retries: 100, StartedAt: start}, start.Add(24*time.Hour), nil); got != (Decision{Reason: MaxDuration}) {
@@ -190,7 +190,7 @@ func TestGoogleDrive(t *testing.T) {
 	}
 	// 4s + 0.25·1s = 4.25s, queued as 4.3s.
 	r := &script{t: t, u: []float64{0.25}}
-	if got := p.Decide(State{Retries: 2, StartedAt: start}, start, r); got != (Decision{Retry: true, Delay: 4300 * time.Millisecond}) {
+	if got := p.Decide(State{Retries: 2, StartedAt: start}, start, r).rounded(); got != (Decision{Retry: true, Delay: 4300 * time.Millisecond}) {
 		t.Errorf("retry 3, U=0.25: %+v, want 4.3s", got)
 	}
 	if got := p.Decide(State{Retries: 5, StartedAt: start}, start, nil); got != (Decision{Reason: MaxRetries}) {

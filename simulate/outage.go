@@ -275,7 +275,7 @@ func Outage(c OutageConfig, s OutageStrategy) (OutageResult, error) {
 			return
 		}
 		msg.retries++
-		msg.last = d.Delay
+		msg.last = d.Drawn // what rebound writes in x-retry-last-delay-ms
 		if d.Delay <= 0 {
 			queue.push(m)
 			return

@@ -20,8 +20,12 @@ rabbitmqctl() { "${RABBITMQCTL[@]}" "$@"; }
 
 VHOST=${VHOST:-orders}
 REBOUND_USER=${REBOUND_USER:-orders-rebound}
-# Application queues whose rejected messages rebound retries.
+# Application queues whose rejected messages rebound retries. Set rebound's
+# REBOUND_ORIGIN_QUEUES to the same pattern (deploy/kustomize/base/rebound.env
+# does): rebound then sends messages back to these queues only.
 APP_QUEUES=${APP_QUEUES:-'^orders\.'}
+# rebound's REBOUND_QUEUE_TYPE: classic or quorum.
+QUEUE_TYPE=${QUEUE_TYPE:-classic}
 
 # --- Permissions -----------------------------------------------------------
 # RabbitMQ checks three regular expressions per user and vhost against the
@@ -83,7 +87,7 @@ rabbitmqctl set_permissions -p "$VHOST" "$REBOUND_USER" "$CONFIGURE" "$WRITE" "$
 rabbitmqctl set_policy -p "$VHOST" --apply-to queues --priority 10 \
   orders-retry-to-rebound "$APP_QUEUES" '{"dead-letter-exchange":"rebound.dlx"}'
 
-# --- Delay queues in lazy mode (RabbitMQ before 3.12) ----------------------
+# --- Delay queues in lazy mode (classic queues, RabbitMQ before 3.12) ------
 # A delay queue holds every message for its whole delay: 1 000 failures a
 # second with a 1 h delay is 3.6 million messages in one queue. Before 3.12
 # a classic queue keeps its messages in its process's memory unless it runs
@@ -101,5 +105,31 @@ rabbitmqctl set_policy -p "$VHOST" --apply-to queues --priority 10 \
 #   lazy, and this one replaces any of lower priority that matched them
 #   before (classic mirroring with ha-mode, length limits, ...). If one
 #   matches them, add "queue-mode":"lazy" to it instead of adding this one.
-rabbitmqctl set_policy -p "$VHOST" --apply-to queues --priority 10 \
-  rebound-delay-queues-lazy '^rebound\.delay\.[0-9]+$' '{"queue-mode":"lazy"}'
+if [ "$QUEUE_TYPE" = classic ]; then
+  rabbitmqctl set_policy -p "$VHOST" --apply-to queues --priority 10 \
+    rebound-delay-queues-lazy '^rebound\.delay\.[0-9]+$' '{"queue-mode":"lazy"}'
+fi
+
+# --- Quorum queues: nothing rebound consumes may drop a message ------------
+# Since RabbitMQ 4.0 a quorum queue limits deliveries (20 by default): a
+# message delivered that often without being settled (a consumer killed,
+# again and again, while holding it) is dead-lettered, or dropped when the
+# queue does not dead-letter. rebound declares its quorum inbox dead-lettering
+# to its parking queue, at least once (the message is parked, its x-death
+# reason delivery_limit, and `rebound parked list` shows it as
+# delivery-limit), and its parking queue without a limit on 4.x. A queue's
+# arguments cannot change once it exists: these policies give the same to
+# queues an earlier rebound declared. On queues declared with the arguments
+# they change nothing (an argument wins over a policy). The same caveat as
+# above applies: only one policy applies to a queue.
+if [ "$QUEUE_TYPE" = quorum ]; then
+  rabbitmqctl set_policy -p "$VHOST" --apply-to queues --priority 10 \
+    rebound-inbox-dead-letter '^rebound\.inbox$' \
+    '{"dead-letter-exchange":"","dead-letter-routing-key":"rebound.parked","dead-letter-strategy":"at-least-once","overflow":"reject-publish"}'
+  # RabbitMQ 3.x has no default limit, and refuses -1 in a policy.
+  version=$(rabbitmqctl -q status --formatter json | grep -o '"rabbitmq_version":"[^"]*"' | cut -d'"' -f4)
+  if [ "${version%%.*}" -ge 4 ] 2>/dev/null; then
+    rabbitmqctl set_policy -p "$VHOST" --apply-to queues --priority 10 \
+      rebound-parked-no-delivery-limit '^rebound\.parked$' '{"delivery-limit":-1}'
+  fi
+fi

@@ -43,6 +43,37 @@ func ReadPermissions(script []byte) (Permissions, error) {
 	return p, nil
 }
 
+var appQueuesLine = regexp.MustCompile(`(?m)^APP_QUEUES=\$\{APP_QUEUES:-'([^']*)'\}$`)
+
+// ReadAppQueues extracts the default of APP_QUEUES, the pattern of the
+// application queues the dead-letter policy applies to, from
+// deploy/rabbitmq/setup.sh.
+func ReadAppQueues(script []byte) (string, error) {
+	m := appQueuesLine.FindAllSubmatch(script, -1)
+	if len(m) != 1 {
+		return "", fmt.Errorf("want one APP_QUEUES=${APP_QUEUES:-'...'} line, found %d", len(m))
+	}
+	return string(m[0][1]), nil
+}
+
+// CheckOriginQueues checks REBOUND_ORIGIN_QUEUES against the pattern of
+// the dead-letter policy: the same, so rebound sends messages back to the
+// queues that dead-letter to it and to no other, and matching none of
+// rebound's own queues.
+func CheckOriginQueues(c config.Config, appQueues string) []string {
+	var problems []string
+	if c.OriginQueues != appQueues {
+		problems = append(problems, fmt.Sprintf("REBOUND_ORIGIN_QUEUES=%q, but setup.sh's dead-letter policy applies to %q: set both to the same pattern", c.OriginQueues, appQueues))
+	}
+	allowed := c.OriginAllowed()
+	for _, own := range []string{c.InboxQueue, c.ParkingQueue, c.DelayQueuePrefix + "1000"} {
+		if allowed(own) {
+			problems = append(problems, fmt.Sprintf("REBOUND_ORIGIN_QUEUES=%q matches rebound's own queue %s", c.OriginQueues, own))
+		}
+	}
+	return problems
+}
+
 // Access is one operation rebound performs on the broker and the
 // permission RabbitMQ checks for it.
 type Access struct {
@@ -72,6 +103,7 @@ func Needs(c config.Config) []Access {
 		{"write", c.DelayExchange, "publish delayed copies"},
 		{"write", "amq.default", "publish immediate retries, parked messages and replays to the default exchange"},
 		{"read", c.DelayExchange, "bind delay queues to the delay exchange"},
+		{"configure", c.DelayExchange, "delete the headers exchange of a rebound before direct delay routing"},
 	}
 	for _, q := range delayQueues {
 		a = append(a,

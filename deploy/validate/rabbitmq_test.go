@@ -62,3 +62,30 @@ func TestCheckPermissionsCatches(t *testing.T) {
 		})
 	}
 }
+
+func TestOriginQueuesMatchTheDeadLetterPolicy(t *testing.T) {
+	cfg, problems := LoadConfigMap(baseConfigMap(t), t.TempDir(), placeholderURL)
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	app, err := ReadAppQueues(read(t, setupScript))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range CheckOriginQueues(cfg, app) {
+		t.Error(p)
+	}
+	// The check catches a pattern that differs, and one that lets rebound
+	// send a message to its own queues.
+	for pattern, want := range map[string]string{
+		`^payments\.`:         "set both to the same pattern",
+		`^(orders|rebound)\.`: "matches rebound's own queue rebound.inbox",
+		``:                    "matches rebound's own queue",
+	} {
+		bad := cfg
+		bad.OriginQueues = pattern
+		if got := strings.Join(CheckOriginQueues(bad, app), "\n"); !strings.Contains(got, want) {
+			t.Errorf("REBOUND_ORIGIN_QUEUES=%q: problems %q, want one saying %q", pattern, got, want)
+		}
+	}
+}

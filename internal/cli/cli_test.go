@@ -45,8 +45,15 @@ func TestConfigCheckAcceptsDefaults(t *testing.T) {
 	if err := Run(context.Background(), []string{"config", "check"}, nil, &stdout, &stderr); err != nil {
 		t.Fatalf("defaults rejected: %v", err)
 	}
-	if !strings.Contains(stdout.String(), "configuration OK") {
-		t.Errorf("output %q lacks the confirmation", stdout.String())
+	for _, want := range []string{"configuration OK", "origin queues any (REBOUND_ORIGIN_QUEUES unset)"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("output %q lacks %q", stdout.String(), want)
+		}
+	}
+	stdout.Reset()
+	if err := Run(context.Background(), []string{"config", "check"}, []string{`REBOUND_ORIGIN_QUEUES=^orders\.`}, &stdout, &stderr); err != nil ||
+		!strings.Contains(stdout.String(), `origin queues matching "^orders\\."`) {
+		t.Errorf("config check with an allowlist: %v, %q", err, stdout.String())
 	}
 }
 

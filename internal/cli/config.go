@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strconv"
 
 	"github.com/rebound-mq/rebound/config"
 )
@@ -26,7 +27,16 @@ func runConfigCheck(ctx context.Context, args []string, in invocation) error {
 		return err
 	}
 	p := cfg.Policy()
-	fmt.Fprintf(in.stdout, "configuration OK: broker %s, inbox %s, %s backoff %s..%s, %s jitter, max retries %d, max duration %s, %s queues\n",
-		config.Redact(cfg.AMQPURL), cfg.InboxQueue, p.Backoff, p.MinDelay, p.MaxDelay, p.Jitter, p.MaxRetries, p.MaxDuration, cfg.QueueType)
+	fmt.Fprintf(in.stdout, "configuration OK: broker %s, inbox %s, %s backoff %s..%s, %s jitter, max retries %d, max duration %s, %s queues, origin queues %s\n",
+		config.Redact(cfg.AMQPURL), cfg.InboxQueue, p.Backoff, p.MinDelay, p.MaxDelay, p.Jitter, p.MaxRetries, p.MaxDuration, cfg.QueueType,
+		originQueues(cfg))
 	return nil
+}
+
+// originQueues describes REBOUND_ORIGIN_QUEUES for people.
+func originQueues(cfg config.Config) string {
+	if cfg.OriginQueues == "" {
+		return "any (REBOUND_ORIGIN_QUEUES unset)"
+	}
+	return "matching " + strconv.Quote(cfg.OriginQueues)
 }

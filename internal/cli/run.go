@@ -69,7 +69,8 @@ func runSidecar(ctx context.Context, args []string, in invocation) error {
 		}
 	}()
 	log.Info("starting", zap.String("version", Version), zap.String("broker", config.Redact(cfg.AMQPURL)),
-		zap.String("http", listener.Addr().String()), zap.String("inbox", cfg.InboxQueue))
+		zap.String("http", listener.Addr().String()), zap.String("inbox", cfg.InboxQueue),
+		zap.String("origin_queues", originQueues(cfg)))
 
 	runErr := sidecar.Run(ctx)
 
