@@ -255,6 +255,12 @@ func (d *decoding) plausible(t time.Time) string {
 	return ""
 }
 
+// maxDeaths is the most x-death entries Decode reads. RabbitMQ keeps one
+// entry per queue and reason a message was dead-lettered for: a message
+// with more went through tens of queues, or was given its x-death by a
+// client.
+const maxDeaths = 64
+
 // deathEntry is what rebound reads of one x-death entry.
 type deathEntry struct {
 	queue, reason string
@@ -281,6 +287,10 @@ func (d *decoding) xDeath(v any) (newestQueue string, oldest deathEntry) {
 		return "", deathEntry{}
 	}
 	bad := ""
+	if len(entries) > maxDeaths {
+		bad = fmt.Sprintf("%d entries, more than the broker writes: only the first %d read", len(entries), maxDeaths)
+		entries = entries[:maxDeaths]
+	}
 	for i, e := range entries {
 		entry, ok := e.(amqp.Table)
 		if !ok {

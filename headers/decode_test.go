@@ -554,3 +554,42 @@ func deadLettered() amqp.Table {
 		"x-first-death-reason":   "rejected",
 	}
 }
+
+// TestDecodeCostDoesNotGrowWithSize: a producer controls the size of the
+// headers, up to what a frame holds. Decoding reads at most 64 x-death
+// entries (the broker writes one per queue and reason) and allocates the
+// same whatever the length or how much of it is malformed: one Problem
+// for a broken x-death, its reason cut short.
+func TestDecodeCostDoesNotGrowWithSize(t *testing.T) {
+	c := NewCodec(DefaultNames())
+	at := testNow().Add(-time.Minute)
+	allocs := map[int]float64{}
+	for _, n := range []int{100, 10_000} {
+		entries := make([]any, n)
+		for i := range entries {
+			if i%2 == 0 {
+				entries[i] = death("orders", "rejected", at, int64(i))
+			} else {
+				entries[i] = amqp.Table{"queue": int64(i), "time": "never", "reason": []byte("x")}
+			}
+		}
+		h := amqp.Table{"x-death": entries, "x-retry-count": strings.Repeat("9", 50_000), "x-retry-origin-queue": strings.Repeat("q", 50_000)}
+		var problems []Problem
+		allocs[n] = testing.AllocsPerRun(20, func() {
+			_, problems = c.Decode(h, time.Time{}, testNow(), nil)
+		})
+		if len(problems) != 3 {
+			t.Fatalf("%d entries: problems %v, want one each for x-death, the count and the origin", n, problems)
+		}
+		for _, p := range problems {
+			if len(p.Reason) > 200 {
+				t.Errorf("%d entries: a %d-byte problem reason", n, len(p.Reason))
+			}
+		}
+	}
+	// The same code path for both: the same count, give or take the
+	// buffer fmt takes from its pool. Without the cap it was 15 000.
+	if allocs[10_000] > allocs[100]+2 {
+		t.Errorf("decoding allocates %v times for 10 000 x-death entries, %v for 100: it grows with the size", allocs[10_000], allocs[100])
+	}
+}

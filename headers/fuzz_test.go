@@ -64,7 +64,7 @@ func (f *fuzzTable) table(depth int) amqp.Table {
 }
 
 func (f *fuzzTable) value(depth int) any {
-	switch kind := f.byte() % 24; kind {
+	switch kind := f.byte() % 27; kind {
 	case 0:
 		return nil
 	case 1:
@@ -133,6 +133,31 @@ func (f *fuzzTable) value(depth int) any {
 			arr[i] = f.value(depth + 1)
 		}
 		return arr
+	// Sizes a producer can send (RabbitMQ's frame_max, 128 KiB by
+	// default, bounds a header table): the readers must cost bounded work
+	// whatever the size.
+	case 24: // a long string: up to about 100 KB
+		return strings.Repeat(f.text()+"9", int(f.byte())*50+1)
+	case 25: // a long array: up to about 10 000 entries, of a few values
+		if depth > 3 {
+			return nil
+		}
+		few := []any{f.value(depth + 1), f.value(depth + 1), f.value(depth + 1)}
+		arr := make([]any, int(f.byte())*40+1)
+		for i := range arr {
+			arr[i] = few[i%len(few)]
+		}
+		return arr
+	case 26: // deep nesting: up to 64 tables and arrays in one another
+		var v any = f.value(4)
+		for i := range int(f.byte() % 64) {
+			if i%2 == 0 {
+				v = amqp.Table{[]string{"queue", "x-death", "time"}[i%3]: v}
+			} else {
+				v = []any{v}
+			}
+		}
+		return v
 	default: // a number as text
 		return fmt.Sprint(int64(f.uint64() % (1 << 42)))
 	}
@@ -155,6 +180,8 @@ func fuzzInput(data []byte) (amqp.Table, time.Time, time.Duration) {
 
 func fuzzSeeds(f *testing.F) {
 	f.Add([]byte{})
+	// A long x-death, a long count and deep nesting.
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 8, 25, 255, 21, 1, 1, 1, 21, 0, 0, 0, 12, 3, 'a', 'b', 'c', 0, 24, 2, '1', '2', 255, 1, 26, 63, 21})
 	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 8, 21, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 19, 3})
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 5, 8, 22, 2, 21, 0, 0, 0, 21, 1, 1, 1, 1, 17, 5, 5, 5, 5, 5, 5, 5, 5, 3, 20, 0})
 	f.Add([]byte("\x02\xff\xff\xff\xff\xff\xff\xff\x7f\x10\x10\x0a\x01\x0c\x03abc\x02\x0c\x051.5e3\x04\x0c\x02no"))
