@@ -221,7 +221,7 @@ func (ss *session) handle(d amqp.Delivery) error {
 		ss.reportProblems(d, ss.problems)
 	}
 
-	decision, err := ss.decide(d, state, now)
+	decision, err := ss.decide(d, &state, now)
 	if err != nil {
 		return err
 	}
@@ -252,7 +252,16 @@ func (ss *session) handle(d amqp.Delivery) error {
 // into the parking queue unmarked) or does not exist (the broker would
 // drop the copy when its delay ends), all as unknown-origin, and one whose
 // origin REBOUND_ORIGIN_QUEUES does not allow, as origin-not-allowed.
-func (ss *session) decide(d amqp.Delivery, state headers.State, now time.Time) (policy.Decision, error) {
+func (ss *session) decide(d amqp.Delivery, state *headers.State, now time.Time) (policy.Decision, error) {
+	if ss.topo.IsDelayQueue(state.Origin) && state.ClaimedOrigin != "" {
+		// The broker last dead-lettered this message from one of rebound's
+		// delay queues, back into its origin, and a consumer there
+		// republished it straight into the inbox (to mark it permanent, or
+		// to record its error) with its headers: the origin is the one
+		// rebound wrote on that copy. A producer forging this gains nothing
+		// it could not get by naming the queue in a forged x-death.
+		state.Origin, state.ClaimedOrigin = state.ClaimedOrigin, ""
+	}
 	if state.ClaimedOrigin != "" {
 		ss.m.OriginMismatch.Inc()
 		ss.log.Warn("origin header disagrees with the broker's x-death record; using the record",

@@ -147,9 +147,7 @@ func (e *testEnv) accountRecovered(n, operatorLost int, faults []recovery, timeo
 		worst = seconds(slices.MaxFunc(faults, func(a, b recovery) int { return cmp.Compare(a.recover, b.recover) }).recover)
 	}
 	// One line per scenario; scripts/chaos.sh turns these into a table.
-	e.t.Logf("ACCOUNT scenario=%s N=%d parked=%d distinct=%d lost=%d duplicates=%d operator-lost=%d elapsed=%s recover=%s faults=%d",
-		e.t.Name(), n, total, len(seen), max(0, want-len(seen)), duplicates, operatorLost, time.Since(e.started).Round(100*time.Millisecond),
-		worst, len(faults))
+	e.logAccount(n, max(0, want-len(seen)), duplicates, operatorLost, worst, len(faults))
 	if len(seen) < want {
 		var missing []int
 		for i := range n {
@@ -161,6 +159,22 @@ func (e *testEnv) accountRecovered(n, operatorLost int, faults []recovery, timeo
 			len(missing), operatorLost, missing[:min(len(missing), 20)], e.queueLenOr(e.app, -1), e.queueLenOr(e.vars["REBOUND_INBOX_QUEUE"], -1))
 	}
 	return duplicates
+}
+
+// logAccount writes the scenario's line for scripts/chaos.sh, which turns
+// them into RELIABILITY.md's table.
+func (e *testEnv) logAccount(n, lost, duplicates, operatorLost int, recover string, faults int) {
+	e.t.Logf("ACCOUNT scenario=%s broker=%s queues=%s N=%d lost=%d duplicates=%d operator-lost=%d elapsed=%s recover=%s faults=%d",
+		e.t.Name(), e.broker.Version(), e.queueType(), n, lost, duplicates, operatorLost,
+		time.Since(e.started).Round(100*time.Millisecond), recover, faults)
+}
+
+// queueType is the env's REBOUND_QUEUE_TYPE.
+func (e *testEnv) queueType() string {
+	if qt := e.vars["REBOUND_QUEUE_TYPE"]; qt != "" {
+		return qt
+	}
+	return "classic"
 }
 
 // duplicateBound is the most duplicates faults may cause: one in-flight
@@ -300,7 +314,8 @@ func (e *testEnv) recovered(fault string, start, end time.Time, moving <-chan ti
 	}
 	r := recovery{fault: fault, outage: end.Sub(start), recover: max(0, at.Sub(end))}
 	// scripts/chaos.sh lists these lines under the table.
-	e.t.Logf("RECOVER scenario=%s fault=%s outage=%s recover=%s", e.t.Name(), fault, seconds(r.outage), seconds(r.recover))
+	e.t.Logf("RECOVER scenario=%s broker=%s queues=%s fault=%s outage=%s recover=%s", e.t.Name(), e.broker.Version(), e.queueType(),
+		fault, seconds(r.outage), seconds(r.recover))
 	return r
 }
 

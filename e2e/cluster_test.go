@@ -190,8 +190,9 @@ func queueLeader(t *testing.T, ask *brokertest.Broker, queue string) string {
 // TestClusterMinorityLosesNothing stops two of the three nodes, leaving
 // rebound's node alone, a minority, and only then sends it messages. Since
 // RabbitMQ 4.2 the metadata store (Khepri) needs a majority: declaring a
-// queue fails there (after a timeout, with a connection error), so every
-// delay queue rebound needs fails to declare until the others come back.
+// queue there waits for the store's timeout (about 30 s on 4.3.6), then
+// fails with a connection error (541 INTERNAL_ERROR), so every delay queue
+// rebound needs fails to declare until the others come back.
 // Classic queues keep the rest working on the node left (the inbox, the
 // application and parking queues live there), so the declarations are
 // what the test exercises: rebound must retry, and lose nothing. On
@@ -238,7 +239,8 @@ func TestClusterMinorityLosesNothing(t *testing.T) {
 	}()
 	const n = 500
 	e.publishNumbered(n)
-	time.Sleep(20 * time.Second)
+	// Longer than one declaration's timeout, so rebound meets the failure.
+	time.Sleep(45 * time.Second)
 	during, _ := e.progress()
 	t.Logf("RabbitMQ %s, two of three nodes stopped: declaring a queue on the one left: %v; rebound reconnected %v times, moved %v copies",
 		e.broker.Version(), <-probe, during.reconnects-base.reconnects, during.moved-base.moved)

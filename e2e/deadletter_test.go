@@ -101,13 +101,16 @@ func (e *testEnv) parkedAll(n, extra int, timeout time.Duration) map[string]amqp
 	for _, d := range e.drain(e.app) {
 		waiting[d.MessageId] = true
 	}
+	lost := 0
 	for i := range n {
 		id := strconv.Itoa(i)
 		if _, ok := parked[id]; !ok && !waiting[id] {
 			e.t.Errorf("message %s lost: neither parked nor in the application queue", id)
+			lost++
 		}
 	}
 	e.t.Logf("%d of %d parked, %d waiting in the application queue", len(parked), n, len(waiting))
+	e.logAccount(n, lost, 0, 0, "-", 0)
 	return parked
 }
 
@@ -242,8 +245,10 @@ func inboxDeliveryLimit(t *testing.T, variant string) {
 		}
 	}
 	if len(parked) != 1 {
+		e.logAccount(1, 1, 0, 0, "-", kills)
 		t.Fatalf("after %d kills the message is neither parked nor in the inbox (%d there): lost", kills, e.queueLenOr(inbox, -1))
 	}
+	e.logAccount(1, 0, 0, 0, "-", kills)
 	if reason := firstDeathReason(parked[0]); reason != "delivery_limit" {
 		t.Errorf("x-death reason %q, want delivery_limit", reason)
 	}
@@ -301,9 +306,11 @@ func TestParkingQueueSurvivesKilledReaders(t *testing.T) {
 		ch.Close() // as a killed `rebound parked` leaves them
 	}
 	time.Sleep(200 * time.Millisecond)
-	if got := len(e.drain(parking)); got != n {
+	got := len(e.drain(parking))
+	if got != n {
 		t.Errorf("%d of %d parked messages left after 25 killed readers on RabbitMQ %s", got, n, e.broker.Version())
 	}
+	e.logAccount(n, n-got, 0, 0, "-", 25)
 }
 
 // TestUpgradeFromHeadersExchange: an earlier rebound routed delayed copies

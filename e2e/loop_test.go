@@ -377,3 +377,80 @@ func TestBusyDelayQueueIsNotDeleted(t *testing.T) {
 		t.Errorf("application saw the message %d times, want 2", n)
 	}
 }
+
+// TestConsumerMarksARetriedMessagePermanent follows docs/producers.md: a
+// consumer that finds a failure permanent republishes the message to the
+// inbox with every header, x-retry-non-retryable, x-retry-error and
+// x-retry-origin-queue, waits for the confirm and acks the original. Done
+// on a message that came back through a delay queue, whose newest x-death
+// entry names that delay queue: rebound parks it non-retryable, its origin
+// the application queue, so a replay can send it back.
+func TestConsumerMarksARetriedMessagePermanent(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, map[string]string{"REBOUND_MIN_DELAY": "100ms", "REBOUND_BACKOFF": "constant"})
+	e.startInProcess()
+	e.publish(amqp.Publishing{MessageId: "poison", Body: []byte("bad")})
+	conn := e.broker.Dial(t, e.url())
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	get := func() amqp.Delivery {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			d, ok, err := ch.Get(e.app, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				return d
+			}
+		}
+		t.Fatal("no delivery from the application queue within 10s")
+		return amqp.Delivery{}
+	}
+	// The first attempt fails, worth retrying.
+	if err := get().Reject(false); err != nil {
+		t.Fatal(err)
+	}
+	// The retry fails for good.
+	d := get()
+	if deaths, _ := d.Headers["x-death"].([]any); len(deaths) == 0 {
+		t.Fatalf("the retry carries no x-death from its delay queue: %v", d.Headers)
+	}
+	h := amqp.Table{}
+	for k, v := range d.Headers {
+		h[k] = v
+	}
+	h["x-retry-non-retryable"] = true
+	h["x-retry-error"] = "schema v3 not supported"
+	h["x-retry-origin-queue"] = e.app
+	dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", e.vars["REBOUND_INBOX_QUEUE"], true, false, amqp.Publishing{
+		Headers: h, MessageId: d.MessageId, DeliveryMode: amqp.Persistent, Body: d.Body,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := dc.WaitContext(context.Background()); !ok || err != nil {
+		t.Fatalf("republish not confirmed: %v", err)
+	}
+	if err := d.Ack(false); err != nil {
+		t.Fatal(err)
+	}
+	parked := e.parked(1, 30*time.Second)
+	if len(parked) != 1 {
+		t.Fatalf("parked %d, want 1", len(parked))
+	}
+	p := parked[0].Headers
+	if p["x-retry-parked-reason"] != "non-retryable" || p["x-retry-origin-queue"] != e.app || p["x-retry-error"] != "schema v3 not supported" ||
+		p["x-retry-count"] != int64(1) {
+		t.Errorf("parked as %v, origin %v, error %v, count %v; want non-retryable, %s, the consumer's error, 1",
+			p["x-retry-parked-reason"], p["x-retry-origin-queue"], p["x-retry-error"], p["x-retry-count"], e.app)
+	}
+	if got := e.metric("rebound_origin_mismatch_total"); got != "0" {
+		t.Errorf("rebound_origin_mismatch_total = %q: the consumer's own republish counted as a disputed origin", got)
+	}
+}

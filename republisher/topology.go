@@ -174,9 +174,11 @@ func (t Topology) DelayQueue(d time.Duration) (Queue, Binding) {
 // message sent "back" to one would loop through rebound or slip into the
 // parking queue unmarked.
 func (t Topology) Owns(queue string) bool {
-	if queue == t.InboxQueue || queue == t.ParkingQueue {
-		return true
-	}
+	return queue == t.InboxQueue || queue == t.ParkingQueue || t.IsDelayQueue(queue)
+}
+
+// IsDelayQueue reports whether queue is one of the topology's delay queues.
+func (t Topology) IsDelayQueue(queue string) bool {
 	digits, ok := strings.CutPrefix(queue, t.DelayQueuePrefix)
 	if !ok || digits == "" {
 		return false
