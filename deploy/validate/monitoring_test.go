@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rebound-mq/rebound/consumer"
 )
 
 const (
@@ -115,5 +118,53 @@ func TestCheckDashboardCatches(t *testing.T) {
 				t.Errorf("want a problem mentioning %q, got %q", tt.want, ps)
 			}
 		})
+	}
+}
+
+// TestMetricsAreTheSidecars: the metric contract the dashboard and alerts
+// are checked against is what the sidecar registers, names, label names and
+// fixed label values alike.
+func TestMetricsAreTheSidecars(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	consumer.NewMetrics(reg, "x-retry-count")
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]map[string][]string{}
+	for _, f := range families {
+		labels := map[string][]string{}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = append(labels[l.GetName()], l.GetValue())
+			}
+		}
+		got[f.GetName()] = labels
+	}
+	for _, m := range Metrics {
+		labels, ok := got[m.Name]
+		if !ok {
+			t.Errorf("%s is in the contract but the sidecar does not register it", m.Name)
+			continue
+		}
+		delete(got, m.Name)
+		for name, values := range m.Labels {
+			seen, ok := labels[name]
+			if !ok {
+				t.Errorf("%s: label %s is in the contract but not on the sidecar's series", m.Name, name)
+				continue
+			}
+			if values == nil {
+				continue
+			}
+			slices.Sort(seen)
+			want := slices.Sorted(slices.Values(values))
+			if !slices.Equal(slices.Compact(seen), want) {
+				t.Errorf("%s{%s}: the sidecar's values %v, the contract's %v", m.Name, name, seen, want)
+			}
+		}
+	}
+	for name := range got {
+		t.Errorf("the sidecar registers %s, which the contract lacks", name)
 	}
 }
