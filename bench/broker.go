@@ -247,7 +247,7 @@ func retried(topo republisher.Topology, origin string) func(i int) amqp.Publishi
 			Timestamp: m.Timestamp, MessageId: m.MessageId, Body: m.Body}
 		now := time.Now()
 		state, _ := codec.Decode(d.Headers, d.Timestamp, now, nil)
-		_, copy := consumer.Plan(topo, codec, d, state, policy.Decision{Retry: true, Delay: retryDelay}, now)
+		_, copy := consumer.Plan(topo, codec, d, state, policy.Decision{Retry: true, Delay: retryDelay, Drawn: retryDelay}, now)
 		return copy
 	}
 }
