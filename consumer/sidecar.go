@@ -54,8 +54,8 @@ type Options struct {
 	// (REBOUND_ORIGIN_QUEUES); nil allows any. Others are parked
 	// origin-not-allowed.
 	OriginAllowed func(queue string) bool
-	Logger         *zap.Logger
-	Metrics        *Metrics
+	Logger        *zap.Logger
+	Metrics       *Metrics
 
 	Now          func() time.Time   // default time.Now
 	NewRand      func() policy.Rand // default a randomly seeded PCG

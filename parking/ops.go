@@ -94,10 +94,10 @@ const (
 	WhyOwnQueue         = "origin is one of rebound's own queues"
 	WhyOriginNotAllowed = "origin queue not allowed by REBOUND_ORIGIN_QUEUES"
 	WhyOriginMissing    = "origin queue does not exist"
-	WhyReturned      = "returned by the broker: origin queue not routable"
-	WhyNacked        = "broker refused the copy (nack)"
-	WhyUnconfirmed   = "copy not confirmed in time (it may have been delivered too)"
-	WhyInterrupted   = "interrupted before the copy was confirmed (it may have been delivered too)"
+	WhyReturned         = "returned by the broker: origin queue not routable"
+	WhyNacked           = "broker refused the copy (nack)"
+	WhyUnconfirmed      = "copy not confirmed in time (it may have been delivered too)"
+	WhyInterrupted      = "interrupted before the copy was confirmed (it may have been delivered too)"
 )
 
 // ReplayResult is what Replay did.

@@ -109,7 +109,9 @@ type outcomes struct {
 	done chan string
 }
 
-func newOutcomes() *outcomes { return &outcomes{got: map[string]Outcome{}, done: make(chan string, 1024)} }
+func newOutcomes() *outcomes {
+	return &outcomes{got: map[string]Outcome{}, done: make(chan string, 1024)}
+}
 
 func (o *outcomes) callback(id string) func(Outcome, time.Duration) {
 	return func(out Outcome, _ time.Duration) {
