@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -106,5 +107,41 @@ func TestDialStopsTryingOnceCancelled(t *testing.T) {
 	}
 	if n := strings.Count(err.Error(), "broker "); n != 1 {
 		t.Errorf("a cancelled dial tried %d brokers, want 1: %v", n, err)
+	}
+}
+
+// TestDialAbandonsAHandshakeWhenCancelled: a server that accepts the
+// connection and never answers holds the AMQP handshake for up to 30s;
+// cancelling the context ends it at once.
+func TestDialAbandonsAHandshakeWhenCancelled(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 1)
+	t.Cleanup(func() {
+		l.Close()
+		select {
+		case c := <-accepted:
+			c.Close()
+		default:
+		}
+	})
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			accepted <- c // held open, silent
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	conn, _, err := Dial(ctx, []string{"amqp://guest:guest@" + l.Addr().String() + "/"}, nil, "rebound test", 0)
+	if err == nil {
+		conn.Close()
+		t.Fatal("Dial succeeded against a server that never answers")
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Dial returned after %s, want soon after the context's 200ms deadline", took.Round(time.Millisecond))
 	}
 }

@@ -220,3 +220,18 @@ func brokerRestart(t *testing.T, fault string, down time.Duration, stop, start f
 		}
 	}
 }
+
+// quorumApp makes the application queue a quorum queue with at-least-once
+// dead-lettering, so the broker confirms the hop from it to rebound's inbox.
+func (e *testEnv) quorumApp() {
+	e.t.Helper()
+	if _, err := e.ch.QueueDelete(e.app, false, false, false); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.ch.QueueDeclare(e.app, true, false, false, false, amqp.Table{
+		"x-queue-type": "quorum", "x-dead-letter-exchange": e.vars["REBOUND_DEAD_LETTER_EXCHANGE"],
+		"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish",
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+}

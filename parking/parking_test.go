@@ -7,10 +7,11 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/rebound-mq/rebound/headers"
+	"github.com/rebound-mq/rebound/republisher"
 )
 
-// The operations themselves run against a real broker in the root
-// package's TestParked* tests; these cover what needs none.
+// Tests of what needs no broker: filters and decoding. The operations
+// run against the broker in ops_test.go.
 
 func TestParkedFilterMatch(t *testing.T) {
 	now := time.Date(2025, 1, 2, 12, 0, 0, 0, time.UTC)
@@ -35,6 +36,7 @@ func TestParkedFilterMatch(t *testing.T) {
 		{"other id", Filter{ID: "m2"}, m, false},
 		{"older than 1h", Filter{OlderThan: time.Hour}, m, true},
 		{"not older than 3h", Filter{OlderThan: 3 * time.Hour}, m, false},
+		{"parked exactly 2h ago is older than 2h", Filter{OlderThan: 2 * time.Hour}, m, true},
 		{"unknown parked-at never older", Filter{OlderThan: time.Hour}, unknownAt, false},
 		{"all conditions", Filter{Reason: "max-retries", Origin: "orders", OlderThan: time.Hour, Limit: 1}, m, true},
 	} {
@@ -59,5 +61,53 @@ func TestParkedDecode(t *testing.T) {
 	}
 	if m := q.Decode(amqp.Delivery{}, now); m.Reason != "" || !m.ParkedAt.IsZero() || m.Origin != "" {
 		t.Errorf("Decode of a bare delivery = %+v", m)
+	}
+}
+
+// TestDecodeDeliveryLimit decodes messages as the broker moves them from
+// rebound's quorum inbox to the parking queue after their delivery limit,
+// with x-death entries as RabbitMQ writes them, newest first.
+func TestDecodeDeliveryLimit(t *testing.T) {
+	q := Queue{
+		Topology: republisher.Topology{InboxQueue: "rebound.inbox", DelayQueuePrefix: "rebound.delay.", ParkingQueue: "rebound.parked", Quorum: true},
+		Codec:    headers.NewCodec(headers.DefaultNames()),
+	}
+	n := q.Codec.Names
+	limitAt := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	rejectedAt := limitAt.Add(-time.Minute)
+	death := func(queue, reason string, at time.Time) amqp.Table {
+		return amqp.Table{"queue": queue, "reason": reason, "count": int64(1), "exchange": "", "routing-keys": []any{queue}, "time": at}
+	}
+	for _, tc := range []struct {
+		name     string
+		h        amqp.Table
+		reason   string
+		parkedAt time.Time
+		origin   string
+	}{
+		{"after the application rejected it",
+			amqp.Table{headers.XDeath: []any{death("rebound.inbox", "delivery_limit", limitAt), death("orders", "rejected", rejectedAt)}},
+			"delivery-limit", limitAt, "orders"},
+		{"rebound's own queues are no origin",
+			amqp.Table{headers.XDeath: []any{death("rebound.inbox", "delivery_limit", limitAt), death("rebound.delay.1000", "expired", rejectedAt),
+				death("orders", "rejected", rejectedAt.Add(-time.Second))}},
+			"delivery-limit", limitAt, "orders"},
+		{"no earlier entry: the origin header",
+			amqp.Table{n.OriginQueue: "orders", headers.XDeath: []any{death("rebound.inbox", "delivery_limit", limitAt)}},
+			"delivery-limit", limitAt, "orders"},
+		{"no earlier entry, no origin header",
+			amqp.Table{headers.XDeath: []any{death("rebound.inbox", "delivery_limit", limitAt)}},
+			"delivery-limit", limitAt, ""},
+		{"rejected in the inbox is no delivery limit",
+			amqp.Table{headers.XDeath: []any{death("rebound.inbox", "rejected", limitAt), death("orders", "rejected", rejectedAt)}},
+			"", time.Time{}, "rebound.inbox"},
+		{"a delivery limit elsewhere is not rebound's",
+			amqp.Table{headers.XDeath: []any{death("orders", "delivery_limit", limitAt)}},
+			"", time.Time{}, "orders"},
+	} {
+		m := q.Decode(amqp.Delivery{MessageId: "m1", Headers: tc.h}, limitAt.Add(time.Hour))
+		if m.Reason != tc.reason || !m.ParkedAt.Equal(tc.parkedAt) || m.Origin != tc.origin {
+			t.Errorf("%s: reason %q, parked at %v, origin %q; want %q, %v, %q", tc.name, m.Reason, m.ParkedAt, m.Origin, tc.reason, tc.parkedAt, tc.origin)
+		}
 	}
 }
