@@ -423,12 +423,12 @@ func TestCancelledOperationsLeaveTheQueue(t *testing.T) {
 // operation leaves parked are back in the queue when it returns (a
 // basic.get has them at once), and the next operation must read them all.
 //
-// It fails on quorum parking queues, on RabbitMQ 3.10 and 4.3: for a few
+// On quorum parking queues, on RabbitMQ 3.10 and 4.3, for a few
 // milliseconds after the returns, queue.declare-ok reports fewer messages
-// than the queue holds (0 here), and every operation reads no more than
-// the count it reports when it starts. A List, Purge or Replay run right
-// after another one in the same process, or a command started just after
-// one was interrupted, silently acts on fewer messages, or none.
+// than the queue holds (0 here). Operations bounded their run by that
+// count, and a List, Purge or Replay run right after another one, or a
+// command started just after one was interrupted, silently acted on fewer
+// messages, or none; they now take the count from the first basic.get.
 func TestOperationRightAfterAnotherReadsEveryMessage(t *testing.T) {
 	queueTypes(t, func(t *testing.T, quorum bool) {
 		e := newEnv(t, quorum)

@@ -3,7 +3,7 @@
 // `rebound parked` command.
 //
 // Every operation reads the queue once, with basic.get and manual ack, up
-// to the number of messages the queue held when it started. A message is
+// to the number of messages the queue held when the first was read. A message is
 // removed only by an ack, and that ack is sent only once its fate is
 // settled: for a replay, after the broker has confirmed the copy sent back
 // to the origin queue and did not return it. Every other delivery is
@@ -125,7 +125,12 @@ var ErrNoQueue = errors.New("queue not found (rebound declares it when it starts
 type reader struct {
 	q         Queue
 	ch        *amqp.Channel
-	remaining int // messages still to read: the queue's length at start
+	// remaining is how many messages are still to read, -1 until the
+	// first basic.get, whose reply says how many the queue holds after it.
+	// Not queue.declare-ok's count: for a few milliseconds after messages
+	// are returned to a quorum queue it reports fewer (often none), and a
+	// command run right after another would read nothing.
+	remaining int
 	unsettled int // deliveries neither acked nor nacked yet
 }
 
@@ -134,7 +139,9 @@ func (q Queue) open() (*reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open channel: %w", err)
 	}
-	st, err := ch.QueueDeclarePassive(q.Name(), true, false, false, false, nil)
+	// Only to tell a missing queue; its count is not to be trusted (see
+	// reader.remaining).
+	_, err = ch.QueueDeclarePassive(q.Name(), true, false, false, false, nil)
 	if err != nil {
 		var aerr *amqp.Error
 		if errors.As(err, &aerr) && aerr.Code == amqp.NotFound {
@@ -142,13 +149,14 @@ func (q Queue) open() (*reader, error) {
 		}
 		return nil, fmt.Errorf("inspect queue %s: %w", q.Name(), err)
 	}
-	return &reader{q: q, ch: ch, remaining: st.Messages}, nil
+	return &reader{q: q, ch: ch, remaining: -1}, nil
 }
 
-// next returns the next delivery, or false once the queue's starting
-// length has been read, the queue is empty or ctx is done.
+// next returns the next delivery, or false once the messages the queue
+// held at the first read have been read, the queue is empty or ctx is
+// done.
 func (r *reader) next(ctx context.Context) (amqp.Delivery, bool, error) {
-	if r.remaining <= 0 || ctx.Err() != nil {
+	if r.remaining == 0 || ctx.Err() != nil {
 		return amqp.Delivery{}, false, nil
 	}
 	d, ok, err := r.ch.Get(r.q.Name(), false)
@@ -159,7 +167,11 @@ func (r *reader) next(ctx context.Context) (amqp.Delivery, bool, error) {
 		r.remaining = 0
 		return amqp.Delivery{}, false, nil
 	}
-	r.remaining--
+	if r.remaining < 0 {
+		r.remaining = int(d.MessageCount)
+	} else {
+		r.remaining--
+	}
 	r.unsettled++
 	return d, true, nil
 }
