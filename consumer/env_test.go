@@ -3,7 +3,6 @@ package consumer
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -82,7 +81,7 @@ func newEnv(t *testing.T, queueType string) *env {
 		t.Fatal(err)
 	}
 	e.declare(e.app, amqp.Table{"x-dead-letter-exchange": e.topo.DeadLetterExchange})
-	t.Cleanup(e.cleanup)
+	b.CleanupPrefix(t, b.URL, prefix, e.topo.DeadLetterExchange, e.topo.DelayExchange)
 	return e
 }
 
@@ -92,31 +91,6 @@ func (e *env) environ() []string {
 		out = append(out, k+"="+v)
 	}
 	return out
-}
-
-// cleanup deletes every queue and exchange with the test's prefix, on a
-// connection of its own (the test's channel may be closed by then).
-func (e *env) cleanup() {
-	conn, err := amqp.Dial(e.b.URL)
-	if err != nil {
-		return
-	}
-	defer conn.Close()
-	out, _ := e.b.Ctl(context.Background(), nil, "-q", "list_queues", "name", "--no-table-headers")
-	for _, q := range strings.Fields(out) {
-		if strings.HasPrefix(q, e.prefix) {
-			if ch, err := conn.Channel(); err == nil {
-				_, _ = ch.QueueDelete(q, false, false, false)
-				ch.Close()
-			}
-		}
-	}
-	for _, x := range []string{e.topo.DeadLetterExchange, e.topo.DelayExchange} {
-		if ch, err := conn.Channel(); err == nil {
-			_ = ch.ExchangeDelete(x, false, false)
-			ch.Close()
-		}
-	}
 }
 
 // options returns the Options `rebound run` would build from the env's
@@ -217,13 +191,7 @@ func (e *env) publish(queue string, msg amqp.Publishing) {
 	if msg.DeliveryMode == 0 {
 		msg.DeliveryMode = amqp.Persistent
 	}
-	dc, err := e.ch.PublishWithDeferredConfirmWithContext(context.Background(), "", queue, true, false, msg)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if ok, err := dc.WaitContext(context.Background()); !ok || err != nil {
-		e.t.Fatalf("publish to %s not confirmed: %v", queue, err)
-	}
+	brokertest.PublishConfirmed(e.t, e.ch, queue, msg)
 }
 
 // get waits up to 15s for a message in queue and takes it, unacked.
@@ -268,16 +236,10 @@ func (e *env) reject(queue string) amqp.Delivery {
 func (e *env) drain(queue string) map[string]amqp.Delivery {
 	e.t.Helper()
 	out := map[string]amqp.Delivery{}
-	for {
-		d, ok, err := e.ch.Get(queue, true)
-		if err != nil {
-			e.t.Fatalf("get from %s: %v", queue, err)
-		}
-		if !ok {
-			return out
-		}
+	for _, d := range brokertest.Drain(e.t, e.ch, queue) {
 		out[d.MessageId] = d
 	}
+	return out
 }
 
 // queueLen returns how many ready messages queue holds; the queue must

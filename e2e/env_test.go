@@ -113,7 +113,7 @@ func newTestEnvOn(t *testing.T, b *brokertest.Broker, overrides map[string]strin
 	if _, err := ch.QueueDeclare(e.app, true, false, false, false, amqp.Table{"x-dead-letter-exchange": e.vars["REBOUND_DEAD_LETTER_EXCHANGE"]}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(e.cleanup)
+	b.CleanupPrefix(t, url, prefix, e.vars["REBOUND_DEAD_LETTER_EXCHANGE"], e.vars["REBOUND_DELAY_EXCHANGE"])
 	return e
 }
 
@@ -125,35 +125,6 @@ func (e *testEnv) environ() []string {
 		out = append(out, k+"="+v)
 	}
 	return out
-}
-
-// cleanup deletes every queue and exchange with the test's prefix.
-func (e *testEnv) cleanup() {
-	conn, err := amqp.Dial(e.url())
-	if err != nil {
-		return
-	}
-	defer conn.Close()
-	var names []string
-	if out, err := e.broker.Ctl(context.Background(), nil, "-q", "list_queues", "-p", e.vhost(), "name", "--no-table-headers"); err == nil {
-		for _, name := range strings.Fields(out) {
-			if strings.HasPrefix(name, e.prefix) {
-				names = append(names, name)
-			}
-		}
-	}
-	for _, q := range names {
-		if ch, err := conn.Channel(); err == nil {
-			_, _ = ch.QueueDelete(q, false, false, false)
-			ch.Close()
-		}
-	}
-	for _, x := range []string{e.vars["REBOUND_DEAD_LETTER_EXCHANGE"], e.vars["REBOUND_DELAY_EXCHANGE"]} {
-		if ch, err := conn.Channel(); err == nil {
-			_ = ch.ExchangeDelete(x, false, false)
-			ch.Close()
-		}
-	}
 }
 
 // vhost is the virtual host of the env's broker URL.
@@ -358,17 +329,7 @@ func (e *testEnv) extraQueue(suffix string) string {
 // drain takes every message off queue.
 func (e *testEnv) drain(queue string) []amqp.Delivery {
 	e.t.Helper()
-	var out []amqp.Delivery
-	for {
-		d, ok, err := e.ch.Get(queue, true)
-		if err != nil {
-			e.t.Fatalf("get from %s: %v", queue, err)
-		}
-		if !ok {
-			return out
-		}
-		out = append(out, d)
-	}
+	return brokertest.Drain(e.t, e.ch, queue)
 }
 
 // with returns base plus the given key, value pairs.

@@ -3,7 +3,6 @@ package parking
 import (
 	"context"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -48,36 +47,12 @@ func newEnv(t *testing.T, quorum bool) *env {
 		DelayQueuePrefix: prefix + "delay.", ParkingQueue: prefix + "parked", Quorum: quorum,
 	}.ForServer(conn.Properties)
 	e := &env{t: t, b: b, prefix: prefix, ch: ch, q: Queue{Conn: conn, Topology: topo, Codec: headers.NewCodec(headers.DefaultNames())}}
-	t.Cleanup(e.cleanup)
+	b.CleanupPrefix(t, b.URL, prefix, topo.DeadLetterExchange, topo.DelayExchange)
 	if _, err := topo.Declare(conn); err != nil {
 		t.Fatal(err)
 	}
 	e.app = e.queue("app", nil)
 	return e
-}
-
-// cleanup deletes every queue and exchange with the test's prefix.
-func (e *env) cleanup() {
-	conn, err := amqp.Dial(e.b.URL)
-	if err != nil {
-		return
-	}
-	defer conn.Close()
-	out, _ := e.b.Ctl(context.Background(), nil, "-q", "list_queues", "name", "--no-table-headers")
-	for _, q := range strings.Fields(out) {
-		if strings.HasPrefix(q, e.prefix) {
-			if ch, err := conn.Channel(); err == nil {
-				_, _ = ch.QueueDelete(q, false, false, false)
-				ch.Close()
-			}
-		}
-	}
-	for _, x := range []string{e.q.Topology.DeadLetterExchange, e.q.Topology.DelayExchange} {
-		if ch, err := conn.Channel(); err == nil {
-			_ = ch.ExchangeDelete(x, false, false)
-			ch.Close()
-		}
-	}
 }
 
 // queue declares a durable queue named prefix + suffix with args.
@@ -135,13 +110,7 @@ func (e *env) seed(now time.Time, ps ...parked) {
 // publish sends msg to queue and waits for the broker's confirm.
 func (e *env) publish(queue string, msg amqp.Publishing) {
 	e.t.Helper()
-	dc, err := e.ch.PublishWithDeferredConfirmWithContext(context.Background(), "", queue, true, false, msg)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if ok, err := dc.WaitContext(context.Background()); !ok || err != nil {
-		e.t.Fatalf("publish to %s not confirmed: %v", queue, err)
-	}
+	brokertest.PublishConfirmed(e.t, e.ch, queue, msg)
 }
 
 // queueLen returns how many ready messages queue holds; it must exist.
@@ -157,17 +126,7 @@ func (e *env) queueLen(queue string) int {
 // drain takes every message queue holds now.
 func (e *env) drain(queue string) []amqp.Delivery {
 	e.t.Helper()
-	var out []amqp.Delivery
-	for {
-		d, ok, err := e.ch.Get(queue, true)
-		if err != nil {
-			e.t.Fatalf("get from %s: %v", queue, err)
-		}
-		if !ok {
-			return out
-		}
-		out = append(out, d)
-	}
+	return brokertest.Drain(e.t, e.ch, queue)
 }
 
 // settled waits up to 10s until the broker reports n messages in the

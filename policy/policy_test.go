@@ -475,3 +475,14 @@ func TestDecorrelatedDoesNotCompoundRounding(t *testing.T) {
 		last = d.Drawn
 	}
 }
+
+func TestFormatDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		time.Hour: "1h", 90 * time.Minute: "1h30m", 2 * time.Minute: "2m", 90 * time.Second: "1m30s",
+		500 * time.Millisecond: "500ms", 1125 * time.Millisecond: "1.125s", 0: "0s", 25*time.Hour + time.Second: "25h0m1s",
+	} {
+		if got := FormatDuration(d); got != want {
+			t.Errorf("FormatDuration(%v) = %q, want %q", d, got, want)
+		}
+	}
+}

@@ -1,6 +1,9 @@
 package policy
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // RoundDelay rounds d to two significant digits of its millisecond count,
 // half up: 1234ms becomes 1.2s, 56789ms becomes 57s, 1ms stays 1ms and a
@@ -43,4 +46,18 @@ func significantStep(d time.Duration) time.Duration {
 		step *= 10
 	}
 	return step
+}
+
+// FormatDuration writes d the way configuration writes durations, without
+// the zero units Duration.String keeps: 1h, 1h30m, 2m, 1m30s, 500ms,
+// 1.125s. The schedule and the simulator show a policy's delays with it.
+func FormatDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

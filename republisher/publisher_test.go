@@ -42,46 +42,8 @@ func newTestEnv(t *testing.T, quorum bool) *testEnv {
 	if _, err := admin.QueueDeclare(e.origin, true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cleanup, err := amqp.Dial(b.URL)
-		if err != nil {
-			return
-		}
-		defer cleanup.Close()
-		out, _ := b.Ctl(context.Background(), nil, "-q", "list_queues", "name", "--no-table-headers")
-		for _, q := range splitLines(out) {
-			if len(q) > len(prefix) && q[:len(prefix)] == prefix {
-				if ch, err := cleanup.Channel(); err == nil {
-					_, _ = ch.QueueDelete(q, false, false, false)
-					ch.Close()
-				}
-			}
-		}
-		for _, x := range []string{e.topo.DeadLetterExchange, e.topo.DelayExchange} {
-			if ch, err := cleanup.Channel(); err == nil {
-				_ = ch.ExchangeDelete(x, false, false)
-				ch.Close()
-			}
-		}
-	})
+	b.CleanupPrefix(t, b.URL, prefix, e.topo.DeadLetterExchange, e.topo.DelayExchange)
 	return e
-}
-
-func splitLines(s string) []string {
-	var out []string
-	start := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\n' {
-			if i > start {
-				out = append(out, s[start:i])
-			}
-			start = i + 1
-		}
-	}
-	if start < len(s) {
-		out = append(out, s[start:])
-	}
-	return out
 }
 
 // publisher declares the topology and returns a Publisher on e's

@@ -7,8 +7,9 @@ import (
 	"io"
 	"math"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/rebound-mq/rebound/policy"
 )
 
 // This file draws the runs as SVG, by hand: a few polylines per panel,
@@ -285,9 +286,9 @@ func WriteOutageSVG(w io.Writer, c OutageConfig, runs []OutageResult) error {
 	var b bytes.Buffer
 	header(&b, width, top+rowH*len(runs)+10,
 		fmt.Sprintf("rebound simulate outage: %g msg/s, concurrency %d, dependency stopped %s from %s, timeout %s (seed %d)",
-			c.Rate, c.Concurrency, human(c.Outage), human(c.At), human(c.Timeout), c.Seed),
+			c.Rate, c.Concurrency, policy.FormatDuration(c.Outage), policy.FormatDuration(c.At), policy.FormatDuration(c.Timeout), c.Seed),
 		fmt.Sprintf("Latency %s up to %d calls, ×%g every %g more. Shaded: the outage. Each point is the maximum over 2 s. Latency is clipped at %s s.",
-			human(c.MinLatency), c.Limit, c.Factor, c.K, short(math.Max(1000, c.Timeout.Seconds()*100))))
+			policy.FormatDuration(c.MinLatency), c.Limit, c.Factor, c.K, short(math.Max(1000, c.Timeout.Seconds()*100))))
 	legend(&b, 50, 50, "calls reaching the dependency /s", colCalls, "calls made /s", colAttempts)
 	legend(&b, 385, 50, "dependency latency (s)", colLatency, "timeout", colTimeout)
 	legend(&b, 720, 50, "in delay queues", colDelayed, "in the app queue", colQueued)
@@ -306,7 +307,7 @@ func WriteOutageSVG(w io.Writer, c OutageConfig, runs []OutageResult) error {
 		s := r.Summary
 		status := "never recovered"
 		if s.RecoveryS != nil {
-			status = fmt.Sprintf("recovered %s after resuming", human(time.Duration(*s.RecoveryS*float64(time.Second))))
+			status = fmt.Sprintf("recovered %s after resuming", policy.FormatDuration(time.Duration(*s.RecoveryS*float64(time.Second))))
 		}
 		series := func(f func(OutageSecond) float64) ([]float64, int) {
 			xs := make([]float64, len(r.Timeline))
@@ -346,17 +347,4 @@ func WriteOutageSVG(w io.Writer, c OutageConfig, runs []OutageResult) error {
 		return fmt.Errorf("write outage plot: %w", err)
 	}
 	return nil
-}
-
-// human formats a duration the way configuration is written: 1m rather
-// than 1m0s.
-func human(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }

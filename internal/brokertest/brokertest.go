@@ -461,3 +461,68 @@ func redact(raw string) string {
 	u.Password = "xxx"
 	return u.String()
 }
+
+// CleanupPrefix deletes, when t ends, every queue of url's virtual host
+// whose name starts with prefix, and the exchanges named, on a connection
+// of its own (the test's may be closed by then). Tests name everything
+// they declare with Unique's prefix; the queues rebound declares for them
+// (delay queues) included.
+func (b *Broker) CleanupPrefix(t testing.TB, url, prefix string, exchanges ...string) {
+	t.Cleanup(func() {
+		conn, err := amqp.Dial(url)
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		// Not config.VhostOf: config imports republisher, whose tests use
+		// this package.
+		vhost := "/"
+		if u, err := amqp.ParseURI(url); err == nil && u.Vhost != "" {
+			vhost = u.Vhost
+		}
+		out, _ := b.Ctl(context.Background(), nil, "-q", "list_queues", "-p", vhost, "name", "--no-table-headers")
+		for _, q := range strings.Fields(out) {
+			if strings.HasPrefix(q, prefix) {
+				if ch, err := conn.Channel(); err == nil {
+					_, _ = ch.QueueDelete(q, false, false, false)
+					ch.Close()
+				}
+			}
+		}
+		for _, x := range exchanges {
+			if ch, err := conn.Channel(); err == nil {
+				_ = ch.ExchangeDelete(x, false, false)
+				ch.Close()
+			}
+		}
+	})
+}
+
+// Drain takes every message queue holds now off it, acked, on ch.
+func Drain(t testing.TB, ch *amqp.Channel, queue string) []amqp.Delivery {
+	t.Helper()
+	var out []amqp.Delivery
+	for {
+		d, ok, err := ch.Get(queue, true)
+		if err != nil {
+			t.Fatalf("get from %s: %v", queue, err)
+		}
+		if !ok {
+			return out
+		}
+		out = append(out, d)
+	}
+}
+
+// PublishConfirmed publishes msg to queue through the default exchange on
+// ch, which must be in confirm mode, and waits for the broker's confirm.
+func PublishConfirmed(t testing.TB, ch *amqp.Channel, queue string, msg amqp.Publishing) {
+	t.Helper()
+	dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", queue, true, false, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := dc.WaitContext(context.Background()); !ok || err != nil {
+		t.Fatalf("publish to %s not confirmed: %v", queue, err)
+	}
+}

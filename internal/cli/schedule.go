@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -76,7 +75,7 @@ func writeScheduleTable(w io.Writer, steps []policy.Step, why string) error {
 	fmt.Fprintln(tw, "retry\tnominal\tdelay\tmin\tmax\tcumulative")
 	for _, s := range steps {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", s.Retry+1,
-			human(s.Nominal), human(s.Delay), human(s.Min), human(s.Max), human(s.Elapsed))
+			policy.FormatDuration(s.Nominal), policy.FormatDuration(s.Delay), policy.FormatDuration(s.Min), policy.FormatDuration(s.Max), policy.FormatDuration(s.Elapsed))
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write schedule: %w", err)
@@ -132,20 +131,7 @@ func stopLine(p policy.Policy, steps []policy.Step, stop policy.Decision) string
 		return fmt.Sprintf("parked %s: max retries %d reached (REBOUND_MAX_RETRIES)", after, p.MaxRetries)
 	case p.Deadline == policy.Strict && elapsed < p.MaxDuration:
 		return fmt.Sprintf("parked %s: the next delay, %s, would end past the %s budget (REBOUND_MAX_DURATION, REBOUND_DEADLINE=strict)",
-			after, human(p.Nominal(len(steps))), human(p.MaxDuration))
+			after, policy.FormatDuration(p.Nominal(len(steps))), policy.FormatDuration(p.MaxDuration))
 	}
-	return fmt.Sprintf("parked %s: budget %s reached (REBOUND_MAX_DURATION)", after, human(p.MaxDuration))
-}
-
-// human formats a duration the way configuration is written, without the
-// zero units Duration.String keeps: 1h, 1h30m, 2m, 1m30s, 500ms, 1.125s.
-func human(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
+	return fmt.Sprintf("parked %s: budget %s reached (REBOUND_MAX_DURATION)", after, policy.FormatDuration(p.MaxDuration))
 }

@@ -354,7 +354,7 @@ func writeOutageTable(w io.Writer, c simulate.OutageConfig, rows []simulate.Outa
 		return fmt.Errorf("write table: %w", err)
 	}
 	_, err := fmt.Fprintf(w, "dependency stopped from %s for %s; recovery counted from when it resumed, holding to the %s horizon for at least %s; latency from arrival to delivery, -: the percentile falls on messages never delivered (seed %d)\n",
-		simDuration(c.At), simDuration(c.Outage), simDuration(c.Horizon), simDuration(c.Sustain), c.Seed)
+		policy.FormatDuration(c.At), policy.FormatDuration(c.Outage), policy.FormatDuration(c.Horizon), policy.FormatDuration(c.Sustain), c.Seed)
 	if err != nil {
 		return fmt.Errorf("write table: %w", err)
 	}
@@ -526,16 +526,4 @@ func parkedText(parked map[string]int) string {
 		parts[i] = fmt.Sprintf("%s %d", r, parked[r])
 	}
 	return strings.Join(parts, ", ")
-}
-
-// simDuration formats a duration as configuration writes it: 1m, not 1m0s.
-func simDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }
