@@ -123,8 +123,8 @@ var ErrNoQueue = errors.New("queue not found (rebound declares it when it starts
 // reader takes messages off the parking queue on its own channel, keeping
 // them unacked until settle.
 type reader struct {
-	q         Queue
-	ch        *amqp.Channel
+	q  Queue
+	ch *amqp.Channel
 	// remaining is how many messages are still to read, -1 until the
 	// first basic.get, whose reply says how many the queue holds after it.
 	// Not queue.declare-ok's count: for a few milliseconds after messages
