@@ -25,8 +25,8 @@ func TestRetriedIsWhatReboundPublishes(t *testing.T) {
 			t.Errorf("copy header %s = %#v, want %#v", k, out.Headers[k], v)
 		}
 	}
-	if cc, ok := out.Headers["CC"].([]any); !ok || len(cc) != 1 || cc[0] != origin {
-		t.Errorf("CC = %#v, want the origin", out.Headers["CC"])
+	if bcc, ok := out.Headers["BCC"].([]any); !ok || len(bcc) != 1 || bcc[0] != origin {
+		t.Errorf("BCC = %#v, want the origin", out.Headers["BCC"])
 	}
 	for _, gone := range []string{"x-death", "x-first-death-queue", "x-first-death-reason", "x-first-death-exchange"} {
 		if _, ok := out.Headers[gone]; ok {

@@ -306,8 +306,7 @@ func (c Config) validate(failed map[string]bool) []FieldError {
 		switch {
 		case name == "" || len(name) > 128:
 			add(variable, name, "a header name of 1 to 128 bytes")
-		case name == "x-death" || strings.HasPrefix(name, "x-first-death-") || strings.HasPrefix(name, "x-last-death-") ||
-			name == "CC" || name == "BCC" || name == "x-delivery-count" || name == "x-acquired-count":
+		case headers.BrokerOwned(name):
 			add(variable, name, "a header name RabbitMQ does not own")
 		case seen[name] != "":
 			add(variable, name, "a header name no other REBOUND_HEADER_* variable uses (REBOUND_"+seen[name]+" does)")

@@ -421,6 +421,11 @@ func TestConsumerMarksARetriedMessagePermanent(t *testing.T) {
 	if deaths, _ := d.Headers["x-death"].([]any); len(deaths) == 0 {
 		t.Fatalf("the retry carries no x-death from its delay queue: %v", d.Headers)
 	}
+	for _, routing := range []string{"CC", "BCC"} {
+		if v, ok := d.Headers[routing]; ok {
+			t.Errorf("the retry carries %s %v: republished through the default exchange, it would reach that queue too", routing, v)
+		}
+	}
 	h := amqp.Table{}
 	for k, v := range d.Headers {
 		h[k] = v
@@ -452,5 +457,11 @@ func TestConsumerMarksARetriedMessagePermanent(t *testing.T) {
 	}
 	if got := e.metric("rebound_origin_mismatch_total"); got != "0" {
 		t.Errorf("rebound_origin_mismatch_total = %q: the consumer's own republish counted as a disputed origin", got)
+	}
+	// The republish went to the inbox alone: nothing came back to the
+	// application queue, which would make the consumer fail it again.
+	time.Sleep(300 * time.Millisecond)
+	if n := e.queueLen(e.app); n != 0 {
+		t.Errorf("the application queue holds %d messages after the permanent failure's republish, want 0", n)
 	}
 }

@@ -12,10 +12,10 @@ import (
 // The writers below return a new table and never modify h, which is the
 // delivery's own header table. The copy is shallow: nested arrays and
 // tables are shared with h, and neither side may modify them. None of
-// them carries the broker's dead-letter and delivery headers (x-death,
-// x-first-death-*, x-last-death-*, x-delivery-count, x-acquired-count):
-// see brokerHeaders for why. What an operator needs of them, the first
-// death's reason and queue, is kept in rebound's own first-death headers.
+// them carries the headers the broker owns (x-death, x-first-death-*,
+// x-last-death-*, x-delivery-count, x-acquired-count, CC, BCC): see
+// brokerHeaders for why. What an operator needs of them, the first death's
+// reason and queue, is kept in rebound's own first-death headers.
 //
 // Numbers are written as int64 (an AMQP long), never as Go int, which
 // amqp091-go encodes in 32 bits. Every rebound header a writer leaves in
@@ -140,7 +140,7 @@ func (c Codec) putFirstDeath(out amqp.Table, s State) {
 	}
 }
 
-// stripBroker deletes the broker's dead-letter and delivery headers.
+// stripBroker deletes the headers the broker owns.
 func stripBroker(out amqp.Table) {
 	for _, name := range brokerHeaders {
 		delete(out, name)

@@ -23,6 +23,8 @@ func junk() amqp.Table {
 		"x-retry-parked-at":     amqp.Decimal{Scale: 1, Value: 1},
 		"x-death":               "not an array",
 		"x-first-death-queue":   "orders",
+		"CC":                    []any{"payments"},
+		"BCC":                   []any{"payments"},
 		"x-retry-error":         amqp.Table{"code": int8(-1)},
 		"app-bytes":             []byte{0, 1, 2},
 		"app-void":              nil,

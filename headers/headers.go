@@ -11,6 +11,7 @@
 package headers
 
 import (
+	"strings"
 	"time"
 
 	"github.com/rebound-mq/rebound/policy"
@@ -62,16 +63,29 @@ const (
 	XFirstDeathReason = "x-first-death-reason"
 )
 
-// brokerHeaders are what RabbitMQ writes on a message it dead-letters or
-// delivers. rebound's copies never carry them: on RabbitMQ 3.10 (and
-// 3.13.3 to 3.13.7) a copied x-death that names the origin queue without a
+// brokerHeaders are the headers RabbitMQ owns: those it writes on a
+// message it dead-letters or delivers, and those it routes a publish on.
+// rebound's copies never carry them. On RabbitMQ 3.10 (and 3.13.3 to
+// 3.13.7) a copied x-death that names the origin queue without a
 // "rejected" entry makes the broker drop the copy as a dead-letter cycle
-// when its delay ends, and the delivery counts of one queue mean nothing
-// in another.
+// when its delay ends; the delivery counts of one queue mean nothing in
+// another; and CC and BCC send a publish to more queues than its routing
+// key names, and rebound may publish to every queue of its vhost.
 var brokerHeaders = [...]string{
 	XDeath, XFirstDeathQueue, XFirstDeathReason, "x-first-death-exchange",
 	"x-last-death-queue", "x-last-death-reason", "x-last-death-exchange",
-	"x-delivery-count", "x-acquired-count",
+	"x-delivery-count", "x-acquired-count", "CC", "BCC",
+}
+
+// BrokerOwned reports whether a header is one RabbitMQ owns (see
+// brokerHeaders): none of rebound's header names may be one.
+func BrokerOwned(name string) bool {
+	for _, b := range brokerHeaders {
+		if name == b {
+			return true
+		}
+	}
+	return strings.HasPrefix(name, "x-first-death-") || strings.HasPrefix(name, "x-last-death-")
 }
 
 // Limits on what a reader accepts. Values outside them are not retry state

@@ -244,7 +244,14 @@ func (q Queue) settle(r *reader, batch []inFlight, returns <-chan amqp.Return, r
 	returned := map[string]bool{}
 	for drained := false; !drained; {
 		select {
-		case ret := <-returns:
+		case ret, ok := <-returns:
+			if !ok {
+				// The channel died: the library closes its return
+				// listeners, and a closed channel is always ready. The
+				// confirms above failed with it, so nothing is acked.
+				drained = true
+				break
+			}
 			returned[ret.RoutingKey] = true
 		default:
 			drained = true

@@ -443,3 +443,62 @@ func TestOperationRightAfterAnotherReadsEveryMessage(t *testing.T) {
 		}
 	})
 }
+
+// TestSettleReturnsWhenThePublishChannelDied: when the channel a replay
+// publishes on dies (a broker restart, the connection closed), amqp091-go
+// closes the return listener, and a closed channel is always ready to
+// receive from: settle must not spin on it. The parked originals of copies
+// whose confirms never came stay parked.
+func TestSettleReturnsWhenThePublishChannelDied(t *testing.T) {
+	e := newEnv(t, false)
+	now := time.Now()
+	e.seed(now, parked{id: "a", origin: e.app, reason: policy.MaxRetries}, parked{id: "b", origin: e.app, reason: policy.MaxRetries})
+	e.settled(2)
+	r, err := e.q.open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close()
+	pub, err := e.q.Conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	returns := pub.NotifyReturn(make(chan amqp.Return, 2))
+	var batch []inFlight
+	for {
+		d, ok, err := r.next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		batch = append(batch, inFlight{d: d, m: e.q.Decode(d, now), dc: nil})
+	}
+	// Copies published, then the channel closed before their confirms
+	// could be read.
+	for i := range batch {
+		dc, err := pub.PublishWithDeferredConfirmWithContext(context.Background(), "", e.app, true, false, amqp.Publishing{Body: []byte("x")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch[i].dc = dc
+	}
+	if err := pub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	var res ReplayResult
+	go func() { done <- e.q.settle(r, batch, returns, &res) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("settle still running 10s after its channel closed: it spins on the closed return listener")
+	}
+	if res.Replayed+len(res.Kept) != len(batch) {
+		t.Errorf("replayed %d, kept %v: want every copy of the batch accounted for", res.Replayed, res.Kept)
+	}
+}

@@ -2,9 +2,9 @@ package republisher
 
 import amqp "github.com/rabbitmq/amqp091-go"
 
-// Headers RabbitMQ routes on besides the routing key.
 const (
-	ccHeader  = "CC"
+	// bccHeader routes a publish to more queues than its routing key
+	// names, and is never delivered with the message.
 	bccHeader = "BCC"
 	// legacyDelayHeader is what rebound routed delayed copies on before
 	// the delay exchange was direct: copies made then still carry it.
@@ -19,17 +19,16 @@ const (
 // user is not the producer's). The sidecar and `rebound parked replay`
 // both copy with it.
 //
-// headers must be the copy's own table: Copy sets its routing headers
-// there, the one place they are set. CC and BCC route a publish to more
-// queues than its routing key names, and rebound may publish to every
-// queue of its vhost: whatever the producer or an earlier hop put in them
-// is dropped, and CC is set to dest.CC alone.
+// headers must be the copy's own table, from the headers Codec (which
+// drops every header the broker owns, CC and BCC among them): Copy sets the
+// routing header there, the one place it is set. A delayed copy gets BCC
+// with its origin queue alone: the broker routes on it when the delay queue
+// dead-letters the copy back, and delivers the copy without it, so a
+// consumer that republishes a retry with its headers sends it nowhere else.
 func Copy(d amqp.Delivery, headers amqp.Table, dest Destination) amqp.Publishing {
-	for _, name := range [...]string{ccHeader, bccHeader, legacyDelayHeader} {
-		delete(headers, name)
-	}
-	if dest.CC != "" {
-		headers[ccHeader] = []any{dest.CC}
+	delete(headers, legacyDelayHeader)
+	if dest.BackTo != "" {
+		headers[bccHeader] = []any{dest.BackTo}
 	}
 	return amqp.Publishing{
 		Headers:         headers,

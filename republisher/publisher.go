@@ -65,9 +65,9 @@ func (o Outcome) String() string {
 type Destination struct {
 	Exchange   string
 	RoutingKey string
-	// CC is the queue a delayed copy goes back to when its delay ends,
-	// carried in the CC header (see Topology); "" for none.
-	CC string
+	// BackTo is the queue a delayed copy goes back to when its delay
+	// ends, carried in the BCC header (see Topology); "" for none.
+	BackTo string
 	// Delay is the delay queue the copy goes through, 0 for none. The
 	// queue is declared on first use.
 	Delay time.Duration
@@ -82,7 +82,7 @@ func Direct(queue string) Destination {
 // Delayed is the destination of a copy that waits d in its delay queue
 // and then goes back to origin.
 func (t Topology) Delayed(d time.Duration, origin string) Destination {
-	return Destination{Exchange: t.DelayExchange, RoutingKey: t.DelayKey(d), CC: origin, Delay: d}
+	return Destination{Exchange: t.DelayExchange, RoutingKey: t.DelayKey(d), BackTo: origin, Delay: d}
 }
 
 // routeKey identifies a destination as a basic.return describes it.

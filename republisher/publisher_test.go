@@ -119,7 +119,7 @@ func TestPublishOutcomes(t *testing.T) {
 		"no-binding": {Exchange: e.topo.DelayExchange, RoutingKey: e.origin}, // as a replica before direct routing published
 	} {
 		m := msg(id)
-		if dest.CC != "" {
+		if dest.BackTo != "" {
 			m = Copy(amqp.Delivery{MessageId: id, Body: []byte(id)}, amqp.Table{}, dest)
 		}
 		if err := p.Publish(ctx, dest, m, o.callback(id)); err != nil {
@@ -133,8 +133,8 @@ func TestPublishOutcomes(t *testing.T) {
 			t.Errorf("%s: %v, want %v", id, got[id], w)
 		}
 	}
-	// The delayed copy waits its delay, then reaches the origin through CC;
-	// the delay key itself reaches no queue.
+	// The delayed copy waits its delay, then reaches the origin through
+	// BCC; the delay key itself reaches no queue.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		n, err := brokertest.QueueLen(e.broker.URL, e.origin)

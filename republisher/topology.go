@@ -15,12 +15,15 @@ import (
 //
 // Delay routing costs O(1) per copy, whatever the number of delay queues:
 // a copy is published to the direct DelayExchange with its delay queue's
-// key (DelayKey) as routing key and its origin queue in the CC header. The
+// key (DelayKey) as routing key and its origin queue in the BCC header. The
 // direct exchange routes on the key alone (no queue is bound under an
 // origin's name there). When the TTL fires, the delay queue dead-letters
-// the copy to the default exchange with its original routing keys, CC
+// the copy to the default exchange with its original routing keys, BCC
 // included: the delay key routes nowhere, since no queue can be named
-// "amq.…", and the CC key reaches the origin queue. A headers exchange
+// "amq.…", and the BCC key reaches the origin queue. BCC, not CC: the
+// broker delivers the copy without BCC, where a CC header would stay on
+// it, and a consumer republishing the retry through the default exchange
+// with its headers would send it back to its queue too. A headers exchange
 // would evaluate every delay queue's binding for every copy, and full
 // jitter spreads copies over hundreds of delay queues.
 type Topology struct {
@@ -150,7 +153,7 @@ func (t Topology) delayOfKey(key string) (int64, bool) {
 // binding on the delay exchange. Messages expire after d and are
 // dead-lettered to the default exchange under the keys they were published
 // with: the delay key, which reaches no queue, and the origin queue's name
-// in CC. There is deliberately no x-expires: a queue that expires is
+// in BCC. There is deliberately no x-expires: a queue that expires is
 // deleted with the messages it still holds.
 func (t Topology) DelayQueue(d time.Duration) (Queue, Binding) {
 	ms := d.Milliseconds()

@@ -32,7 +32,7 @@ func TestDelayQueueAndKey(t *testing.T) {
 		if got, _ := json.Marshal(q.Args); string(got) != mustJSON(t, want) {
 			t.Errorf("quorum=%v: delay queue arguments %s, want %s", quorum, got, mustJSON(t, want))
 		}
-		if d := topo.Delayed(1500*time.Millisecond, "orders"); d != (Destination{Exchange: "delay", RoutingKey: "amq.delay.1500", CC: "orders", Delay: 1500 * time.Millisecond}) {
+		if d := topo.Delayed(1500*time.Millisecond, "orders"); d != (Destination{Exchange: "delay", RoutingKey: "amq.delay.1500", BackTo: "orders", Delay: 1500 * time.Millisecond}) {
 			t.Errorf("Delayed = %+v", d)
 		}
 	}
@@ -191,31 +191,31 @@ func TestTopologyDefinitionsEmptyListsAreArrays(t *testing.T) {
 	}
 }
 
-// A copy routes where rebound decided and nowhere else: whatever CC, BCC
-// or legacy routing header the message carried is gone, and a delayed
-// copy has exactly its origin in CC.
+// A copy routes where rebound decided and nowhere else: a delayed copy
+// has exactly its origin in BCC (the codec has dropped whatever CC or BCC
+// the message carried), and the legacy routing header is gone.
 func TestCopyRoutingHeaders(t *testing.T) {
 	d := amqp.Delivery{
 		MessageId: "m", Expiration: "60000", UserId: "producer", DeliveryMode: amqp.Persistent, Body: []byte("b"),
 	}
 	for _, tc := range []struct {
 		dest Destination
-		cc   any
+		bcc  any
 	}{
 		{Direct("parked"), nil},
 		{Direct("orders"), nil},
 		{testTopology(false, false).Delayed(time.Second, "orders"), []any{"orders"}},
 	} {
-		headers := amqp.Table{"CC": []any{"payments"}, "BCC": []any{"payments"}, "rebound-delay-ms": int64(1000), "tenant": "acme"}
+		headers := amqp.Table{"rebound-delay-ms": int64(1000), "tenant": "acme"}
 		msg := Copy(d, headers, tc.dest)
-		if _, ok := msg.Headers["BCC"]; ok {
-			t.Errorf("%+v: BCC kept", tc.dest)
-		}
 		if _, ok := msg.Headers["rebound-delay-ms"]; ok {
 			t.Errorf("%+v: legacy delay header kept", tc.dest)
 		}
-		if got, ok := msg.Headers["CC"]; mustJSON(t, got) != mustJSON(t, tc.cc) || ok != (tc.cc != nil) {
-			t.Errorf("%+v: CC = %v, want %v", tc.dest, got, tc.cc)
+		if got, ok := msg.Headers["BCC"]; mustJSON(t, got) != mustJSON(t, tc.bcc) || ok != (tc.bcc != nil) {
+			t.Errorf("%+v: BCC = %v, want %v", tc.dest, got, tc.bcc)
+		}
+		if _, ok := msg.Headers["CC"]; ok {
+			t.Errorf("%+v: CC set", tc.dest)
 		}
 		if msg.Headers["tenant"] != "acme" || msg.Expiration != "" || msg.UserId != "" || msg.MessageId != "m" || msg.DeliveryMode != amqp.Persistent {
 			t.Errorf("%+v: copy %+v", tc.dest, msg)
