@@ -246,40 +246,29 @@ func (ss *session) handle(d amqp.Delivery) error {
 	return nil
 }
 
-// decide applies the policy to a message that may go back to its origin.
-// It parks, before asking the policy, a message whose origin is unknown,
-// is one of rebound's own queues (it would loop through rebound or slip
-// into the parking queue unmarked) or does not exist (the broker would
-// drop the copy when its delay ends), all as unknown-origin, and one whose
-// origin REBOUND_ORIGIN_QUEUES does not allow, as origin-not-allowed.
+// decide applies the policy to a message that may go back to its origin
+// (republisher.Topology.CheckOrigin), and parks it before asking the
+// policy when it may not: unknown-origin or origin-not-allowed, and
+// unknown-origin when the queue does not exist (the broker would drop the
+// copy when its delay ends). It sets state.Origin to the origin checked.
 func (ss *session) decide(d amqp.Delivery, state *headers.State, now time.Time) (policy.Decision, error) {
-	if ss.topo.IsDelayQueue(state.Origin) && state.ClaimedOrigin != "" {
-		// The broker last dead-lettered this message from one of rebound's
-		// delay queues, back into its origin, and a consumer there
-		// republished it straight into the inbox (to mark it permanent, or
-		// to record its error) with its headers: the origin is the one
-		// rebound wrote on that copy. A producer forging this gains nothing
-		// it could not get by naming the queue in a forged x-death.
-		state.Origin, state.ClaimedOrigin = state.ClaimedOrigin, ""
-	}
-	if state.ClaimedOrigin != "" {
+	check := ss.topo.CheckOrigin(*state, ss.opt.OriginAllowed)
+	state.Origin, state.ClaimedOrigin = check.Origin, check.Disputed
+	// Once per message: a redelivery (after a refused copy, a crash) may
+	// have been counted already.
+	if check.Disputed != "" && !d.Redelivered {
 		ss.m.OriginMismatch.Inc()
 		ss.log.Warn("origin header disagrees with the broker's x-death record; using the record",
-			zap.String("message_id", d.MessageId), zap.String("header", quoteShort(state.ClaimedOrigin)),
-			zap.String("origin", state.Origin))
+			zap.String("message_id", d.MessageId), zap.String("header", quoteShort(check.Disputed)),
+			zap.String("origin", check.Origin))
 	}
 	park := func(reason policy.Reason, why string) (policy.Decision, error) {
 		ss.log.Warn(why+"; parking", zap.String("message_id", d.MessageId), zap.String("origin", quoteShort(state.Origin)),
 			zap.String("reason", string(reason)))
 		return policy.Decision{Reason: reason}, nil
 	}
-	switch {
-	case state.Origin == "":
-		return park(policy.UnknownOrigin, "no origin queue in x-death or the origin headers")
-	case ss.topo.Owns(state.Origin):
-		return park(policy.UnknownOrigin, "origin is one of rebound's own queues")
-	case !ss.opt.OriginAllowed(state.Origin):
-		return park(policy.OriginNotAllowed, "origin queue not allowed by REBOUND_ORIGIN_QUEUES")
+	if check.Refused != "" {
+		return park(check.Refused, check.Why)
 	}
 	exists, err := ss.pub.OriginExists(state.Origin)
 	if err != nil {

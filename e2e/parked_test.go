@@ -269,7 +269,7 @@ func TestParkedReplayKeepsUnknownOrigin(t *testing.T) {
 	}
 	for _, want := range []string{
 		"replayed 1 of 3", "2 stay parked",
-		"1 stay parked: unknown origin queue", "id nowhere",
+		"1 stay parked: no origin queue in x-death or the origin headers", "id nowhere",
 		"1 stay parked: origin queue does not exist", "id gone origin " + e.prefix + "deleted",
 	} {
 		if !strings.Contains(out, want) {

@@ -8,6 +8,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/rebound-mq/rebound/headers"
 	"github.com/rebound-mq/rebound/republisher"
 )
 
@@ -88,16 +89,14 @@ type Kept struct {
 	Why     string
 }
 
-// Why a matching message was not replayed.
+// Why a matching message was not replayed, besides what
+// republisher.Topology.CheckOrigin says of its origin.
 const (
-	WhyUnknownOrigin    = "unknown origin queue"
-	WhyOwnQueue         = "origin is one of rebound's own queues"
-	WhyOriginNotAllowed = "origin queue not allowed by REBOUND_ORIGIN_QUEUES"
-	WhyOriginMissing    = "origin queue does not exist"
-	WhyReturned         = "returned by the broker: origin queue not routable"
-	WhyNacked           = "broker refused the copy (nack)"
-	WhyUnconfirmed      = "copy not confirmed in time (it may have been delivered too)"
-	WhyInterrupted      = "interrupted before the copy was confirmed (it may have been delivered too)"
+	WhyOriginMissing = "origin queue does not exist"
+	WhyReturned      = "returned by the broker: origin queue not routable"
+	WhyNacked        = "broker refused the copy (nack)"
+	WhyUnconfirmed   = "copy not confirmed in time (it may have been delivered too)"
+	WhyInterrupted   = "interrupted before the copy was confirmed (it may have been delivered too)"
 )
 
 // ReplayResult is what Replay did.
@@ -137,10 +136,6 @@ func (q Queue) Replay(ctx context.Context, f Filter, now time.Time, dryRun bool)
 		}
 	}()
 	exists := map[string]bool{} // origin queue -> whether it exists
-	allowed := q.OriginAllowed
-	if allowed == nil {
-		allowed = func(string) bool { return true }
-	}
 
 	var pub *amqp.Channel
 	var returns chan amqp.Return
@@ -171,8 +166,8 @@ func (q Queue) Replay(ctx context.Context, f Filter, now time.Time, dryRun bool)
 			continue
 		}
 		res.Matched++
-		if why := q.unreplayable(m.Origin, allowed); why != "" {
-			res.Kept = append(res.Kept, Kept{m, why})
+		if check := q.Topology.CheckOrigin(headers.State{Origin: m.Origin}, q.OriginAllowed); check.Refused != "" {
+			res.Kept = append(res.Kept, Kept{m, check.Why})
 			continue
 		}
 		found, checked := exists[m.Origin]
@@ -276,19 +271,6 @@ func (q Queue) settle(r *reader, batch []inFlight, returns <-chan amqp.Return, r
 		return fmt.Errorf("wait for confirms: %w", waitErr)
 	}
 	return nil
-}
-
-// unreplayable says why no message may be sent back to origin, or "".
-func (q Queue) unreplayable(origin string, allowed func(string) bool) string {
-	switch {
-	case origin == "":
-		return WhyUnknownOrigin
-	case q.Topology.Owns(origin):
-		return WhyOwnQueue
-	case !allowed(origin):
-		return WhyOriginNotAllowed
-	}
-	return ""
 }
 
 // replayCopy is the publishing sent back to origin: body and properties

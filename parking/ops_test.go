@@ -160,7 +160,10 @@ func TestReplay(t *testing.T) {
 			parked{id: "denied", origin: denied, reason: policy.OriginNotAllowed},
 			parked{id: "missing", origin: e.prefix + "missing", reason: policy.MaxRetries},
 		)
-		wantKept := map[string]string{"unknown": WhyUnknownOrigin, "own": WhyOwnQueue, "denied": WhyOriginNotAllowed, "missing": WhyOriginMissing}
+		wantKept := map[string]string{
+			"unknown": "no origin queue in x-death or the origin headers", "own": "origin is one of rebound's own queues",
+			"denied": "origin queue not allowed by REBOUND_ORIGIN_QUEUES", "missing": WhyOriginMissing,
+		}
 		ctx := context.Background()
 
 		res, err := e.q.Replay(ctx, Filter{}, now, true)

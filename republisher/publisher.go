@@ -13,7 +13,9 @@
 // that goroutine never waits on anything that waits on the broker: the
 // library abandons a notification its listener does not take within 5s
 // (amqp091-go v1.16, notifyAll), and an abandoned return would let the
-// ack that follows it pass for a confirm. Callbacks run on that goroutine
+// ack that follows it pass for a confirm. It waits for the broker once
+// only: when it gives up on a confirm, it closes its channel, after it has
+// reported every pending publish TimedOut. Callbacks run on that goroutine
 // and must not block.
 //
 // A Publisher belongs to one connection generation. When its channel or

@@ -96,15 +96,21 @@ func (c BurstConfig) Validate() error {
 type Failure struct {
 	Attempts  int     // requests it has sent, the failed one included: 1 after the first failure
 	Elapsed   int     // ticks from its first request to now
-	LastDelay float64 // the delay it waited before the failed request, in ticks; 0 before the first retry
+	// LastDelay is the delay its strategy chose before the failed
+	// request, in ticks, as it reported it (for the policy strategy the
+	// delay as drawn, before rebound rounds it for its delay queue: what
+	// rebound carries in x-retry-last-delay-ms); 0 before the first retry.
+	LastDelay float64
 }
 
 // BurstStrategy is how a client backs off. Delay returns how many ticks to
-// wait before the next request, or giveUp to stop trying (the client is
-// then never answered). It must draw only from r.
+// wait before the next request and the delay it chose, which the next
+// Failure carries as LastDelay (the same but for the policy strategy), or
+// giveUp to stop trying (the client is then never answered). It must draw
+// only from r.
 type BurstStrategy struct {
 	Name  string
-	Delay func(f Failure, r *rand.Rand) (ticks float64, giveUp bool)
+	Delay func(f Failure, r *rand.Rand) (wait, chosen float64, giveUp bool)
 }
 
 // Names of the strategies of "Exploring backoff", and of the configured
@@ -147,22 +153,27 @@ func DefaultBackoffs(p policy.Policy) Backoffs {
 func (b Backoffs) Strategy(name string) (BurstStrategy, error) {
 	switch name {
 	case NB:
-		return BurstStrategy{Name: NB, Delay: func(Failure, *rand.Rand) (float64, bool) { return 0, false }}, nil
+		return BurstStrategy{Name: NB, Delay: func(Failure, *rand.Rand) (float64, float64, bool) { return 0, 0, false }}, nil
 	case CB:
 		d := b.Constant
-		return BurstStrategy{Name: CB, Delay: func(Failure, *rand.Rand) (float64, bool) { return d, false }}, nil
+		return BurstStrategy{Name: CB, Delay: func(Failure, *rand.Rand) (float64, float64, bool) { return d, d, false }}, nil
 	case URB:
 		hi := b.UniformMax
-		return BurstStrategy{Name: URB, Delay: func(_ Failure, r *rand.Rand) (float64, bool) { return r.Float64() * hi, false }}, nil
+		return BurstStrategy{Name: URB, Delay: func(_ Failure, r *rand.Rand) (float64, float64, bool) {
+			d := r.Float64() * hi
+			return d, d, false
+		}}, nil
 	case EB:
 		limit := b.ExpCap
-		return BurstStrategy{Name: EB, Delay: func(f Failure, _ *rand.Rand) (float64, bool) {
-			return math.Min(math.Exp2(float64(f.Attempts)), limit), false
+		return BurstStrategy{Name: EB, Delay: func(f Failure, _ *rand.Rand) (float64, float64, bool) {
+			d := math.Min(math.Exp2(float64(f.Attempts)), limit)
+			return d, d, false
 		}}, nil
 	case REB:
 		limit := b.ExpCap
-		return BurstStrategy{Name: REB, Delay: func(f Failure, r *rand.Rand) (float64, bool) {
-			return r.Float64() * math.Min(math.Exp2(float64(f.Attempts)), limit), false
+		return BurstStrategy{Name: REB, Delay: func(f Failure, r *rand.Rand) (float64, float64, bool) {
+			d := r.Float64() * math.Min(math.Exp2(float64(f.Attempts)), limit)
+			return d, d, false
 		}}, nil
 	case Policy:
 		if b.Tick <= 0 {
@@ -180,11 +191,12 @@ var epoch = time.Unix(0, 0).UTC()
 // PolicyBackoff turns a rebound policy into a burst strategy, one tick
 // being tick: each failure asks p.Decide, with the retries so far, the
 // client's first request as the task start and its last delay, for a delay
-// (as rebound would queue it) that becomes ticks. A park decision means the
-// client gives up.
+// (as rebound would queue it) that becomes ticks; the delay as drawn is
+// what the next failure carries, as rebound's header does. A park decision
+// means the client gives up.
 func PolicyBackoff(p policy.Policy, tick time.Duration) BurstStrategy {
 	perTick := float64(tick)
-	return BurstStrategy{Name: Policy, Delay: func(f Failure, r *rand.Rand) (float64, bool) {
+	return BurstStrategy{Name: Policy, Delay: func(f Failure, r *rand.Rand) (float64, float64, bool) {
 		s := policy.State{
 			Retries:   f.Attempts - 1,
 			StartedAt: epoch,
@@ -192,9 +204,9 @@ func PolicyBackoff(p policy.Policy, tick time.Duration) BurstStrategy {
 		}
 		d := p.Decide(s, epoch.Add(time.Duration(f.Elapsed)*tick), r)
 		if !d.Retry {
-			return 0, true
+			return 0, 0, true
 		}
-		return float64(d.Delay) / perTick, false
+		return float64(d.Delay) / perTick, float64(d.Drawn) / perTick, false
 	}}
 }
 
@@ -333,12 +345,12 @@ func Burst(c BurstConfig, s BurstStrategy) (BurstResult, error) {
 				latency[cl] = t + 1 - first[cl]
 				continue
 			}
-			d, stop := s.Delay(Failure{Attempts: attempts[cl], Elapsed: t + 1 - first[cl], LastDelay: last[cl]}, backoff)
+			d, chosen, stop := s.Delay(Failure{Attempts: attempts[cl], Elapsed: t + 1 - first[cl], LastDelay: last[cl]}, backoff)
 			if stop {
 				gaveUp[cl] = true
 				continue
 			}
-			last[cl] = d
+			last[cl] = chosen
 			// d >= 0 for every strategy; NaN or a delay past the run
 			// means the client never sends again within it.
 			if !(d >= 0) || d >= float64(c.Ticks) {

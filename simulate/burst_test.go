@@ -298,7 +298,10 @@ func TestBurstStrategies(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 100 {
-			d, giveUp := s.Delay(Failure{Attempts: tt.attempts, Elapsed: 10 * tt.attempts}, r)
+			d, chosen, giveUp := s.Delay(Failure{Attempts: tt.attempts, Elapsed: 10 * tt.attempts}, r)
+			if chosen != d {
+				t.Errorf("%s: chose %v, waits %v: only the policy strategy chooses other than it waits", tt.strategy, chosen, d)
+			}
 			if giveUp != tt.giveUp || (!giveUp && (d < tt.lo || d > tt.hi)) {
 				t.Fatalf("%s after %d attempts: delay %v, give up %v; want [%v, %v], give up %v", tt.strategy, tt.attempts, d, giveUp, tt.lo, tt.hi, tt.giveUp)
 			}
@@ -328,11 +331,11 @@ func TestPolicyBackoffIsDecide(t *testing.T) {
 		tick := time.Duration(1+r.IntN(2000)) * time.Millisecond
 		f := Failure{Attempts: 1 + r.IntN(15), Elapsed: r.IntN(5000), LastDelay: float64(r.IntN(50))}
 		seed := r.Uint64()
-		got, gotStop := PolicyBackoff(p, tick).Delay(f, rand.New(rand.NewPCG(seed, 0)))
+		got, chosen, gotStop := PolicyBackoff(p, tick).Delay(f, rand.New(rand.NewPCG(seed, 0)))
 		want := p.Decide(policy.State{Retries: f.Attempts - 1, StartedAt: epoch, LastDelay: time.Duration(f.LastDelay * float64(tick))},
 			epoch.Add(time.Duration(f.Elapsed)*tick), rand.New(rand.NewPCG(seed, 0)))
-		if gotStop == want.Retry || (want.Retry && got != float64(want.Delay)/float64(tick)) {
-			t.Fatalf("policy %+v tick %s failure %+v: got %v (give up %v), Decide says %+v", p, tick, f, got, gotStop, want)
+		if gotStop == want.Retry || (want.Retry && (got != float64(want.Delay)/float64(tick) || chosen != float64(want.Drawn)/float64(tick))) {
+			t.Fatalf("policy %+v tick %s failure %+v: got %v, chose %v (give up %v), Decide says %+v", p, tick, f, got, chosen, gotStop, want)
 		}
 	}
 }
@@ -360,7 +363,7 @@ func TestBurstValidate(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), tt.field+" ") {
 			t.Errorf("%s: error %v, want one naming it", tt.field, err)
 		}
-		if _, err := Burst(c, BurstStrategy{Name: NB, Delay: func(Failure, *rand.Rand) (float64, bool) { return 0, false }}); err == nil {
+		if _, err := Burst(c, BurstStrategy{Name: NB, Delay: func(Failure, *rand.Rand) (float64, float64, bool) { return 0, 0, false }}); err == nil {
 			t.Errorf("%s: Burst ran an invalid configuration", tt.field)
 		}
 	}

@@ -144,12 +144,14 @@ func TestConfigErrorsBeforeConnectingInEveryCommand(t *testing.T) {
 }
 
 func TestTLSFileProblemsAreConfigErrors(t *testing.T) {
-	var stderr strings.Builder
-	err := Run(t.Context(), []string{"run"}, []string{
-		"REBOUND_AMQP_URL=amqps://localhost:1/", "REBOUND_TLS_CA_FILE=/nonexistent/ca.pem",
-	}, io.Discard, io.Discard)
-	if code := ExitCode(err, &stderr); code != 2 || !strings.Contains(stderr.String(), "REBOUND_TLS_CA_FILE") {
-		t.Errorf("exit %d, output %q; want 2 naming REBOUND_TLS_CA_FILE", code, stderr.String())
+	for _, args := range [][]string{{"run"}, {"config", "check"}} {
+		var stderr strings.Builder
+		err := Run(t.Context(), args, []string{
+			"REBOUND_AMQP_URL=amqps://localhost:1/", "REBOUND_TLS_CA_FILE=/nonexistent/ca.pem",
+		}, io.Discard, io.Discard)
+		if code := ExitCode(err, &stderr); code != 2 || !strings.Contains(stderr.String(), "REBOUND_TLS_CA_FILE") {
+			t.Errorf("%v: exit %d, output %q; want 2 naming REBOUND_TLS_CA_FILE", args, code, stderr.String())
+		}
 	}
 }
 

@@ -12,7 +12,8 @@ import (
 const configCheckUsage = `usage: rebound config check
 
 Validates the REBOUND_* environment like the sidecar does at start,
-without connecting. Exit status 2 and every problem when it is invalid.`
+TLS files included, without connecting. Exit status 2 and every problem
+when it is invalid.`
 
 // runConfigCheck implements `rebound config check`: validate the
 // environment's configuration without connecting anywhere, for CI and for
@@ -24,6 +25,10 @@ func runConfigCheck(ctx context.Context, args []string, in invocation) error {
 	}
 	cfg, err := loadConfig(in)
 	if err != nil {
+		return err
+	}
+	// The TLS files too, as `rebound run` reads them before it connects.
+	if _, err := cfg.TLS(); err != nil {
 		return err
 	}
 	p := cfg.Policy()
