@@ -94,8 +94,8 @@ func (c BurstConfig) Validate() error {
 
 // Failure is what a client knows when it hears that a request failed.
 type Failure struct {
-	Attempts  int     // requests it has sent, the failed one included: 1 after the first failure
-	Elapsed   int     // ticks from its first request to now
+	Attempts int // requests it has sent, the failed one included: 1 after the first failure
+	Elapsed  int // ticks from its first request to now
 	// LastDelay is the delay its strategy chose before the failed
 	// request, in ticks, as it reported it (for the policy strategy the
 	// delay as drawn, before rebound rounds it for its delay queue: what
