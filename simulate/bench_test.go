@@ -9,7 +9,7 @@ import (
 // target: well under a second for all six.
 func BenchmarkBurst(b *testing.B) {
 	c := DefaultBurst()
-	for _, name := range BurstStrategyNames {
+	for _, name := range BurstStrategyNames() {
 		s, err := DefaultBackoffs(defaultPolicy(b)).Strategy(name)
 		if err != nil {
 			b.Fatal(err)

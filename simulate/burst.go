@@ -125,7 +125,7 @@ const (
 )
 
 // BurstStrategyNames lists the strategy names in the text's order.
-var BurstStrategyNames = []string{NB, CB, URB, EB, REB, Policy}
+func BurstStrategyNames() []string { return []string{NB, CB, URB, EB, REB, Policy} }
 
 // Backoffs holds the parameters of the burst strategies, in ticks, and the
 // rebound policy with the duration of one tick.
@@ -181,12 +181,12 @@ func (b Backoffs) Strategy(name string) (BurstStrategy, error) {
 		}
 		return PolicyBackoff(b.Policy, b.Tick), nil
 	}
-	return BurstStrategy{}, fmt.Errorf("unknown strategy %q: want one of %s", name, strings.Join(BurstStrategyNames, ", "))
+	return BurstStrategy{}, fmt.Errorf("unknown strategy %q: want one of %s", name, strings.Join(BurstStrategyNames(), ", "))
 }
 
 // epoch is the simulated time 0 given to policy.Decide, which only looks
 // at differences between times.
-var epoch = time.Unix(0, 0).UTC()
+func epoch() time.Time { return time.Unix(0, 0).UTC() }
 
 // PolicyBackoff turns a rebound policy into a burst strategy, one tick
 // being tick: each failure asks p.Decide, with the retries so far, the
@@ -199,10 +199,10 @@ func PolicyBackoff(p policy.Policy, tick time.Duration) BurstStrategy {
 	return BurstStrategy{Name: Policy, Delay: func(f Failure, r *rand.Rand) (float64, float64, bool) {
 		s := policy.State{
 			Retries:   f.Attempts - 1,
-			StartedAt: epoch,
+			StartedAt: epoch(),
 			LastDelay: time.Duration(math.Round(f.LastDelay * perTick)),
 		}
-		d := p.Decide(s, epoch.Add(time.Duration(f.Elapsed)*tick), r)
+		d := p.Decide(s, epoch().Add(time.Duration(f.Elapsed)*tick), r)
 		if !d.Retry {
 			return 0, 0, true
 		}

@@ -31,7 +31,7 @@ func defaultPolicy(t testing.TB) policy.Policy {
 func burstAll(t testing.TB, c BurstConfig, p policy.Policy) map[string]BurstSummary {
 	t.Helper()
 	out := map[string]BurstSummary{}
-	for _, name := range BurstStrategyNames {
+	for _, name := range BurstStrategyNames() {
 		s, err := DefaultBackoffs(p).Strategy(name)
 		if err != nil {
 			t.Fatal(err)
@@ -190,7 +190,7 @@ func TestBurstInvariants(t *testing.T) {
 		c.ShockWindow = 1 + r.IntN(c.Ticks)
 		p := policy.Policy{Backoff: policy.Exponential, MinDelay: time.Second, MaxDelay: time.Minute,
 			Multiplier: 2, Jitter: policy.FullJitter, MaxRetries: r.IntN(5), MaxDuration: time.Hour, Deadline: policy.Clamp}
-		name := BurstStrategyNames[r.IntN(len(BurstStrategyNames))]
+		name := BurstStrategyNames()[r.IntN(len(BurstStrategyNames()))]
 		s, err := DefaultBackoffs(p).Strategy(name)
 		if err != nil {
 			t.Fatal(err)
@@ -248,7 +248,7 @@ func TestBurstInvariants(t *testing.T) {
 
 func TestBurstDeterministic(t *testing.T) {
 	p := defaultPolicy(t)
-	for _, name := range BurstStrategyNames {
+	for _, name := range BurstStrategyNames() {
 		s, _ := DefaultBackoffs(p).Strategy(name)
 		c := DefaultBurst()
 		a, err := Burst(c, s)
@@ -332,8 +332,8 @@ func TestPolicyBackoffIsDecide(t *testing.T) {
 		f := Failure{Attempts: 1 + r.IntN(15), Elapsed: r.IntN(5000), LastDelay: float64(r.IntN(50))}
 		seed := r.Uint64()
 		got, chosen, gotStop := PolicyBackoff(p, tick).Delay(f, rand.New(rand.NewPCG(seed, 0)))
-		want := p.Decide(policy.State{Retries: f.Attempts - 1, StartedAt: epoch, LastDelay: time.Duration(f.LastDelay * float64(tick))},
-			epoch.Add(time.Duration(f.Elapsed)*tick), rand.New(rand.NewPCG(seed, 0)))
+		want := p.Decide(policy.State{Retries: f.Attempts - 1, StartedAt: epoch(), LastDelay: time.Duration(f.LastDelay * float64(tick))},
+			epoch().Add(time.Duration(f.Elapsed)*tick), rand.New(rand.NewPCG(seed, 0)))
 		if gotStop == want.Retry || (want.Retry && (got != float64(want.Delay)/float64(tick) || chosen != float64(want.Drawn)/float64(tick))) {
 			t.Fatalf("policy %+v tick %s failure %+v: got %v, chose %v (give up %v), Decide says %+v", p, tick, f, got, chosen, gotStop, want)
 		}

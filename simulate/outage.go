@@ -266,9 +266,9 @@ func Outage(c OutageConfig, s OutageStrategy) (OutageResult, error) {
 		msg := &msgs[m]
 		d := s.Policy.Decide(policy.State{
 			Retries:   int(msg.retries),
-			StartedAt: epoch.Add(msg.arrival),
+			StartedAt: epoch().Add(msg.arrival),
 			LastDelay: msg.last,
-		}, epoch.Add(time.Duration(now)*dt), jitter)
+		}, epoch().Add(time.Duration(now)*dt), jitter)
 		if !d.Retry {
 			parked[string(d.Reason)]++
 			msg.done = true

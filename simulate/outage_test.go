@@ -289,7 +289,7 @@ func TestLatency(t *testing.T) {
 
 func TestFixedIntervalAndImmediate(t *testing.T) {
 	def := defaultPolicy(t)
-	start := epoch
+	start := epoch()
 	for n := range def.MaxRetries + 1 {
 		now := start.Add(time.Duration(n) * time.Minute)
 		s := policy.State{Retries: n, StartedAt: start}

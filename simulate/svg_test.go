@@ -42,7 +42,7 @@ func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk ful
 func TestWriteBurstSVG(t *testing.T) {
 	c := DefaultBurst()
 	var runs []BurstResult
-	for _, name := range BurstStrategyNames {
+	for _, name := range BurstStrategyNames() {
 		s, _ := DefaultBackoffs(defaultPolicy(t)).Strategy(name)
 		r, err := Burst(c, s)
 		if err != nil {
@@ -55,7 +55,7 @@ func TestWriteBurstSVG(t *testing.T) {
 		t.Fatal(err)
 	}
 	wellFormed(t, b.Bytes())
-	for _, name := range BurstStrategyNames {
+	for _, name := range BurstStrategyNames() {
 		if !strings.Contains(b.String(), ">"+name+":") {
 			t.Errorf("no panel titled %s", name)
 		}

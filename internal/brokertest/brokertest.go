@@ -96,25 +96,17 @@ func Brokers() map[string]*Broker {
 	}
 }
 
-var (
-	currentOnce sync.Once
-	current     *Broker
-	currentErr  error
-)
-
 // Current returns the broker REBOUND_TEST_BROKER names (3.10 when unset).
 func Current() (*Broker, error) {
-	currentOnce.Do(func() {
-		name := os.Getenv("REBOUND_TEST_BROKER")
-		if name == "" {
-			name = "3.10"
-		}
-		current = Brokers()[name]
-		if current == nil {
-			currentErr = fmt.Errorf("REBOUND_TEST_BROKER=%q: want 3.10 or 4.3", name)
-		}
-	})
-	return current, currentErr
+	name := os.Getenv("REBOUND_TEST_BROKER")
+	if name == "" {
+		name = "3.10"
+	}
+	b := Brokers()[name]
+	if b == nil {
+		return nil, fmt.Errorf("REBOUND_TEST_BROKER=%q: want 3.10 or 4.3", name)
+	}
+	return b, nil
 }
 
 // Required reports whether a missing broker fails tests instead of

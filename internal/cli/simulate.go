@@ -162,7 +162,7 @@ func runSimulateBurst(ctx context.Context, args []string, in invocation) error {
 	fs.Float64Var(&b.ExpCap, "exp-cap", b.ExpCap, "cap on EB's and REB's delay, in ticks")
 	fs.DurationVar(&b.Tick, "tick", b.Tick, "what one tick is to the policy strategy")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of every random draw")
-	strategies := fs.String("strategies", strings.Join(simulate.BurstStrategyNames, ","), "comma-separated strategies to run")
+	strategies := fs.String("strategies", strings.Join(simulate.BurstStrategyNames(), ","), "comma-separated strategies to run")
 	format := fs.String("format", "table", "output `format`: table or json")
 	svg := fs.String("svg", "", "also write the plot to this `file`")
 	if done, err := parseFlags(fs, args, burstUsage, 0, in); done || err != nil {
