@@ -57,6 +57,7 @@ func (s *Sidecar) session(ctx context.Context) error {
 		pubConn.Close()
 		return err
 	}
+	pub.Notice = func(msg string) { s.log.Warn("topology", zap.String("notice", msg)) }
 	defer func() {
 		pubConn.Close()
 		<-pub.Done() // the publisher's goroutine ends once its channel is closed

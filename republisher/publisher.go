@@ -117,8 +117,9 @@ type Publisher struct {
 	// never takes it.
 	declMu   sync.Mutex
 	declCh   *amqp.Channel
-	declared map[int64]time.Time  // delay queue (ms) -> last publish to it
-	origins  map[string]time.Time // origin queue -> when it was last seen to exist
+	declared map[int64]time.Time     // delay queue (ms) -> last publish to it
+	origins  map[string]time.Time    // origin queue -> when it was last seen to exist
+	detours  map[int64]time.Duration // unusable delay queue (ms) -> the delay used instead
 
 	mu      sync.Mutex // guards pending, blocked and stale; never held across I/O
 	pending map[uint64]*pending
@@ -127,6 +128,10 @@ type Publisher struct {
 
 	done chan struct{}
 	err  error // set before done is closed
+
+	// Notice receives what the Publisher worked around, for the log. Set
+	// it before the first Publish; the default drops it.
+	Notice func(msg string)
 }
 
 // New opens a confirming channel on conn. window is the most publishes
@@ -146,8 +151,9 @@ func New(conn *amqp.Connection, topo Topology, window int, confirmTimeout time.D
 	}
 	p := &Publisher{
 		conn: conn, ch: ch, declCh: declCh, topo: topo, timeout: confirmTimeout, now: time.Now,
-		declared: map[int64]time.Time{}, origins: map[string]time.Time{},
+		declared: map[int64]time.Time{}, origins: map[string]time.Time{}, detours: map[int64]time.Duration{},
 		pending: map[uint64]*pending{}, stale: map[int64]bool{}, done: make(chan struct{}),
+		Notice: func(string) {},
 	}
 	// At most window publishes are pending, each confirmed once and
 	// returned at most once: neither buffer ever fills, so the library
@@ -179,8 +185,12 @@ func (p *Publisher) Blocked() bool {
 // done is not called and nothing was sent.
 func (p *Publisher) Publish(ctx context.Context, dest Destination, msg amqp.Publishing, done func(Outcome, time.Duration)) error {
 	if dest.Delay > 0 {
-		if err := p.ensureDelayQueue(dest.Delay); err != nil {
+		d, err := p.ensureDelayQueue(dest.Delay)
+		if err != nil {
 			return err
+		}
+		if d != dest.Delay {
+			dest = p.topo.Delayed(d, dest.BackTo)
 		}
 	}
 	entry := &pending{route: dest.key(), sent: p.now(), done: done}
@@ -339,24 +349,96 @@ func (p *Publisher) stop(outcome Outcome, err error) {
 }
 
 // ensureDelayQueue declares the delay queue for d once per Publisher and
-// notes that it is in use.
-func (p *Publisher) ensureDelayQueue(d time.Duration) error {
+// notes that it is in use. It returns the delay whose queue the copy goes
+// through: d, or a millisecond or a few more when d's queue is unusable
+// (see declareDelayQueue).
+func (p *Publisher) ensureDelayQueue(d time.Duration) (time.Duration, error) {
+	// declMu, then mu: the confirm loop takes only mu, so this order
+	// cannot deadlock.
+	p.declMu.Lock()
+	defer p.declMu.Unlock()
+	if to, ok := p.detours[d.Milliseconds()]; ok {
+		d = to
+	}
 	ms := d.Milliseconds()
 	p.mu.Lock()
 	stale := p.stale[ms]
 	delete(p.stale, ms)
 	p.mu.Unlock()
-	p.declMu.Lock()
-	defer p.declMu.Unlock()
 	if stale {
 		delete(p.declared, ms)
 	}
 	if _, ok := p.declared[ms]; !ok {
-		if err := p.withDeclareChannel(func(ch *amqp.Channel) error { return p.topo.DeclareDelayQueue(ch, d) }); err != nil {
-			return err
+		used, err := p.declareDelayQueue(d)
+		if err != nil {
+			return 0, err
+		}
+		if used != d {
+			p.detours[ms] = used
+			d, ms = used, used.Milliseconds()
 		}
 	}
 	p.declared[ms] = p.now()
+	return d, nil
+}
+
+// maxDetours is how many neighbouring delay queues declareDelayQueue tries
+// after the one asked for.
+const maxDetours = 3
+
+// declareDelayQueue declares and binds the delay queue for d and returns
+// the delay whose queue it declared. A queue the broker refuses with a
+// channel-level error (one that exists with other arguments, or one left
+// broken by a partition, see declareOrRepair) would otherwise end every
+// session at the first copy that needs it, and that copy's inbox
+// message would go round forever: instead the copy goes through the
+// next millisecond's queue, a delay no policy can tell apart. A
+// connection-level error still ends the session.
+func (p *Publisher) declareDelayQueue(d time.Duration) (time.Duration, error) {
+	for range maxDetours + 1 {
+		q, b := p.topo.DelayQueue(d)
+		err := p.declareOrRepair(q)
+		var amqpErr *amqp.Error
+		if errors.As(err, &amqpErr) && amqpErr.Recover {
+			p.Notice(fmt.Sprintf("delay queue %s is unusable (%v): copies for it go through the next millisecond's delay queue", q.Name, err))
+			d += time.Millisecond
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		return d, p.withDeclareChannel(func(ch *amqp.Channel) error { return bind(ch, b) })
+	}
+	return 0, fmt.Errorf("no usable delay queue from %s to %s", d-(maxDetours+1)*time.Millisecond, d-time.Millisecond)
+}
+
+// declareOrRepair declares q, repairing it when broken. On RabbitMQ 4.2
+// and later (Khepri), a queue whose declaration timed out while its node
+// was cut off from the majority can be left broken once the majority is
+// back: every declaration of it then fails, after a minute, with
+// NOT_FOUND ("failed to perform operation on queue ... due to timeout"),
+// which a queue.declare never answers for a healthy queue. Deleting it
+// (if empty: the broker refuses to delete a queue that holds a message,
+// so no waiting copy can be lost) and declaring it again repairs it
+// (seen on 4.3.6).
+func (p *Publisher) declareOrRepair(q Queue) error {
+	declare := func(ch *amqp.Channel) error { return declareQueue(ch, q) }
+	err := p.withDeclareChannel(declare)
+	var amqpErr *amqp.Error
+	if !errors.As(err, &amqpErr) || amqpErr.Code != amqp.NotFound {
+		return err
+	}
+	err = p.withDeclareChannel(func(ch *amqp.Channel) error {
+		_, err := ch.QueueDelete(q.Name, false, true, false)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("delete broken delay queue %s: %w", q.Name, err)
+	}
+	if err := p.withDeclareChannel(declare); err != nil {
+		return err
+	}
+	p.Notice("delay queue " + q.Name + " was broken (declared while its node had lost the cluster's majority): deleted it, empty, and declared it again")
 	return nil
 }
 

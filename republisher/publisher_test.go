@@ -100,6 +100,25 @@ func (o *outcomes) wait(t *testing.T, n int, timeout time.Duration) map[string]O
 	return o.got
 }
 
+// waitOrigin waits up to 10 s for the origin queue to hold n messages.
+func (e *testEnv) waitOrigin(n int, what string) {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := brokertest.QueueLen(e.broker.URL, e.origin)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("origin queue holds %d messages, want %d: %s", got, n, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func msg(id string) amqp.Publishing {
 	return amqp.Publishing{MessageId: id, DeliveryMode: amqp.Persistent, Headers: amqp.Table{}, Body: []byte(id)}
 }
@@ -135,22 +154,50 @@ func TestPublishOutcomes(t *testing.T) {
 	}
 	// The delayed copy waits its delay, then reaches the origin through
 	// BCC; the delay key itself reaches no queue.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n, err := brokertest.QueueLen(e.broker.URL, e.origin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("origin queue holds %d messages, want the direct and the delayed one", n)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	e.waitOrigin(2, "the direct and the delayed one")
 	if n, err := brokertest.QueueLen(e.broker.URL, e.topo.ParkingQueue); err != nil || n != 1 {
 		t.Errorf("parking queue holds %d (%v), want 1", n, err)
+	}
+}
+
+// TestUnusableDelayQueueIsDetoured: a delay queue that exists with other
+// arguments (here a different TTL, as an operator's hand might leave it)
+// answers every declaration with PRECONDITION_FAILED. The copy must still
+// be confirmed and come back, through the next millisecond's queue, and
+// the queue that was there is left as it was.
+func TestUnusableDelayQueueIsDetoured(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, false)
+	p := e.publisher(4)
+	var notices []string
+	p.Notice = func(msg string) { notices = append(notices, msg) }
+	const delay = 300 * time.Millisecond
+	taken, _ := e.topo.DelayQueue(delay)
+	if _, err := e.admin.QueueDeclare(taken.Name, true, false, false, false, amqp.Table{amqp.QueueMessageTTLArg: 60_000}); err != nil {
+		t.Fatal(err)
+	}
+	o := newOutcomes()
+	for _, id := range []string{"first", "second"} {
+		dest := e.topo.Delayed(delay, e.origin)
+		if err := p.Publish(context.Background(), dest, Copy(amqp.Delivery{MessageId: id, Body: []byte(id)}, amqp.Table{}, dest), o.callback(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id, out := range o.wait(t, 2, 10*time.Second) {
+		if out != Confirmed {
+			t.Errorf("%s: %v, want Confirmed", id, out)
+		}
+	}
+	if len(notices) != 1 {
+		t.Errorf("notices = %q, want one, for the first copy only", notices)
+	}
+	detour, _ := e.topo.DelayQueue(delay + time.Millisecond)
+	if _, ok := p.declared[(delay + time.Millisecond).Milliseconds()]; !ok {
+		t.Errorf("%s was not declared", detour.Name)
+	}
+	e.waitOrigin(2, "both copies")
+	if n, err := brokertest.QueueLen(e.broker.URL, taken.Name); err != nil || n != 0 {
+		t.Errorf("the queue that was there holds %d (%v), want untouched and empty", n, err)
 	}
 }
 
@@ -174,7 +221,7 @@ func TestReturnIsNeverLostBehindADeclaration(t *testing.T) {
 	// A delay queue the publisher believes declared, and that is gone: its
 	// copies come back from the delay exchange.
 	gone := 300 * time.Millisecond
-	if err := p.ensureDelayQueue(gone); err != nil {
+	if _, err := p.ensureDelayQueue(gone); err != nil {
 		t.Fatal(err)
 	}
 	q, _ := e.topo.DelayQueue(gone)
@@ -269,7 +316,7 @@ func TestSweepIdleDeletesOnlyEmptyClassicQueues(t *testing.T) {
 	e := newTestEnv(t, false)
 	p := e.publisher(4)
 	for _, d := range []time.Duration{time.Second, 2 * time.Second} {
-		if err := p.ensureDelayQueue(d); err != nil {
+		if _, err := p.ensureDelayQueue(d); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -293,7 +340,7 @@ func TestSweepIdleLeavesQuorumQueues(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, true)
 	p := e.publisher(4)
-	if err := p.ensureDelayQueue(time.Second); err != nil {
+	if _, err := p.ensureDelayQueue(time.Second); err != nil {
 		t.Fatal(err)
 	}
 	p.now = func() time.Time { return time.Now().Add(time.Hour) }
