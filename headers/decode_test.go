@@ -587,9 +587,10 @@ func TestDecodeCostDoesNotGrowWithSize(t *testing.T) {
 			}
 		}
 	}
-	// The same code path for both: the same count, give or take the
-	// buffer fmt takes from its pool. Without the cap it was 15 000.
-	if allocs[10_000] > allocs[100]+2 {
+	// The same code path for both: about the same count, give or take
+	// the buffers fmt takes from its pool (which the race detector empties
+	// at random). Without the cap it was 15 000.
+	if allocs[10_000] > 2*allocs[100] {
 		t.Errorf("decoding allocates %v times for 10 000 x-death entries, %v for 100: it grows with the size", allocs[10_000], allocs[100])
 	}
 }
