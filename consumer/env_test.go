@@ -81,7 +81,7 @@ func newEnv(t *testing.T, queueType string) *env {
 		t.Fatal(err)
 	}
 	e.declare(e.app, amqp.Table{"x-dead-letter-exchange": e.topo.DeadLetterExchange})
-	b.CleanupPrefix(t, b.URL, prefix, e.topo.DeadLetterExchange, e.topo.DelayExchange)
+	b.CleanupPrefix(t, b.URL, prefix)
 	return e
 }
 

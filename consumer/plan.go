@@ -22,18 +22,14 @@ import (
 //
 // The copy keeps the body, the properties (but expiration and user id)
 // and every application header; it carries the retry state rewritten,
-// none of the broker's dead-letter headers, and no routing header but the
-// one republisher.Copy sets for a delayed copy.
+// and none of the broker's headers (dead-letter records, CC, BCC).
 func Plan(topo republisher.Topology, codec headers.Codec, d amqp.Delivery, state headers.State, decision policy.Decision, now time.Time) (republisher.Destination, amqp.Publishing) {
 	switch {
 	case !decision.Retry:
-		dest := republisher.Direct(topo.ParkingQueue)
-		return dest, republisher.Copy(d, codec.Park(d.Headers, state, decision.Reason, now), dest)
+		return republisher.Direct(topo.ParkingQueue), republisher.Copy(d, codec.Park(d.Headers, state, decision.Reason, now))
 	case decision.Delay == 0:
-		dest := republisher.Direct(state.Origin)
-		return dest, republisher.Copy(d, codec.Retry(d.Headers, state, 0), dest)
+		return republisher.Direct(state.Origin), republisher.Copy(d, codec.Retry(d.Headers, state, 0))
 	default:
-		dest := topo.Delayed(decision.Delay, state.Origin)
-		return dest, republisher.Copy(d, codec.Retry(d.Headers, state, decision.Drawn), dest)
+		return topo.Delayed(decision.Delay, state.Origin), republisher.Copy(d, codec.Retry(d.Headers, state, decision.Drawn))
 	}
 }

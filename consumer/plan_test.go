@@ -45,8 +45,8 @@ func TestPlan(t *testing.T) {
 				"x-last-death-queue": "orders", "x-last-death-reason": "rejected", "x-last-death-exchange": "",
 				headers.XDeath: []any{
 					amqp.Table{"queue": "orders", "reason": "rejected", "count": int64(3), "exchange": "", "routing-keys": []any{"orders"}, "time": died},
-					amqp.Table{"queue": "rebound.delay.2000", "reason": "expired", "count": int64(1), "exchange": "rebound.delay",
-						"routing-keys": []any{"amq.rebound.delay.2000", "orders"}, "time": died.Add(-2 * time.Second)},
+					amqp.Table{"queue": "rebound.delay.2000", "reason": "expired", "count": int64(1), "exchange": "rebound.delay.2000",
+						"routing-keys": []any{"orders"}, "time": died.Add(-2 * time.Second)},
 				},
 			},
 			ContentType: "application/json", ContentEncoding: "gzip", DeliveryMode: amqp.Persistent, Priority: 4,
@@ -79,7 +79,7 @@ func TestPlan(t *testing.T) {
 			headers: map[string]any{
 				n.ParkedReason: "max-retries", n.ParkedAt: now.UnixMilli(), n.RetryCount: int64(2),
 				n.TaskStartedAt: started.UnixMilli(), n.LastDelay: int64(2000), n.OriginQueue: "orders",
-				n.FirstDeathReason: "rejected", n.FirstDeathQueue: "orders", "CC": nil, "BCC": nil,
+				n.FirstDeathReason: "rejected", n.FirstDeathQueue: "orders",
 			},
 		},
 		{
@@ -88,7 +88,7 @@ func TestPlan(t *testing.T) {
 			headers: map[string]any{
 				n.ParkedReason: "unknown-origin", n.ParkedAt: now.UnixMilli(), n.RetryCount: int64(0),
 				n.TaskStartedAt: now.UnixMilli(), n.OriginQueue: nil, n.LastDelay: nil,
-				n.FirstDeathReason: nil, n.FirstDeathQueue: nil, "CC": nil, "BCC": nil,
+				n.FirstDeathReason: nil, n.FirstDeathQueue: nil,
 			},
 		},
 		{
@@ -96,7 +96,7 @@ func TestPlan(t *testing.T) {
 			dest: republisher.Direct("orders"),
 			headers: map[string]any{
 				n.RetryCount: int64(3), n.LastDelay: int64(0), n.TaskStartedAt: started.UnixMilli(), n.OriginQueue: "orders",
-				n.FirstDeathReason: "rejected", n.FirstDeathQueue: "orders", n.ParkedReason: nil, n.ParkedAt: nil, "CC": nil, "BCC": nil,
+				n.FirstDeathReason: "rejected", n.FirstDeathQueue: "orders", n.ParkedReason: nil, n.ParkedAt: nil,
 			},
 		},
 		{
@@ -107,14 +107,13 @@ func TestPlan(t *testing.T) {
 			headers: map[string]any{
 				n.RetryCount: int64(3), n.LastDelay: int64(1534), n.TaskStartedAt: started.UnixMilli(), n.OriginQueue: "orders",
 				n.FirstDeathReason: "rejected", n.FirstDeathQueue: "orders", n.ParkedReason: nil, n.ParkedAt: nil,
-				"BCC": []any{"orders"}, "CC": nil,
 			},
 		},
 		{
 			name: "retry drops parked headers", d: leftover(), decision: policy.Decision{Retry: true, Delay: 1500 * time.Millisecond},
 			dest: topo.Delayed(1500*time.Millisecond, "orders"),
 			headers: map[string]any{
-				n.RetryCount: int64(3), n.ParkedReason: nil, n.ParkedAt: nil, "BCC": []any{"orders"}, "CC": nil,
+				n.RetryCount: int64(3), n.ParkedReason: nil, n.ParkedAt: nil,
 			},
 		},
 	} {
@@ -135,9 +134,9 @@ func TestPlan(t *testing.T) {
 					t.Errorf("header %s = %#v, want %#v", name, got, want)
 				}
 			}
-			// Never carried: routing headers but the BCC a delayed copy
-			// needs, and the broker's dead-letter headers.
-			for _, name := range []string{"CC", "rebound-delay-ms", headers.XDeath, headers.XFirstDeathQueue, headers.XFirstDeathReason,
+			// Never carried: routing headers (a copy is routed by its
+			// destination alone) and the broker's dead-letter headers.
+			for _, name := range []string{"CC", "BCC", "rebound-delay-ms", headers.XDeath, headers.XFirstDeathQueue, headers.XFirstDeathReason,
 				"x-first-death-exchange", "x-last-death-queue", "x-last-death-reason", "x-last-death-exchange"} {
 				if v, ok := msg.Headers[name]; ok {
 					t.Errorf("header %s = %#v, want it stripped", name, v)

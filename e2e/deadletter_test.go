@@ -314,11 +314,12 @@ func TestParkingQueueSurvivesKilledReaders(t *testing.T) {
 }
 
 // TestUpgradeFromHeadersExchange: an earlier rebound routed delayed copies
-// through a headers exchange, on a header its delay queues were bound on.
-// The new rebound replaces that exchange by a direct one when it starts.
-// The copies already waiting in delay queues come back to their origin as
-// before (their routing key is the origin), and a copy an old replica
-// still publishes the old way is returned to it, not lost.
+// through one shared headers exchange, on a header its delay queues were
+// bound on. The new rebound gives each delay queue an exchange of its own
+// and leaves the old one alone. The copies already waiting in delay
+// queues come back to their origin as before (their routing key is the
+// origin), and so does a copy an old replica still publishes the old way
+// during a rolling upgrade.
 func TestUpgradeFromHeadersExchange(t *testing.T) {
 	t.Parallel()
 	queueTypes(t, func(t *testing.T, queueType string) {
@@ -343,14 +344,18 @@ func TestUpgradeFromHeadersExchange(t *testing.T) {
 		if err := e.ch.QueueBind(old.Name, "", exchange, false, amqp.Table{"x-match": "all", "rebound-delay-ms": int64(waitMs)}); err != nil {
 			t.Fatal(err)
 		}
-		const n = 200
-		for i := range n {
-			if err := e.ch.PublishWithContext(context.Background(), exchange, e.app, true, false, amqp.Publishing{
-				MessageId: strconv.Itoa(i), DeliveryMode: amqp.Persistent,
+		oldCopy := func(ch *amqp.Channel, id int) {
+			t.Helper()
+			if err := ch.PublishWithContext(context.Background(), exchange, e.app, true, false, amqp.Publishing{
+				MessageId: strconv.Itoa(id), DeliveryMode: amqp.Persistent,
 				Headers: amqp.Table{"rebound-delay-ms": int64(waitMs), "x-retry-count": int64(1), "x-retry-origin-queue": e.app},
 			}); err != nil {
 				t.Fatal(err)
 			}
+		}
+		const n = 200
+		for i := range n {
+			oldCopy(e.ch, i)
 		}
 		for deadline := time.Now().Add(10 * time.Second); e.queueLenOr(old.Name, 0) < n; time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) {
@@ -359,34 +364,26 @@ func TestUpgradeFromHeadersExchange(t *testing.T) {
 		}
 		e.rejectAll(e.app)
 		stop := e.startInProcess()
-		// An old replica still running publishes the old way: the direct
-		// exchange has no binding for the origin's name, so it comes back.
-		oldReplica := e.broker.Dial(t, e.url())
-		och, err := oldReplica.Channel()
+		// An old replica still running publishes the old way, after the
+		// new one declared its topology: its copy must be routed as before.
+		oldReplica, err := e.broker.Dial(t, e.url()).Channel()
 		if err != nil {
 			t.Fatal(err)
 		}
-		returns := och.NotifyReturn(make(chan amqp.Return, 1))
-		if err := och.PublishWithContext(context.Background(), exchange, e.app, true, false, amqp.Publishing{
-			MessageId: "old-replica", Headers: amqp.Table{"rebound-delay-ms": int64(waitMs)},
-		}); err != nil {
-			t.Fatal(err)
-		}
+		returns := oldReplica.NotifyReturn(make(chan amqp.Return, 1))
+		oldCopy(oldReplica, n)
+		e.account(n+1, 0, time.Minute)
 		select {
 		case r := <-returns:
-			if r.MessageId != "old-replica" {
-				t.Errorf("returned %q", r.MessageId)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("an old replica's copy was not returned: it may have been routed somewhere, or lost")
+			t.Errorf("the old replica's copy %s was returned: the upgrade broke its routing", r.MessageId)
+		default:
 		}
-		e.account(n, 0, time.Minute)
 		if err := stop(); err != nil {
 			t.Fatal(err)
 		}
-		// The exchange is direct now: declaring it so succeeds.
-		if err := e.ch.ExchangeDeclare(exchange, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
-			t.Errorf("exchange %s is not direct after the upgrade: %v", exchange, err)
+		// The old exchange is still there, and still of type headers.
+		if err := e.ch.ExchangeDeclarePassive(exchange, amqp.ExchangeHeaders, true, false, false, false, nil); err != nil {
+			t.Errorf("the old exchange %s did not survive the upgrade: %v", exchange, err)
 		}
 	})
 }

@@ -113,7 +113,7 @@ func newTestEnvOn(t *testing.T, b *brokertest.Broker, overrides map[string]strin
 	if _, err := ch.QueueDeclare(e.app, true, false, false, false, amqp.Table{"x-dead-letter-exchange": e.vars["REBOUND_DEAD_LETTER_EXCHANGE"]}); err != nil {
 		t.Fatal(err)
 	}
-	b.CleanupPrefix(t, url, prefix, e.vars["REBOUND_DEAD_LETTER_EXCHANGE"], e.vars["REBOUND_DELAY_EXCHANGE"])
+	b.CleanupPrefix(t, url, prefix)
 	return e
 }
 

@@ -47,7 +47,7 @@ func newEnv(t *testing.T, quorum bool) *env {
 		DelayQueuePrefix: prefix + "delay.", ParkingQueue: prefix + "parked", Quorum: quorum,
 	}.ForServer(conn.Properties)
 	e := &env{t: t, b: b, prefix: prefix, ch: ch, q: Queue{Conn: conn, Topology: topo, Codec: headers.NewCodec(headers.DefaultNames())}}
-	b.CleanupPrefix(t, b.URL, prefix, topo.DeadLetterExchange, topo.DelayExchange)
+	b.CleanupPrefix(t, b.URL, prefix)
 	if _, err := topo.Declare(conn); err != nil {
 		t.Fatal(err)
 	}

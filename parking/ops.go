@@ -172,7 +172,13 @@ func (q Queue) Replay(ctx context.Context, f Filter, now time.Time, dryRun bool)
 		}
 		found, checked := exists[m.Origin]
 		if !checked {
-			if found, err = republisher.QueueExists(q.Conn, m.Origin); err != nil {
+			found, err = republisher.QueueExists(q.Conn, m.Origin)
+			if errors.Is(err, republisher.ErrCheckRefused) {
+				// Replayed copies are mandatory: one for a queue that
+				// does not exist comes back, and its message is kept.
+				found, err = true, nil
+			}
+			if err != nil {
 				return res, err
 			}
 			exists[m.Origin] = found
@@ -278,6 +284,5 @@ func (q Queue) settle(r *reader, batch []inFlight, returns <-chan amqp.Return, r
 // is not the connection's own user) and expiration (rebound never parks a
 // message with one).
 func (q Queue) replayCopy(d amqp.Delivery, origin string, now time.Time) amqp.Publishing {
-	dest := republisher.Direct(origin)
-	return republisher.Copy(d, q.Codec.Replay(d.Headers, origin, now), dest)
+	return republisher.Copy(d, q.Codec.Replay(d.Headers, origin, now))
 }

@@ -11,15 +11,14 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Declare declares the exchanges, fixed queues and bindings, each on a
+// Declare declares the fixed exchanges, queues and bindings, each on a
 // channel of its own from conn (a refused declaration closes its channel).
 // It is idempotent, and it takes over what an earlier rebound declared:
 //
-//   - A delay exchange of type headers (rebound before direct routing) is
-//     deleted and declared again as direct. The copies already waiting in
-//     delay queues do not need it: they expire back to their origin by
-//     their routing key. Their bindings go with it; each delay queue is
-//     bound again the first time it is used.
+//   - The shared delay exchange of rebound before per-delay exchanges (a
+//     headers exchange named DelayExchange) is left alone: older replicas
+//     still publish to it during a rolling upgrade, and the copies it
+//     routed expire back to their origin by routing key, as copies do now.
 //   - A fixed queue that exists without the arguments this version adds
 //     (the quorum inbox's dead-lettering to the parking queue, the
 //     parking queue's delivery limit) cannot be changed: it is used as it
@@ -29,12 +28,8 @@ import (
 // say, is an error: PRECONDITION_FAILED. notices are for the log.
 func (t Topology) Declare(conn *amqp.Connection) (notices []string, err error) {
 	for _, e := range t.Exchanges() {
-		notice, err := declareExchange(conn, e)
-		if err != nil {
+		if err := withChannel(conn, func(ch *amqp.Channel) error { return declareExchange(ch, e) }); err != nil {
 			return notices, err
-		}
-		if notice != "" {
-			notices = append(notices, notice)
 		}
 	}
 	for _, q := range t.Queues() {
@@ -57,9 +52,13 @@ func (t Topology) Declare(conn *amqp.Connection) (notices []string, err error) {
 	return notices, err
 }
 
-// DeclareDelayQueue declares the delay queue for d and binds it.
+// DeclareDelayQueue declares the delay queue for d and its exchange, and
+// binds them.
 func (t Topology) DeclareDelayQueue(ch *amqp.Channel, d time.Duration) error {
 	q, b := t.DelayQueue(d)
+	if err := declareExchange(ch, t.DelayExchangeFor(d)); err != nil {
+		return err
+	}
 	if err := declareQueue(ch, q); err != nil {
 		return err
 	}
@@ -76,28 +75,11 @@ func withChannel(conn *amqp.Connection, f func(*amqp.Channel) error) error {
 	return f(ch)
 }
 
-func declareExchange(conn *amqp.Connection, e Exchange) (notice string, err error) {
-	err = withChannel(conn, func(ch *amqp.Channel) error {
-		return ch.ExchangeDeclare(e.Name, e.Kind, true, false, false, false, nil)
-	})
-	if !inequivalent(err, "type", "'"+amqp.ExchangeHeaders+"'") || e.Kind != amqp.ExchangeDirect {
-		if err != nil {
-			return "", fmt.Errorf("declare exchange %s: %w", e.Name, err)
-		}
-		return "", nil
+func declareExchange(ch *amqp.Channel, e Exchange) error {
+	if err := ch.ExchangeDeclare(e.Name, e.Kind, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("declare exchange %s: %w", e.Name, err)
 	}
-	// An earlier rebound's headers exchange: replace it.
-	err = withChannel(conn, func(ch *amqp.Channel) error {
-		if err := ch.ExchangeDelete(e.Name, false, false); err != nil {
-			return err
-		}
-		return ch.ExchangeDeclare(e.Name, e.Kind, true, false, false, false, nil)
-	})
-	if err != nil {
-		return "", fmt.Errorf("replace headers exchange %s by a direct one: %w", e.Name, err)
-	}
-	return fmt.Sprintf("exchange %s was of type headers (rebound before direct delay routing): declared it again as direct; "+
-		"copies waiting in delay queues go back to their origin as before", e.Name), nil
+	return nil
 }
 
 // addedArgs are the queue arguments this version of rebound declares that

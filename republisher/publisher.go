@@ -66,10 +66,7 @@ func (o Outcome) String() string {
 // Destination says where a copy goes.
 type Destination struct {
 	Exchange   string
-	RoutingKey string
-	// BackTo is the queue a delayed copy goes back to when its delay
-	// ends, carried in the BCC header (see Topology); "" for none.
-	BackTo string
+	RoutingKey string // for a delayed copy, the origin queue it goes back to
 	// Delay is the delay queue the copy goes through, 0 for none. The
 	// queue is declared on first use.
 	Delay time.Duration
@@ -84,7 +81,7 @@ func Direct(queue string) Destination {
 // Delayed is the destination of a copy that waits d in its delay queue
 // and then goes back to origin.
 func (t Topology) Delayed(d time.Duration, origin string) Destination {
-	return Destination{Exchange: t.DelayExchange, RoutingKey: t.DelayKey(d), BackTo: origin, Delay: d}
+	return Destination{Exchange: t.DelayExchangeFor(d).Name, RoutingKey: origin, Delay: d}
 }
 
 // routeKey identifies a destination as a basic.return describes it.
@@ -115,11 +112,12 @@ type Publisher struct {
 	// declMu guards declCh and the declared/origin caches. It is held
 	// across declarations, which wait for the broker: the confirm loop
 	// never takes it.
-	declMu   sync.Mutex
-	declCh   *amqp.Channel
-	declared map[int64]time.Time     // delay queue (ms) -> last publish to it
-	origins  map[string]time.Time    // origin queue -> when it was last seen to exist
-	detours  map[int64]time.Duration // unusable delay queue (ms) -> the delay used instead
+	declMu    sync.Mutex
+	declCh    *amqp.Channel
+	declared  map[int64]time.Time     // delay queue (ms) -> last publish to it
+	origins   map[string]time.Time    // origin queue -> when it was last seen to exist
+	detours   map[int64]time.Duration // unusable delay queue (ms) -> the delay used instead
+	unchecked map[string]bool         // origin queues the broker would not say exist
 
 	mu      sync.Mutex // guards pending, blocked and stale; never held across I/O
 	pending map[uint64]*pending
@@ -152,7 +150,8 @@ func New(conn *amqp.Connection, topo Topology, window int, confirmTimeout time.D
 	p := &Publisher{
 		conn: conn, ch: ch, declCh: declCh, topo: topo, timeout: confirmTimeout, now: time.Now,
 		declared: map[int64]time.Time{}, origins: map[string]time.Time{}, detours: map[int64]time.Duration{},
-		pending: map[uint64]*pending{}, stale: map[int64]bool{}, done: make(chan struct{}),
+		unchecked: map[string]bool{},
+		pending:   map[uint64]*pending{}, stale: map[int64]bool{}, done: make(chan struct{}),
 		Notice: func(string) {},
 	}
 	// At most window publishes are pending, each confirmed once and
@@ -190,7 +189,7 @@ func (p *Publisher) Publish(ctx context.Context, dest Destination, msg amqp.Publ
 			return err
 		}
 		if d != dest.Delay {
-			dest = p.topo.Delayed(d, dest.BackTo)
+			dest = p.topo.Delayed(d, dest.RoutingKey)
 		}
 	}
 	entry := &pending{route: dest.key(), sent: p.now(), done: done}
@@ -273,7 +272,7 @@ func (p *Publisher) markReturned(r amqp.Return) {
 	key := routeKey{exchange: r.Exchange, routingKey: r.RoutingKey}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if ms, ok := p.topo.delayOfKey(r.RoutingKey); ok && r.Exchange == p.topo.DelayExchange {
+	if ms, ok := p.topo.delayOfExchange(r.Exchange); ok {
 		// The delay queue or its binding is gone: declare it again next
 		// time (ensureDelayQueue reads this).
 		p.stale[ms] = true
@@ -386,9 +385,10 @@ func (p *Publisher) ensureDelayQueue(d time.Duration) (time.Duration, error) {
 // after the one asked for.
 const maxDetours = 3
 
-// declareDelayQueue declares and binds the delay queue for d and returns
-// the delay whose queue it declared. A queue the broker refuses with a
-// channel-level error (one that exists with other arguments, or one left
+// declareDelayQueue declares the delay queue for d, its exchange and their
+// binding, and returns the delay whose queue it declared. A queue or
+// exchange the broker refuses with a channel-level error (one that exists
+// with other arguments or of another type, or a queue left
 // broken by a partition, see declareOrRepair) would otherwise end every
 // session at the first copy that needs it, and that copy's inbox
 // message would go round forever: instead the copy goes through the
@@ -397,7 +397,10 @@ const maxDetours = 3
 func (p *Publisher) declareDelayQueue(d time.Duration) (time.Duration, error) {
 	for range maxDetours + 1 {
 		q, b := p.topo.DelayQueue(d)
-		err := p.declareOrRepair(q)
+		err := p.withDeclareChannel(func(ch *amqp.Channel) error { return declareExchange(ch, p.topo.DelayExchangeFor(d)) })
+		if err == nil {
+			err = p.declareOrRepair(q)
+		}
 		var amqpErr *amqp.Error
 		if errors.As(err, &amqpErr) && amqpErr.Recover {
 			p.Notice(fmt.Sprintf("delay queue %s is unusable (%v): copies for it go through the next millisecond's delay queue", q.Name, err))
@@ -491,6 +494,9 @@ const originRecheck = time.Minute
 // OriginExists reports whether queue exists on the broker (QueueExists),
 // checking at most once a minute per queue. A copy sent towards a queue
 // that does not exist would be dropped by the broker when its delay ends.
+// A queue the broker will not say anything about (ErrCheckRefused) counts
+// as existing, and Notice says so once per queue: the copy goes on, as it
+// would with no check at all.
 func (p *Publisher) OriginExists(queue string) (bool, error) {
 	p.declMu.Lock()
 	defer p.declMu.Unlock()
@@ -499,6 +505,14 @@ func (p *Publisher) OriginExists(queue string) (bool, error) {
 		return true, nil
 	}
 	exists, err := QueueExists(p.conn, queue)
+	if errors.Is(err, ErrCheckRefused) {
+		if !p.unchecked[queue] {
+			p.unchecked[queue] = true
+			p.Notice("cannot check whether origin queue " + queue + " exists: " + ErrCheckRefused.Error() +
+				"; its copies go on unchecked (grant rebound write on the application queues to check them: deploy/README.md, Permissions)")
+		}
+		exists, err = true, nil
+	}
 	if err != nil {
 		return false, err
 	}
@@ -510,10 +524,15 @@ func (p *Publisher) OriginExists(queue string) (bool, error) {
 	return exists, nil
 }
 
+// ErrCheckRefused is QueueExists's answer when the broker refuses to say.
+var ErrCheckRefused = errors.New("the broker refuses a passive declaration of it without a permission on the queue (RabbitMQ 4.2.6 and later)")
+
 // QueueExists reports whether queue exists in conn's virtual host, with a
-// passive declaration on a channel of its own (a miss closes it). A
-// passive declaration needs no permission, so any answer but the queue or
-// NOT_FOUND is an error, not a guess.
+// passive declaration on a channel of its own (a miss closes it). Before
+// RabbitMQ 4.2.6 a passive declaration needs no permission; since, it
+// needs one on the queue (configure in 4.2.6 and 4.3.0, any since), and
+// without it the answer is ErrCheckRefused. Any other answer but the
+// queue or NOT_FOUND is an error, not a guess.
 func QueueExists(conn *amqp.Connection, queue string) (bool, error) {
 	err := withChannel(conn, func(ch *amqp.Channel) error {
 		_, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
@@ -525,6 +544,8 @@ func QueueExists(conn *amqp.Connection, queue string) (bool, error) {
 		return true, nil
 	case errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound:
 		return false, nil
+	case errors.As(err, &amqpErr) && amqpErr.Code == amqp.AccessRefused:
+		return false, fmt.Errorf("check queue %s: %w", queue, ErrCheckRefused)
 	}
 	return false, fmt.Errorf("check queue %s: %w", queue, err)
 }

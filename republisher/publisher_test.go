@@ -42,7 +42,7 @@ func newTestEnv(t *testing.T, quorum bool) *testEnv {
 	if _, err := admin.QueueDeclare(e.origin, true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	b.CleanupPrefix(t, b.URL, prefix, e.topo.DeadLetterExchange, e.topo.DelayExchange)
+	b.CleanupPrefix(t, b.URL, prefix)
 	return e
 }
 
@@ -130,18 +130,20 @@ func TestPublishOutcomes(t *testing.T) {
 	o := newOutcomes()
 	ctx := context.Background()
 	delayed := e.topo.Delayed(200*time.Millisecond, e.origin)
+	// A delay queue's exchange without its queue: as another replica's
+	// sweep leaves it.
+	swept := e.topo.DelayExchangeFor(700 * time.Millisecond)
+	if err := e.admin.ExchangeDeclare(swept.Name, swept.Kind, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
 	for id, dest := range map[string]Destination{
 		"direct":     Direct(e.origin),
 		"parked":     Direct(e.topo.ParkingQueue),
 		"delayed":    delayed,
 		"nowhere":    Direct(brokertest.Unique(t) + "missing"),
-		"no-binding": {Exchange: e.topo.DelayExchange, RoutingKey: e.origin}, // as a replica before direct routing published
+		"no-binding": {Exchange: swept.Name, RoutingKey: e.origin},
 	} {
-		m := msg(id)
-		if dest.BackTo != "" {
-			m = Copy(amqp.Delivery{MessageId: id, Body: []byte(id)}, amqp.Table{}, dest)
-		}
-		if err := p.Publish(ctx, dest, m, o.callback(id)); err != nil {
+		if err := p.Publish(ctx, dest, msg(id), o.callback(id)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -152,8 +154,8 @@ func TestPublishOutcomes(t *testing.T) {
 			t.Errorf("%s: %v, want %v", id, got[id], w)
 		}
 	}
-	// The delayed copy waits its delay, then reaches the origin through
-	// BCC; the delay key itself reaches no queue.
+	// The delayed copy waits its delay, then reaches the origin under its
+	// routing key.
 	e.waitOrigin(2, "the direct and the delayed one")
 	if n, err := brokertest.QueueLen(e.broker.URL, e.topo.ParkingQueue); err != nil || n != 1 {
 		t.Errorf("parking queue holds %d (%v), want 1", n, err)
@@ -161,10 +163,11 @@ func TestPublishOutcomes(t *testing.T) {
 }
 
 // TestUnusableDelayQueueIsDetoured: a delay queue that exists with other
-// arguments (here a different TTL, as an operator's hand might leave it)
-// answers every declaration with PRECONDITION_FAILED. The copy must still
-// be confirmed and come back, through the next millisecond's queue, and
-// the queue that was there is left as it was.
+// arguments (here a different TTL, as an operator's hand might leave it),
+// or whose exchange exists of another type, answers every declaration
+// with PRECONDITION_FAILED. The copies must still be confirmed and come
+// back, through the next usable millisecond's queue, and what was there
+// is left as it was.
 func TestUnusableDelayQueueIsDetoured(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, false)
@@ -176,10 +179,14 @@ func TestUnusableDelayQueueIsDetoured(t *testing.T) {
 	if _, err := e.admin.QueueDeclare(taken.Name, true, false, false, false, amqp.Table{amqp.QueueMessageTTLArg: 60_000}); err != nil {
 		t.Fatal(err)
 	}
+	direct := e.topo.DelayExchangeFor(delay + time.Millisecond).Name
+	if err := e.admin.ExchangeDeclare(direct, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
 	o := newOutcomes()
 	for _, id := range []string{"first", "second"} {
 		dest := e.topo.Delayed(delay, e.origin)
-		if err := p.Publish(context.Background(), dest, Copy(amqp.Delivery{MessageId: id, Body: []byte(id)}, amqp.Table{}, dest), o.callback(id)); err != nil {
+		if err := p.Publish(context.Background(), dest, Copy(amqp.Delivery{MessageId: id, Body: []byte(id)}, amqp.Table{}), o.callback(id)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -188,11 +195,11 @@ func TestUnusableDelayQueueIsDetoured(t *testing.T) {
 			t.Errorf("%s: %v, want Confirmed", id, out)
 		}
 	}
-	if len(notices) != 1 {
-		t.Errorf("notices = %q, want one, for the first copy only", notices)
+	if len(notices) != 2 {
+		t.Errorf("notices = %q, want two, both for the first copy", notices)
 	}
-	detour, _ := e.topo.DelayQueue(delay + time.Millisecond)
-	if _, ok := p.declared[(delay + time.Millisecond).Milliseconds()]; !ok {
+	detour, _ := e.topo.DelayQueue(delay + 2*time.Millisecond)
+	if _, ok := p.declared[(delay + 2*time.Millisecond).Milliseconds()]; !ok {
 		t.Errorf("%s was not declared", detour.Name)
 	}
 	e.waitOrigin(2, "both copies")
@@ -238,7 +245,7 @@ func TestReturnIsNeverLostBehindADeclaration(t *testing.T) {
 	p.pending[seq] = entry
 	p.mu.Unlock()
 	if err := p.ch.PublishWithContext(context.Background(), delayed.Exchange, delayed.RoutingKey, true, false,
-		Copy(amqp.Delivery{MessageId: "delayed"}, amqp.Table{}, delayed)); err != nil {
+		Copy(amqp.Delivery{MessageId: "delayed"}, amqp.Table{})); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Publish(context.Background(), Direct(brokertest.Unique(t)+"missing"), msg("direct"), o.callback("direct")); err != nil {
@@ -254,7 +261,7 @@ func TestReturnIsNeverLostBehindADeclaration(t *testing.T) {
 	}
 	// And the publisher declares the delay queue again on next use.
 	done := make(chan Outcome, 1)
-	if err := p.Publish(context.Background(), delayed, Copy(amqp.Delivery{MessageId: "again"}, amqp.Table{}, delayed),
+	if err := p.Publish(context.Background(), delayed, Copy(amqp.Delivery{MessageId: "again"}, amqp.Table{}),
 		func(out Outcome, _ time.Duration) { done <- out }); err != nil {
 		t.Fatal(err)
 	}
@@ -308,6 +315,51 @@ func TestQueueExists(t *testing.T) {
 	p.now = func() time.Time { return time.Now().Add(2 * originRecheck) }
 	if ok, err := p.OriginExists(e.origin); ok || err != nil {
 		t.Errorf("OriginExists after the recheck = %v, %v; want false", ok, err)
+	}
+}
+
+// TestOriginExistsWithoutPermission: RabbitMQ 4.2.6 and later refuse a
+// passive declaration of a queue the user has no permission on (3.10
+// answers it). A refusal must not end the session: the origin counts as
+// existing, said once.
+func TestOriginExistsWithoutPermission(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, false)
+	user, password := "rebound-"+brokertest.RandomSuffix(), "pw"
+	e.broker.MustCtl(t, "-q", "add_user", user, password)
+	t.Cleanup(func() { _, _ = e.broker.Ctl(context.Background(), nil, "-q", "delete_user", user) })
+	// Anything but the origin.
+	e.broker.MustCtl(t, "-q", "set_permissions", "-p", "/", user, "^x$", "^x$", "^x$")
+	u, err := amqp.ParseURI(e.broker.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Username, u.Password = user, password
+	conn := e.broker.Dial(t, u.String())
+
+	exists, err := QueueExists(conn, e.origin)
+	if e.broker.AtLeast(4, 2) {
+		if !errors.Is(err, ErrCheckRefused) {
+			t.Fatalf("QueueExists without permission on RabbitMQ %s = %v, %v; want ErrCheckRefused", e.broker.Version(), exists, err)
+		}
+	} else if !exists || err != nil {
+		t.Fatalf("QueueExists without permission on RabbitMQ %s = %v, %v; want true", e.broker.Version(), exists, err)
+	}
+
+	p, err := New(conn, e.topo, 4, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var notices []string
+	p.Notice = func(msg string) { notices = append(notices, msg) }
+	for range 2 {
+		if ok, err := p.OriginExists(e.origin); !ok || err != nil {
+			t.Errorf("OriginExists = %v, %v; want true", ok, err)
+		}
+		p.now = func() time.Time { return time.Now().Add(2 * originRecheck) } // check again
+	}
+	if want := map[bool]int{true: 1, false: 0}[e.broker.AtLeast(4, 2)]; len(notices) != want {
+		t.Errorf("notices %q, want %d", notices, want)
 	}
 }
 

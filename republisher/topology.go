@@ -14,22 +14,23 @@ import (
 // from.
 //
 // Delay routing costs O(1) per copy, whatever the number of delay queues:
-// a copy is published to the direct DelayExchange with its delay queue's
-// key (DelayKey) as routing key and its origin queue in the BCC header. The
-// direct exchange routes on the key alone (no queue is bound under an
-// origin's name there). When the TTL fires, the delay queue dead-letters
-// the copy to the default exchange with its original routing keys, BCC
-// included: the delay key routes nowhere, since no queue can be named
-// "amq.…", and the BCC key reaches the origin queue. BCC, not CC: the
-// broker delivers the copy without BCC, where a CC header would stay on
-// it, and a consumer republishing the retry through the default exchange
-// with its headers would send it back to its queue too. A headers exchange
-// would evaluate every delay queue's binding for every copy, and full
-// jitter spreads copies over hundreds of delay queues.
+// each delay queue has a fanout exchange of its own (DelayExchange + "." +
+// the delay in milliseconds, bound to that queue alone), and a copy is
+// published there with its origin queue as routing key. When the TTL
+// fires, the delay queue dead-letters the copy to the default exchange
+// under that key: back into the origin queue. No exchange ever holds more
+// than one binding, so routing never grows with the delay queues. A
+// shared exchange does: a headers exchange evaluates every delay queue's
+// binding for every copy, and a direct exchange routing the delay key
+// with the origin in CC or BCC matches several routing keys, which
+// RabbitMQ 3.10 does by scanning all of the exchange's bindings; full
+// jitter spreads copies over hundreds of delay queues. No CC or BCC
+// header is involved, so a consumer that republishes a retry with its
+// headers sends it nowhere else.
 type Topology struct {
 	InboxQueue         string
 	DeadLetterExchange string // fanout, bound to InboxQueue
-	DelayExchange      string // direct, routes on DelayKey
+	DelayExchange      string // prefix of the delay queues' exchanges; see DelayExchangeFor
 	DelayQueuePrefix   string
 	ParkingQueue       string
 	Quorum             bool // declare quorum queues instead of classic ones
@@ -79,12 +80,10 @@ type Binding struct {
 	Args     amqp.Table
 }
 
-// Exchanges returns the exchanges rebound needs, all durable.
+// Exchanges returns the fixed exchanges rebound needs, all durable. Each
+// delay queue's exchange is declared with it; see DelayExchangeFor.
 func (t Topology) Exchanges() []Exchange {
-	return []Exchange{
-		{Name: t.DeadLetterExchange, Kind: amqp.ExchangeFanout},
-		{Name: t.DelayExchange, Kind: amqp.ExchangeDirect},
-	}
+	return []Exchange{{Name: t.DeadLetterExchange, Kind: amqp.ExchangeFanout}}
 }
 
 // Queues returns the fixed queues rebound needs, all durable. Delay queues
@@ -127,21 +126,13 @@ func (t Topology) queueArgs() amqp.Table {
 	return amqp.Table{}
 }
 
-// DelayKey is the routing key of the delay queue for d on the delay
-// exchange: "amq." + the queue's name. Queue names starting "amq." are
-// the broker's, so when the delay queue dead-letters a copy to the default
-// exchange under this key, it reaches no queue.
-func (t Topology) DelayKey(d time.Duration) string {
-	return "amq." + t.delayQueueName(d.Milliseconds())
-}
-
 func (t Topology) delayQueueName(ms int64) string {
 	return t.DelayQueuePrefix + strconv.FormatInt(ms, 10)
 }
 
-// delayOfKey is the delay, in milliseconds, whose DelayKey is key.
-func (t Topology) delayOfKey(key string) (int64, bool) {
-	digits, ok := strings.CutPrefix(key, "amq."+t.DelayQueuePrefix)
+// delayOfExchange is the delay, in milliseconds, whose exchange is name.
+func (t Topology) delayOfExchange(name string) (int64, bool) {
+	digits, ok := strings.CutPrefix(name, t.DelayExchange+".")
 	if !ok {
 		return 0, false
 	}
@@ -149,12 +140,18 @@ func (t Topology) delayOfKey(key string) (int64, bool) {
 	return ms, err == nil && ms > 0
 }
 
+// DelayExchangeFor returns the exchange of the delay queue for d: a
+// fanout exchange named DelayExchange + "." + the delay in milliseconds.
+func (t Topology) DelayExchangeFor(d time.Duration) Exchange {
+	return Exchange{Name: t.DelayExchange + "." + strconv.FormatInt(d.Milliseconds(), 10), Kind: amqp.ExchangeFanout}
+}
+
 // DelayQueue returns the queue that holds messages for delay d and its
-// binding on the delay exchange. Messages expire after d and are
-// dead-lettered to the default exchange under the keys they were published
-// with: the delay key, which reaches no queue, and the origin queue's name
-// in BCC. There is deliberately no x-expires: a queue that expires is
-// deleted with the messages it still holds.
+// binding to its exchange (DelayExchangeFor). Messages expire after d and
+// are dead-lettered to the default exchange under the routing key they
+// were published with: the origin queue's name. There is deliberately no
+// x-expires: a queue that expires is deleted with the messages it still
+// holds.
 func (t Topology) DelayQueue(d time.Duration) (Queue, Binding) {
 	ms := d.Milliseconds()
 	args := t.queueArgs()
@@ -168,7 +165,7 @@ func (t Topology) DelayQueue(d time.Duration) (Queue, Binding) {
 		args[amqp.QueueOverflowArg] = amqp.QueueOverflowRejectPublish
 	}
 	q := Queue{Name: t.delayQueueName(ms), Args: args}
-	b := Binding{Exchange: t.DelayExchange, Queue: q.Name, Key: t.DelayKey(d)}
+	b := Binding{Exchange: t.DelayExchangeFor(d).Name, Queue: q.Name}
 	return q, b
 }
 

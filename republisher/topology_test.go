@@ -20,7 +20,7 @@ func TestDelayQueueAndKey(t *testing.T) {
 	for _, quorum := range []bool{false, true} {
 		topo := testTopology(quorum, false)
 		q, b := topo.DelayQueue(1500 * time.Millisecond)
-		if q.Name != "delay.1500" || b.Queue != q.Name || b.Exchange != "delay" || b.Key != "amq.delay.1500" || b.Args != nil {
+		if q.Name != "delay.1500" || b.Queue != q.Name || b.Exchange != "delay.1500" || b.Key != "" || b.Args != nil {
 			t.Errorf("quorum=%v: queue %+v binding %+v", quorum, q, b)
 		}
 		want := amqp.Table{"x-message-ttl": int64(1500), "x-dead-letter-exchange": ""}
@@ -32,26 +32,18 @@ func TestDelayQueueAndKey(t *testing.T) {
 		if got, _ := json.Marshal(q.Args); string(got) != mustJSON(t, want) {
 			t.Errorf("quorum=%v: delay queue arguments %s, want %s", quorum, got, mustJSON(t, want))
 		}
-		if d := topo.Delayed(1500*time.Millisecond, "orders"); d != (Destination{Exchange: "delay", RoutingKey: "amq.delay.1500", BackTo: "orders", Delay: 1500 * time.Millisecond}) {
+		if x := topo.DelayExchangeFor(1500 * time.Millisecond); x != (Exchange{Name: "delay.1500", Kind: "fanout"}) {
+			t.Errorf("DelayExchangeFor = %+v", x)
+		}
+		if d := topo.Delayed(1500*time.Millisecond, "orders"); d != (Destination{Exchange: "delay.1500", RoutingKey: "orders", Delay: 1500 * time.Millisecond}) {
 			t.Errorf("Delayed = %+v", d)
 		}
 	}
 	topo := testTopology(false, false)
-	for key, want := range map[string]int64{"amq.delay.1500": 1500, "amq.delay.": 0, "amq.delay.15x": 0, "delay.1500": 0, "amq.delay.0": 0, "amq.other.1500": 0} {
-		ms, ok := topo.delayOfKey(key)
+	for name, want := range map[string]int64{"delay.1500": 1500, "delay.": 0, "delay.15x": 0, "delay": 0, "delay.0": 0, "other.1500": 0, "delayx1500": 0} {
+		ms, ok := topo.delayOfExchange(name)
 		if ms != want || ok != (want > 0) {
-			t.Errorf("delayOfKey(%q) = %d, %v; want %d", key, ms, ok, want)
-		}
-	}
-}
-
-// No queue can be named like a delay key: RabbitMQ reserves "amq." for
-// itself, and config refuses prefixes that start with it.
-func TestDelayKeysNameNoQueue(t *testing.T) {
-	topo := testTopology(false, false)
-	for _, d := range []time.Duration{time.Millisecond, time.Second, time.Hour} {
-		if key := topo.DelayKey(d); key[:4] != "amq." || topo.Owns(key) {
-			t.Errorf("DelayKey(%s) = %q", d, key)
+			t.Errorf("delayOfExchange(%q) = %d, %v; want %d", name, ms, ok, want)
 		}
 	}
 }
@@ -124,7 +116,7 @@ func TestTopologyDefinitions(t *testing.T) {
 			return out
 		}
 		xs := names("exchanges", "name")
-		if xs["dlx"]["type"] != "fanout" || xs["delay"]["type"] != "direct" || xs["dlx"]["durable"] != true {
+		if xs["dlx"]["type"] != "fanout" || xs["dlx"]["durable"] != true || len(xs) != 1 {
 			t.Errorf("exchanges: %v", doc["exchanges"])
 		}
 		qs := names("queues", "name")
@@ -191,38 +183,23 @@ func TestTopologyDefinitionsEmptyListsAreArrays(t *testing.T) {
 	}
 }
 
-// A copy routes where rebound decided and nowhere else: a delayed copy
-// has exactly its origin in BCC (the codec has dropped whatever CC or BCC
-// the message carried), and the legacy routing header is gone.
+// A copy routes by its destination alone: no CC or BCC (the codec has
+// dropped whatever the message carried) and no legacy routing header.
 func TestCopyRoutingHeaders(t *testing.T) {
 	d := amqp.Delivery{
 		MessageId: "m", Expiration: "60000", UserId: "producer", DeliveryMode: amqp.Persistent, Body: []byte("b"),
 	}
-	for _, tc := range []struct {
-		dest Destination
-		bcc  any
-	}{
-		{Direct("parked"), nil},
-		{Direct("orders"), nil},
-		{testTopology(false, false).Delayed(time.Second, "orders"), []any{"orders"}},
-	} {
-		headers := amqp.Table{"rebound-delay-ms": int64(1000), "tenant": "acme"}
-		msg := Copy(d, headers, tc.dest)
-		if _, ok := msg.Headers["rebound-delay-ms"]; ok {
-			t.Errorf("%+v: legacy delay header kept", tc.dest)
+	msg := Copy(d, amqp.Table{"rebound-delay-ms": int64(1000), "tenant": "acme"})
+	for _, name := range []string{"rebound-delay-ms", "CC", "BCC"} {
+		if _, ok := msg.Headers[name]; ok {
+			t.Errorf("copy carries %s", name)
 		}
-		if got, ok := msg.Headers["BCC"]; mustJSON(t, got) != mustJSON(t, tc.bcc) || ok != (tc.bcc != nil) {
-			t.Errorf("%+v: BCC = %v, want %v", tc.dest, got, tc.bcc)
-		}
-		if _, ok := msg.Headers["CC"]; ok {
-			t.Errorf("%+v: CC set", tc.dest)
-		}
-		if msg.Headers["tenant"] != "acme" || msg.Expiration != "" || msg.UserId != "" || msg.MessageId != "m" || msg.DeliveryMode != amqp.Persistent {
-			t.Errorf("%+v: copy %+v", tc.dest, msg)
-		}
-		if err := msg.Headers.Validate(); err != nil {
-			t.Errorf("%+v: headers do not validate: %v", tc.dest, err)
-		}
+	}
+	if msg.Headers["tenant"] != "acme" || msg.Expiration != "" || msg.UserId != "" || msg.MessageId != "m" || msg.DeliveryMode != amqp.Persistent {
+		t.Errorf("copy %+v", msg)
+	}
+	if err := msg.Headers.Validate(); err != nil {
+		t.Errorf("headers do not validate: %v", err)
 	}
 }
 

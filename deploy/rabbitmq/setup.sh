@@ -16,7 +16,8 @@ set -euo pipefail
 
 # The command that runs rabbitmqctl, split on spaces.
 read -r -a RABBITMQCTL <<<"${RABBITMQCTL:-rabbitmqctl}"
-rabbitmqctl() { "${RABBITMQCTL[@]}" "$@"; }
+# command: the function's own name would otherwise call itself.
+rabbitmqctl() { command "${RABBITMQCTL[@]}" "$@"; }
 
 VHOST=${VHOST:-orders}
 REBOUND_USER=${REBOUND_USER:-orders-rebound}
@@ -35,28 +36,40 @@ QUEUE_TYPE=${QUEUE_TYPE:-classic}
 #   read       consume from, get from or purge a queue; be the source of a binding
 # Dead-lettering is done by the broker itself and needs no permission.
 
-# configure: rebound declares its two exchanges and its queues (queue.delete,
-# for removing idle delay queues, needs the same). rebound.delay.<n> are the
-# per-delay TTL queues (delay in milliseconds), declared on first use. The
-# application queues are not rebound's to declare.
+# configure: rebound declares its exchanges and its queues (queue.delete,
+# for removing idle delay queues, needs the same). rebound.delay.<n> names
+# both a per-delay TTL queue (delay in milliseconds) and its fanout
+# exchange, declared on first use. rebound.delay alone is the shared
+# headers exchange of earlier rebound versions: older replicas still use it
+# during a rolling upgrade (drop it from the three patterns once none is
+# left). The application queues are not rebound's to declare.
 CONFIGURE='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+)$'
 
-# write: rebound publishes delayed copies to the rebound.delay exchange, and
-# immediate retries and parked messages to the default exchange, whose name
-# for permissions is amq.default (routing key = the target queue). The
-# delay queues dead-letter to the default exchange, and declaring them
-# needs write on it too. Binding rebound.inbox to rebound.dlx and each
-# delay queue to rebound.delay needs write on those queues. Note: write on amq.default lets rebound publish to
-# any queue of the vhost by name; that is how it sends a message back to its
-# origin queue, whatever that queue is called.
+# write: rebound publishes delayed copies to the delay queues' exchanges
+# (rebound.delay.<n>), and immediate retries and parked messages to the
+# default exchange, whose name for permissions is amq.default (routing key
+# = the target queue). The delay queues dead-letter to the default
+# exchange, and declaring them needs write on it too. Binding rebound.inbox
+# to rebound.dlx and each delay queue to its exchange needs write on those
+# queues. Note: write on amq.default lets rebound publish to any queue of
+# the vhost by name; that is how it sends a message back to its origin
+# queue, whatever that queue is called.
 WRITE='^(amq\.default|rebound\.delay|rebound\.inbox|rebound\.delay\.[0-9]+)$'
+# And the application queues (APP_QUEUES): rebound checks that a message's
+# origin queue exists before it sends a copy towards it (a copy for a queue
+# deleted meanwhile would be dropped when its delay ends), with a passive
+# queue.declare, which RabbitMQ 4.2.6 and later refuse without a
+# permission on the queue. Write is the least of the three: it lets rebound
+# bind the queue to its own exchanges, which it never does, where read would
+# let it consume and configure delete.
+WRITE="$WRITE|$APP_QUEUES"
 
 # read: rebound consumes rebound.inbox; `rebound parked` lists, replays and
 # purges rebound.parked; binding needs read on the source exchanges
-# rebound.dlx and rebound.delay. The delay queues too: declaring a queue
-# with a dead-letter exchange (theirs is the default exchange) needs read on
-# the queue and write on that exchange, checked at declaration. Nothing
-# else: rebound never consumes an application queue.
+# rebound.dlx and rebound.delay.<n>. The delay queues too: declaring a
+# queue with a dead-letter exchange (theirs is the default exchange) needs
+# read on the queue and write on that exchange, checked at declaration.
+# Nothing else: rebound never consumes an application queue.
 READ='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+)$'
 
 if ! rabbitmqctl -q list_users | awk '{print $1}' | grep -qx -- "$REBOUND_USER"; then

@@ -15,10 +15,14 @@ type Permissions struct {
 	Configure, Write, Read string
 }
 
-var permissionLine = regexp.MustCompile(`(?m)^(CONFIGURE|WRITE|READ)='([^']*)'$`)
+var (
+	permissionLine = regexp.MustCompile(`(?m)^(CONFIGURE|WRITE|READ)='([^']*)'$`)
+	writeAppQueues = regexp.MustCompile(`(?m)^WRITE="\$WRITE\|\$APP_QUEUES"$`)
+)
 
 // ReadPermissions extracts CONFIGURE='...', WRITE='...' and READ='...' from
-// deploy/rabbitmq/setup.sh.
+// deploy/rabbitmq/setup.sh, and the application queues' pattern when the
+// script adds it to WRITE.
 func ReadPermissions(script []byte) (Permissions, error) {
 	var p Permissions
 	found := map[string]bool{}
@@ -39,6 +43,13 @@ func ReadPermissions(script []byte) (Permissions, error) {
 	}
 	if len(found) != 3 {
 		return p, fmt.Errorf("want CONFIGURE, WRITE and READ lines, found %d", len(found))
+	}
+	if writeAppQueues.Match(script) {
+		app, err := ReadAppQueues(script)
+		if err != nil {
+			return p, err
+		}
+		p.Write += "|" + app
 	}
 	return p, nil
 }
@@ -90,29 +101,44 @@ type Access struct {
 // queue with a dead-letter exchange needs read on the queue and write on
 // that exchange.
 func Needs(c config.Config) []Access {
-	delayQueues := []string{c.DelayQueuePrefix + "1000", c.DelayQueuePrefix + "1200", c.DelayQueuePrefix + strconv.Itoa(3600_000)}
+	delays := []string{"1000", "1200", strconv.Itoa(3600_000)}
 	a := []Access{
 		{"configure", c.DeadLetterExchange, "declare the dead-letter exchange"},
-		{"configure", c.DelayExchange, "declare the delay exchange"},
 		{"configure", c.InboxQueue, "declare the inbox"},
 		{"configure", c.ParkingQueue, "declare the parking queue"},
 		{"write", c.InboxQueue, "bind the inbox to the dead-letter exchange"},
 		{"read", c.DeadLetterExchange, "bind the inbox to the dead-letter exchange"},
 		{"read", c.InboxQueue, "consume the inbox"},
 		{"read", c.ParkingQueue, "rebound parked: list, replay, purge"},
-		{"write", c.DelayExchange, "publish delayed copies"},
 		{"write", "amq.default", "publish immediate retries, parked messages and replays to the default exchange"},
-		{"read", c.DelayExchange, "bind delay queues to the delay exchange"},
-		{"configure", c.DelayExchange, "delete the headers exchange of a rebound before direct delay routing"},
 	}
-	for _, q := range delayQueues {
+	if app := exampleOrigin(c); app != "" {
+		a = append(a, Access{"write", app, "check that an origin queue exists (a passive queue.declare: RabbitMQ 4.2.6 and later want a permission on the queue)"})
+	}
+	for _, ms := range delays {
+		q, x := c.DelayQueuePrefix+ms, c.DelayExchange+"."+ms
 		a = append(a,
+			Access{"configure", x, "declare a delay queue's exchange"},
+			Access{"write", x, "publish delayed copies"},
+			Access{"read", x, "bind a delay queue to its exchange"},
 			Access{"configure", q, "declare a delay queue"},
-			Access{"write", q, "bind a delay queue to the delay exchange"},
+			Access{"write", q, "bind a delay queue to its exchange"},
 			Access{"read", q, "declare a delay queue that dead-letters to the default exchange"},
 		)
 	}
 	return a
+}
+
+// exampleOrigin is a queue name REBOUND_ORIGIN_QUEUES allows, for
+// checking permissions on: the kustomize base allows ^orders\. .
+func exampleOrigin(c config.Config) string {
+	allowed := c.OriginAllowed()
+	for _, name := range []string{"orders.created", "orders.e2e", "app.queue"} {
+		if c.OriginQueues != "" && allowed(name) {
+			return name
+		}
+	}
+	return ""
 }
 
 // CheckPermissions checks that p allows everything Needs(c) lists and
@@ -144,8 +170,14 @@ func CheckPermissions(p Permissions, c config.Config) []string {
 		c.InboxQueue + "x", "x" + c.InboxQueue, c.DelayQueuePrefix + "abc", c.DelayQueuePrefix,
 		c.DeadLetterExchange + ".extra", c.ParkingQueue + "2",
 	}
+	allowed := c.OriginAllowed()
 	for perm, r := range res {
 		for _, name := range foreign {
+			// Write on the queues rebound sends messages back to lets it
+			// check that they exist (see Needs).
+			if perm == "write" && c.OriginQueues != "" && allowed(name) {
+				continue
+			}
 			if r.MatchString(name) {
 				problems = append(problems, fmt.Sprintf("%s regex %q also allows %q, which is not rebound's", perm, r, name))
 			}

@@ -454,12 +454,12 @@ func redact(raw string) string {
 	return u.String()
 }
 
-// CleanupPrefix deletes, when t ends, every queue of url's virtual host
-// whose name starts with prefix, and the exchanges named, on a connection
-// of its own (the test's may be closed by then). Tests name everything
-// they declare with Unique's prefix; the queues rebound declares for them
-// (delay queues) included.
-func (b *Broker) CleanupPrefix(t testing.TB, url, prefix string, exchanges ...string) {
+// CleanupPrefix deletes, when t ends, every queue and exchange of url's
+// virtual host whose name starts with prefix, on a connection of its own
+// (the test's may be closed by then). Tests name everything they declare
+// with Unique's prefix; what rebound declares for them (delay queues and
+// their exchanges) included.
+func (b *Broker) CleanupPrefix(t testing.TB, url, prefix string) {
 	t.Cleanup(func() {
 		conn, err := amqp.Dial(url)
 		if err != nil {
@@ -472,19 +472,20 @@ func (b *Broker) CleanupPrefix(t testing.TB, url, prefix string, exchanges ...st
 		if u, err := amqp.ParseURI(url); err == nil && u.Vhost != "" {
 			vhost = u.Vhost
 		}
-		out, _ := b.Ctl(context.Background(), nil, "-q", "list_queues", "-p", vhost, "name", "--no-table-headers")
-		for _, q := range strings.Fields(out) {
-			if strings.HasPrefix(q, prefix) {
+		for _, kind := range []string{"queues", "exchanges"} {
+			out, _ := b.Ctl(context.Background(), nil, "-q", "list_"+kind, "-p", vhost, "name", "--no-table-headers")
+			for _, name := range strings.Fields(out) {
+				if !strings.HasPrefix(name, prefix) {
+					continue
+				}
 				if ch, err := conn.Channel(); err == nil {
-					_, _ = ch.QueueDelete(q, false, false, false)
+					if kind == "queues" {
+						_, _ = ch.QueueDelete(name, false, false, false)
+					} else {
+						_ = ch.ExchangeDelete(name, false, false)
+					}
 					ch.Close()
 				}
-			}
-		}
-		for _, x := range exchanges {
-			if ch, err := conn.Channel(); err == nil {
-				_ = ch.ExchangeDelete(x, false, false)
-				ch.Close()
 			}
 		}
 	})

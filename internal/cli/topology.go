@@ -39,8 +39,9 @@ policies and an example dead-letter policy for application queues:
 With quorum queues the definitions depend on the broker's version: it is
 asked over REBOUND_AMQP_URL unless --rabbitmq names it. A queue declared
 with its own x-dead-letter-exchange argument ignores the application
-policy. Delay queues (REBOUND_DELAY_QUEUE_PREFIX + milliseconds) are not
-included: rebound declares each one the first time it needs that delay.`
+policy. Delay queues (REBOUND_DELAY_QUEUE_PREFIX + milliseconds) and their
+fanout exchanges (REBOUND_DELAY_EXCHANGE + "." + milliseconds) are not
+included: rebound declares each pair the first time it needs that delay.`
 
 func runTopologyPrint(ctx context.Context, args []string, in invocation) error {
 	fs := flag.NewFlagSet("topology print", flag.ContinueOnError)
@@ -79,7 +80,7 @@ func runTopologyPrint(ctx context.Context, args []string, in invocation) error {
 	if err := enc.Encode(defs); err != nil {
 		return err
 	}
-	fmt.Fprintf(in.stderr, "rebound topology print: delay queues (%s<ms>) are not listed: rebound declares each on first use\n", cfg.DelayQueuePrefix)
+	fmt.Fprintf(in.stderr, "rebound topology print: delay queues (%s<ms>) and their exchanges (%s.<ms>) are not listed: rebound declares each pair on first use\n", cfg.DelayQueuePrefix, cfg.DelayExchange)
 	return nil
 }
 
