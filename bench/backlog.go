@@ -57,10 +57,11 @@ func measureBacklog(ctx context.Context, b *broker, n int, stdout io.Writer) (*b
 	res := &backlogResult{N: n}
 	res.Baseline, _ = memory()
 
-	stop, err := startRebound(ctx, b.url, topo, delay)
+	r, err := startRebound(ctx, b.url, topo, reboundSettings{Delay: delay})
 	if err != nil {
 		return nil, err
 	}
+	stop := r.stop
 	start := time.Now()
 	for {
 		moved, _, err := b.inspect(delayQueue.Name)
