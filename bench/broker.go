@@ -446,14 +446,22 @@ func (b *broker) ensureShovel(ctx context.Context, stdout io.Writer) error {
 }
 
 // shovelURI is the broker URL in the form the shovel expects: the vhost
-// always spelled out, "/" as %2f.
-func shovelURI(raw string) (string, error) {
+// always spelled out, "/" as %2f. With direct, it names no host: the
+// shovel then uses a direct connection inside the node (Erlang messages,
+// no socket, no frames), as a shovel between queues of one broker is
+// meant to be configured; without, a network connection to the URL's
+// host, as an external client's.
+func shovelURI(raw string, direct bool) (string, error) {
 	u, err := amqp.ParseURI(raw)
 	if err != nil {
 		return "", fmt.Errorf("parse broker URL: %w", err)
 	}
+	vhost := url.PathEscape(config.VhostOf(raw))
+	if direct {
+		return "amqp:///" + vhost, nil
+	}
 	return fmt.Sprintf("%s://%s:%s@%s:%d/%s", u.Scheme, url.PathEscape(u.Username), url.PathEscape(u.Password),
-		u.Host, u.Port, url.PathEscape(config.VhostOf(raw))), nil
+		u.Host, u.Port, vhost), nil
 }
 
 // setPolicy sets policy p in the broker URL's vhost (p.VHost is ignored)

@@ -10,7 +10,7 @@ type kind int
 const (
 	kindRebound    kind = iota // in-process sidecar: inbox -> delay exchange -> delay queue
 	kindRelay                  // the bare amqp091-go relay (relay.go), in this process
-	kindShovel                 // a dynamic shovel, inside the broker, ack-mode on-confirm, prefetch 256
+	kindShovel                 // a dynamic shovel, inside the broker, direct connection, ack-mode on-confirm, prefetch 256
 	kindNaive                  // one consumer: publish a copy, wait for its confirm, ack, next
 	kindShovelSame             // the shovel, moving rebound's copies into a queue like its delay queue
 )
@@ -50,6 +50,9 @@ type contender struct {
 	// Spread spreads rebound's copies evenly over that many delay queues
 	// (spread.go); 0 for one delay queue.
 	Spread int
+	// Network connects a shovel to the broker over TCP, as an external
+	// client would, instead of directly inside the node.
+	Network bool
 }
 
 // The contenders of the throughput runs.

@@ -5,6 +5,13 @@ package main
 // one core (when pinned runs are on): variants of the bare relay, and of
 // rebound where the lever is configuration.
 
+// Lever names the readings cite.
+const (
+	leverNoXDeath     = "relay, messages without x-death"
+	leverReboundFetch = "rebound, prefetch 1024"
+	leverShovelFetch  = "shovel, prefetch 1024"
+)
+
 // relayWith returns the base relay changed by f.
 func relayWith(f func(*relayConfig)) relayConfig {
 	c := baseRelay
@@ -23,12 +30,13 @@ func leverContenders() []contender {
 		{Name: "relay, 4 publish channels", Kind: kindRelay, Relay: relayWith(func(c *relayConfig) { c.Channels = 4 })},
 		{Name: "relay, 4 publish connections", Kind: kindRelay, Relay: relayWith(func(c *relayConfig) { c.Channels, c.Conns = 4, 4 })},
 		{Name: "relay, coalesced writes", Kind: kindRelay, Relay: relayWith(func(c *relayConfig) { c.Coalesce = true })},
-		{Name: "relay, messages without x-death", Kind: kindRelay, Relay: baseRelay, Source: plainSource},
+		{Name: leverNoXDeath, Kind: kindRelay, Relay: baseRelay, Source: plainSource},
 		{Name: "relay, rebound's copies and routing", Kind: kindRelay, Relay: baseRelay, Source: copySource, IntoDelayQueue: true},
 		reboundC,
-		{Name: "rebound, prefetch 1024", Kind: kindRebound, Prefetch: 1024},
+		{Name: leverReboundFetch, Kind: kindRebound, Prefetch: 1024},
 		shovelC,
-		{Name: "shovel, prefetch 1024", Kind: kindShovel, Prefetch: 1024},
+		{Name: leverShovelFetch, Kind: kindShovel, Prefetch: 1024},
+		{Name: "shovel, network connections", Kind: kindShovel, Network: true},
 	}
 }
 

@@ -238,8 +238,24 @@ func probeBroker(ctx context.Context, b *broker, prefix, src string, window time
 			return res, time.Time{}, fmt.Errorf("%q cannot go into an Erlang string", s)
 		}
 	}
+	out, err := b.ctl(ctx, "eval", probeExpr(prefix, src, b.vhost(), window))
+	ended := time.Now()
+	if err != nil {
+		return res, ended, err
+	}
+	if err := res.parse(out, prefix); err != nil {
+		return res, ended, err
+	}
+	if len(res.Queues) == 0 {
+		return res, ended, fmt.Errorf("rabbitmqctl eval found no queue named %s*:\n%s", prefix, out)
+	}
+	return res, ended, nil
+}
+
+// probeExpr is the Erlang expression probeBroker evaluates on the node.
+func probeExpr(prefix, src, vhost string, window time.Duration) string {
 	const every = 2 * time.Millisecond
-	expr := fmt.Sprintf(`Prefix = <<"%s">>, Src = <<"%s">>, VHost = <<"%s">>,
+	return fmt.Sprintf(`Prefix = <<"%s">>, Src = <<"%s">>, VHost = <<"%s">>,
 Consumers = fun(Name) -> case rabbit_amqqueue:lookup(rabbit_misc:r(VHost, queue, Name)) of {ok, Q} -> case catch rabbit_amqqueue:info(Q, [consumers]) of [{consumers, C}] -> C; _ -> 0 end; _ -> 0 end end,
 WaitUntil = erlang:monotonic_time(millisecond) + 60000,
 Wait = fun Wait() -> case Src =:= <<>> orelse Consumers(Src) > 0 of true -> ok; false -> case erlang:monotonic_time(millisecond) > WaitUntil of true -> timeout; false -> timer:sleep(1), Wait() end end end,
@@ -252,7 +268,7 @@ AncKey = list_to_atom([36 | "ancestors"]),
 Anc = fun(P) -> case erlang:process_info(P, dictionary) of {dictionary, D} -> case lists:keyfind(AncKey, 1, D) of {_, As} -> As; false -> [] end; _ -> [] end end,
 VSup = case catch rabbit_vhost_sup_sup:get_vhost_sup(VHost) of {ok, VS} -> [VS]; _ -> [] end,
 Conns = fun() -> [P || P <- rabbit_networking:connections(), node(P) =:= node(), (catch rabbit_reader:info(P, [vhost])) =:= [{vhost, VHost}]] end,
-Mine = fun(P, Roots) -> lists:member(P, Roots) orelse lists:any(fun(A) -> lists:member(A, Roots) end, Anc(P)) orelse
+Ours = fun(P, Roots) -> lists:member(P, Roots) orelse lists:any(fun(A) -> lists:member(A, Roots) end, Anc(P)) orelse
   lists:prefix("amqp_", atom_to_list(Kind(P))) orelse lists:prefix("rabbit_shovel", atom_to_list(Kind(P))) end,
 R0 = Red(),
 Old = erlang:system_flag(microstate_accounting, true),
@@ -264,8 +280,8 @@ Rows = Loop([]),
 Stats = erlang:statistics(microstate_accounting),
 erlang:system_flag(microstate_accounting, Old),
 R1 = Red(),
-Cs = Conns(),
-Roots = VSup ++ Cs ++ [hd(Anc(C)) || C <- Cs, Anc(C) =/= []],
+OurConns = Conns(),
+Roots = VSup ++ OurConns ++ [hd(Anc(C)) || C <- OurConns, Anc(C) =/= []],
 [io:format("queue ~s ~b ~b ~b ~b~n", [N,
   length([1 || {M, {S, _}} <- Rows, M =:= N, S =/= waiting]),
   length([1 || {M, _} <- Rows, M =:= N]),
@@ -273,22 +289,10 @@ Roots = VSup ++ Cs ++ [hd(Anc(C)) || C <- Cs, Anc(C) =/= []],
   lists:max([0 | [L || {M, {_, L}} <- Rows, M =:= N]])]) || {N, _} <- Qs],
 Deltas = [{P, R - maps:get(P, R0, 0)} || {P, R} <- maps:to_list(R1)],
 io:format("total ~b~n", [lists:sum([D || {_, D} <- Deltas])]),
-Groups = lists:foldl(fun({P, D}, Acc) -> case Mine(P, Roots) of true -> maps:update_with(Kind(P), fun(X) -> X + D end, D, Acc); false -> Acc end end, #{}, Deltas),
+Groups = lists:foldl(fun({P, D}, Acc) -> case Ours(P, Roots) of true -> maps:update_with(Kind(P), fun(X) -> X + D end, D, Acc); false -> Acc end end, #{}, Deltas),
 [io:format("group ~p ~b~n", [K, D]) || {K, D} <- maps:to_list(Groups), D > 0],
 [io:format("msacc ~p ~p ~b~n", [T, S, erlang:convert_time_unit(C, perf_counter, microsecond)]) || #{type := T, counters := Cs} <- Stats, {S, C} <- maps:to_list(Cs)],
-ok.`, prefix, src, b.vhost(), window.Milliseconds(), every.Milliseconds())
-	out, err := b.ctl(ctx, "eval", expr)
-	ended := time.Now()
-	if err != nil {
-		return res, ended, err
-	}
-	if err := res.parse(out, prefix); err != nil {
-		return res, ended, err
-	}
-	if len(res.Queues) == 0 {
-		return res, ended, fmt.Errorf("rabbitmqctl eval found no queue named %s*:\n%s", prefix, out)
-	}
-	return res, ended, nil
+ok.`, prefix, src, vhost, window.Milliseconds(), every.Milliseconds())
 }
 
 // parse reads probeBroker's output into s.

@@ -212,3 +212,36 @@ func TestKeptReading(t *testing.T) {
 		t.Errorf("a rewritten report does not keep its reading: %q", got)
 	}
 }
+
+func TestBoundsCiteTheLevers(t *testing.T) {
+	cs := []contender{relayC, {Name: leverNoXDeath, Kind: kindRelay}, reboundC, {Name: leverReboundFetch, Kind: kindRebound},
+		shovelC, {Name: leverShovelFetch, Kind: kindShovel}}
+	levers := mkSuite("levers", pinnedM, cs, map[string]runSpec{
+		relayC.Name:       {rates: []float64{10000, 10000}, selfUs: 50, brokUs: 90},
+		leverNoXDeath:     {rates: []float64{12000, 12000}, selfUs: 34, brokUs: 80},
+		reboundC.Name:     {rates: []float64{9000, 9000}, selfUs: 64, brokUs: 100},
+		leverReboundFetch: {rates: []float64{12600, 12600}, selfUs: 55, brokUs: 78},
+		shovelC.Name:      {rates: []float64{8000, 8000}, selfUs: 1, brokUs: 120},
+		leverShovelFetch:  {rates: []float64{12000, 12000}, selfUs: 1, brokUs: 80},
+	})
+	br := &brokerResult{Name: "4.3", Version: "4.3.6", Levers: levers,
+		Throughput: []*suite{pinnedThroughput(15000, 17000, 28000, 64, 58, 35, 40)}}
+	vs := targets([]*brokerResult{br})
+	sh, _ := find(vs, "rebound ≥ 1.0× the Shovel", "pinned")
+	for _, want := range []string{"prefetch 1024 took rebound to 1.40× its rate at 256 and the Shovel to 1.50× its own",
+		"at 1024 both, rebound reached 1.05× the Shovel"} {
+		if !strings.Contains(sh.Bound, want) {
+			t.Errorf("shovel bound lacks %q:\n%s", want, sh.Bound)
+		}
+	}
+	c, _ := find(vs, "rebound CPU", "pinned")
+	if want := "the relay's process CPU went from 50.0 to 34.0 µs per message without it"; !strings.Contains(c.Bound, want) {
+		t.Errorf("cpu bound lacks %q:\n%s", want, c.Bound)
+	}
+	// Levers run in another mode say nothing about these runs.
+	levers.Mode = unpinned
+	vs = targets([]*brokerResult{br})
+	if sh, _ := find(vs, "rebound ≥ 1.0× the Shovel", "pinned"); strings.Contains(sh.Bound, "prefetch 1024") {
+		t.Errorf("shovel bound cites levers of another mode:\n%s", sh.Bound)
+	}
+}

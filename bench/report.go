@@ -211,8 +211,11 @@ func writeMethod(w *writer, o options) {
 		"delivery order); no decoding, no decision, no mandatory flag, no returns.\n")
 	w.p("- **shovel**: a RabbitMQ dynamic shovel (`rabbitmq_shovel`, enabled by bench with the node's " +
 		"rabbitmq-plugins and created with `rabbitmqctl set_parameter` on the broker under test) from one " +
-		"classic queue to another, `ack-mode: on-confirm`, `src-prefetch-count: 256`. It runs inside the broker: " +
-		"its client work is the broker's CPU.\n")
+		"classic queue to another, `ack-mode: on-confirm`, `src-prefetch-count: 256`, connected directly inside " +
+		"the node (`amqp:///<vhost>`, as a shovel between queues of one broker is configured): no socket and no " +
+		"frames, so per message the broker does less than for any external client. It runs inside the broker: " +
+		"its client work is the broker's CPU. (Before issue 13 the shovel here connected over TCP; the levers " +
+		"show that one too.)\n")
 	w.p("- **shovel-same**: the same shovel moving rebound's copies (what `consumer.Plan` makes of the messages) " +
 		"into a queue declared with the arguments of rebound's delay queue (`x-message-ttl` 10 min, " +
 		"dead-lettering to the default exchange): the broker's work per message as for rebound's copies, with " +
@@ -232,7 +235,8 @@ func writeMethod(w *writer, o options) {
 	w.p("**CPU per message.** *Process* is this process's user+system time during the timed window " +
 		"(getrusage): the contender's client and bench's poller. *Client* is process less the poller, whose " +
 		"cost per second is measured in the shovel runs (where this process does nothing else) and scaled to " +
-		"each run's length; the shovels' client is inside the broker. *Broker* is the node's beam.smp " +
+		"each run's length; the shovels' client is inside the broker. On loopback a write(2) does the receiving " +
+		"side's TCP work too, so the kernel's share of the process CPU is shown apart. *Broker* is the node's beam.smp " +
 		"(/proc/<pid>/task/*/stat, 10 ms ticks), split by thread: *schedulers* run Erlang code (queues, " +
 		"channels, connections, socket I/O), *dirty I/O* threads write the message store and queue indexes, " +
 		"*other* are the rest. *Others* is the machine's busy CPU (/proc/stat) used by neither.\n\n")
@@ -247,7 +251,7 @@ func writeMethod(w *writer, o options) {
 		"I/O, in garbage collection, …). rabbitmqctl's own start-up lands on the machine's cores, so probed "+
 		"runs are not in the ratios.\n\n", probeWindow)
 	if o.spread > 0 {
-		w.p("**Delay spread** (in each mode): rebound with its copies into one delay queue; with %[1]d delay "+
+		w.p("**Delay spread** (pinned when pinned runs are on): rebound with its copies into one delay queue; with %[1]d delay "+
 			"queues bound on its delay exchange (the copies still into one: the cost of routing); and with its "+
 			"copies spread evenly over those %[1]d (routing, and %[1]d queue processes at work). To spread them "+
 			"and still keep every copy in its queue for the whole run, rebound runs with full jitter on a "+
@@ -266,7 +270,7 @@ func writeMethod(w *writer, o options) {
 			"(amqp091-go writes each publish on its own; the Erlang client, and so the Shovel, batches), moving "+
 			"the messages without their x-death entry, and moving rebound's copies into a queue like its delay "+
 			"queue through a direct exchange with `CC`, as rebound routes them; rebound and the shovel with "+
-			"prefetch 1024.\n\n", o.leverRuns)
+			"prefetch 1024; the shovel over TCP connections to the broker, as an external client.\n\n", o.leverRuns)
 	}
 	if len(o.replicas) > 0 {
 		w.p("**Replicas** (unpinned): each run fills a fresh inbox with N messages, then starts k rebound "+
@@ -303,6 +307,7 @@ func (r *report) writeBroker(w *writer, br *brokerResult, cpus int) {
 	r.writeWhere(w, br)
 	for _, s := range br.Spread {
 		w.p("### Delay spread, %s\n\n", s.Mode)
+		w.p("%s\n\n", spreadReading(s))
 		writeTrials(w, s)
 		base := s.Contenders[0].Name
 		w.p("| contender | runs | msg/s | ratio to one delay queue | client CPU µs/msg | broker CPU µs/msg |\n|---|---|---|---|---|---|\n")
@@ -380,8 +385,8 @@ func writeTrials(w *writer, s *suite) {
 
 // writeMedians writes a throughput suite's medians per contender.
 func writeMedians(w *writer, s *suite) {
-	w.p("| contender | runs | msg/s | rebound ÷ it | client CPU µs/msg | broker CPU µs/msg | of which schedulers / dirty I/O / other | broker cores |\n")
-	w.p("|---|---|---|---|---|---|---|---|\n")
+	w.p("| contender | runs | msg/s | rebound ÷ it | client CPU µs/msg | of the process's, in the kernel | broker CPU µs/msg | of which schedulers / dirty I/O / other | broker cores |\n")
+	w.p("|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range s.Contenders {
 		ratio := "–"
 		if c.Name != reboundC.Name {
@@ -396,7 +401,11 @@ func writeMedians(w *writer, s *suite) {
 			split = append(split, us(s.perMsg(c.Name, func(x cpu) time.Duration { return x.threads[k] })))
 		}
 		brokerCores, _ := s.cores(c.Name)
-		w.p("| %s | %d | %.0f | %s | %s | %s | %s | %.2f |\n", c.Name, len(s.of(c.Name)), s.rate(c.Name), ratio, client,
+		kernel := "–"
+		if process := s.perMsg(c.Name, func(x cpu) time.Duration { return x.self }); process > 0 && c.Kind != kindShovel && c.Kind != kindShovelSame {
+			kernel = fmt.Sprintf("%.0f %%", float64(s.perMsg(c.Name, func(x cpu) time.Duration { return x.selfSys }))/float64(process)*100)
+		}
+		w.p("| %s | %d | %.0f | %s | %s | %s | %s | %s | %.2f |\n", c.Name, len(s.of(c.Name)), s.rate(c.Name), ratio, client, kernel,
 			us(s.perMsg(c.Name, func(x cpu) time.Duration { return x.broker })), strings.Join(split, " / "), brokerCores)
 	}
 	w.p("\n")

@@ -23,6 +23,7 @@ const clockTick = 10 * time.Millisecond
 // cpu is a snapshot of CPU time spent so far.
 type cpu struct {
 	self    time.Duration // this process: rebound, the relay, the naive consumer, bench's poller
+	selfSys time.Duration // of self, in the kernel (on loopback a write also does the receiving side's TCP work)
 	broker  time.Duration // the RabbitMQ node
 	machine time.Duration // every CPU of the machine, whoever used it
 	// threads splits broker by the kind of the node's threads.
@@ -61,7 +62,7 @@ func kindOfThread(comm string) threadKind {
 func sampleCPU(brokerPID int) cpu {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	c := cpu{self: time.Duration(ru.Utime.Nano() + ru.Stime.Nano())}
+	c := cpu{self: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), selfSys: time.Duration(ru.Stime.Nano())}
 	if brokerPID > 0 {
 		c.broker, _ = procCPU(brokerPID)
 		if tids, err := threads(brokerPID); err == nil {
@@ -82,7 +83,7 @@ func sampleCPU(brokerPID int) cpu {
 }
 
 func (c cpu) sub(o cpu) cpu {
-	d := cpu{self: c.self - o.self, broker: c.broker - o.broker, machine: c.machine - o.machine}
+	d := cpu{self: c.self - o.self, selfSys: c.selfSys - o.selfSys, broker: c.broker - o.broker, machine: c.machine - o.machine}
 	for i := range d.threads {
 		d.threads[i] = c.threads[i] - o.threads[i]
 	}

@@ -275,7 +275,7 @@ func prepare(ctx context.Context, b *broker, c contender, prefix string, n int) 
 		}
 	case kindShovel, kindShovelSame:
 		s.start = func(ctx context.Context) (func() error, func() int, error) {
-			stop, err := b.startShovel(ctx, prefix+"shovel", s.src, dst, cmp.Or(c.Prefetch, 256))
+			stop, err := b.startShovel(ctx, prefix+"shovel", s.src, dst, cmp.Or(c.Prefetch, 256), c.Network)
 			return stop, noCount, err
 		}
 	case kindNaive:
@@ -548,9 +548,10 @@ func startRebound(ctx context.Context, url string, topo republisher.Topology, s 
 }
 
 // startShovel creates a dynamic shovel from src to dst with rabbitmqctl on
-// the broker, in bench's virtual host; stop deletes it.
-func (b *broker) startShovel(ctx context.Context, name, src, dst string, prefetch int) (stop func() error, err error) {
-	uri, err := shovelURI(b.url)
+// the broker, in bench's virtual host, connected directly inside the node
+// unless network is set (shovelURI); stop deletes it.
+func (b *broker) startShovel(ctx context.Context, name, src, dst string, prefetch int, network bool) (stop func() error, err error) {
+	uri, err := shovelURI(b.url, !network)
 	if err != nil {
 		return nil, err
 	}
