@@ -35,6 +35,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -177,6 +178,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	unlock, err := lockBench()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	rep := &report{started: time.Now(), args: args, opts: o, machine: describeMachine(ctx)}
 	fmt.Fprint(stdout, rep.machine.String())
 	for _, name := range o.brokers {
@@ -342,4 +348,22 @@ func spreadContenders(k int) []contender {
 		{Name: fmt.Sprintf("rebound, %d delay queues bound", k), Kind: kindRebound, Bound: k},
 		{Name: fmt.Sprintf("rebound, copies over %d delay queues", k), Kind: kindRebound, Bound: k, Spread: k},
 	}
+}
+
+// lockPath is the lock one bench holds while it runs: two at once would
+// pin the same broker, and the later one would put back the earlier's
+// pinning as if it were the broker's own.
+var lockPath = filepath.Join(os.TempDir(), "rebound-bench.lock")
+
+// lockBench takes lockPath, or fails when another bench holds it.
+func lockBench() (unlock func(), err error) {
+	f, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", lockPath, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("another bench is running (it holds %s): %w", lockPath, err)
+	}
+	return func() { f.Close() }, nil
 }

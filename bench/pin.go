@@ -36,6 +36,15 @@ func oneCPU(cpu int) cpuMask {
 	return m
 }
 
+// count is how many CPUs m allows.
+func (m cpuMask) count() int {
+	n := 0
+	for _, w := range m {
+		n += bits.OnesCount64(w)
+	}
+	return n
+}
+
 func (m cpuMask) String() string {
 	var cpus []string
 	for i, w := range m {
@@ -94,10 +103,19 @@ func pinProcess(pid, cpu int) (restore func() error, err error) {
 		return nil, err
 	}
 	saved := make(map[int]cpuMask, len(tids))
+	pinnedAlready := true
 	for _, tid := range tids {
 		if m, err := getAffinity(tid); err == nil {
 			saved[tid] = m
+			pinnedAlready = pinnedAlready && m.count() == 1
 		}
+	}
+	// Every thread on one CPU is no process's own choice: a bench killed
+	// while the process was pinned left it so. Restoring that would keep
+	// it pinned.
+	if pinnedAlready && runtime.NumCPU() > 1 {
+		return nil, fmt.Errorf("every thread of process %d is already pinned to one CPU (%s): a bench killed while pinned? "+
+			"Give it its cores back (taskset -a -p -c 0-%d %d) and run again", pid, main, runtime.NumCPU()-1, pid)
 	}
 	restore = func() error {
 		tids, err := threads(pid)

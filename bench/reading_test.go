@@ -71,6 +71,7 @@ func TestTargets(t *testing.T) {
 		measured string   // the start of Measured
 		none     bool     // not measured
 		bound    []string // in Bound when not met
+		never    []string // not in Bound
 	}{{
 		name: "shovel target missed, broker saturated, relay bound",
 		br: &brokerResult{Name: "4.3", Version: "4.3.6",
@@ -108,11 +109,15 @@ func TestTargets(t *testing.T) {
 		name:   "spread missed",
 		br:     &brokerResult{Name: "3.10", Version: "3.10.8", Spread: []*suite{spreadSuite(pinnedM, 10000, 9900, 7000, 60, 90)}},
 		target: "throughput with 300 delay queues ≥ 0.9× with one", runs: "pinned", met: false, measured: "0.99 bound, 0.70 spread",
-		bound: []string{"60.0 µs of CPU with one delay queue", "90.0 µs with the copies spread over them (+50 %)"},
+		bound: []string{"60.0 µs of CPU with one delay queue", "90.0 µs with the copies spread over them (+50 %)",
+			"its dirty I/O threads"},
+		never: []string{"With 300 bound and the copies still into one"},
 	}, {
 		name:   "bound alone missing the target misses it",
 		br:     &brokerResult{Name: "3.10", Version: "3.10.8", Spread: []*suite{spreadSuite(unpinned, 10000, 3000, 9500, 60, 62)}},
 		target: "throughput with 300 delay queues ≥ 0.9× with one", runs: "unpinned", met: false, measured: "0.30 bound",
+		bound: []string{"the broker did no more per copy, so the rate lost there is not routing work"},
+		never: []string{"dirty I/O"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			v, ok := find(targets([]*brokerResult{tc.br}), tc.target, tc.runs)
@@ -135,6 +140,11 @@ func TestTargets(t *testing.T) {
 			for _, want := range tc.bound {
 				if !strings.Contains(v.Bound, want) {
 					t.Errorf("bound lacks %q:\n%s", want, v.Bound)
+				}
+			}
+			for _, never := range tc.never {
+				if strings.Contains(v.Bound, never) {
+					t.Errorf("bound has %q:\n%s", never, v.Bound)
 				}
 			}
 		})

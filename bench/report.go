@@ -258,7 +258,7 @@ func writeMethod(w *writer, o options) {
 			"constant delay of %[2]s and a random source that draws, in turn, the fractions landing on %[1]d "+
 			"delays of two significant digits from 10 minutes up (the longest about 10 days); everything else is "+
 			"rebound as `REBOUND_*` configures it. These runs are timed from rebound's %[3]s-th confirmed copy "+
-			"to its N-th (read from its metrics every millisecond), so that a fresh sidecar's declaring each "+
+			"to its N-th (read from its metrics every 5 ms), so that a fresh sidecar's declaring each "+
 			"delay queue on first use stays out of the rate; the delay queues are counted after the run.\n\n",
 			o.spread, spreadMax, "N/5")
 	}
@@ -310,10 +310,15 @@ func (r *report) writeBroker(w *writer, br *brokerResult, cpus int) {
 		w.p("%s\n\n", spreadReading(s))
 		writeTrials(w, s)
 		base := s.Contenders[0].Name
-		w.p("| contender | runs | msg/s | ratio to one delay queue | client CPU µs/msg | broker CPU µs/msg |\n|---|---|---|---|---|---|\n")
+		w.p("| contender | runs | msg/s | ratio to one delay queue | process CPU µs/msg | broker CPU µs/msg | of which schedulers / dirty I/O / other |\n|---|---|---|---|---|---|---|\n")
 		for _, c := range s.Contenders {
-			w.p("| %s | %d | %.0f | **%.2f** | %s | %s |\n", c.Name, len(s.of(c.Name)), s.rate(c.Name), s.ratio(c.Name, base),
-				us(s.perMsg(c.Name, func(x cpu) time.Duration { return x.self })), us(s.perMsg(c.Name, func(x cpu) time.Duration { return x.broker })))
+			var split []string
+			for k := range numThreadKinds {
+				split = append(split, us(s.perMsg(c.Name, func(x cpu) time.Duration { return x.threads[k] })))
+			}
+			w.p("| %s | %d | %.0f | **%.2f** | %s | %s | %s |\n", c.Name, len(s.of(c.Name)), s.rate(c.Name), s.ratio(c.Name, base),
+				us(s.perMsg(c.Name, func(x cpu) time.Duration { return x.self })), us(s.perMsg(c.Name, func(x cpu) time.Duration { return x.broker })),
+				strings.Join(split, " / "))
 		}
 		w.p("\n")
 	}
@@ -327,15 +332,14 @@ func (r *report) writeBroker(w *writer, br *brokerResult, cpus int) {
 			if base != c.Name {
 				ratio = fmt.Sprintf("**%.2f**", s.ratio(c.Name, base))
 			}
-			client := us(s.perMsg(c.Name, func(x cpu) time.Duration { return x.self }))
+			client := us(s.clientPerMsg(c.Name))
 			if c.Kind == kindShovel {
-				client = "–"
+				client = "in the broker"
 			}
 			w.p("| %s | %s | %d | %.0f | %s | %s | %s |\n", c.Name, base, len(s.of(c.Name)), s.rate(c.Name), ratio, client,
 				us(s.perMsg(c.Name, func(x cpu) time.Duration { return x.broker })))
 		}
-		w.p("\n*Client CPU* here is this process's, the poller's share included (these rounds run no plain shovel " +
-			"to measure it by, and it is the same for every lever).\n\n")
+		w.p("\n")
 	}
 	if br.Replicas != nil {
 		writeReplicas(w, br.Replicas, cpus)
@@ -433,7 +437,7 @@ func (r *report) writeWhere(w *writer, br *brokerResult) {
 	}
 	if len(br.Probes) > 0 {
 		w.p("**Inside the broker.** The probed runs (3N messages each, not in the ratios):\n\n")
-		w.p("| contender | msg/s | busiest queue: busy, mailbox mean | the run's reductions per message (its share of the node's) | by process, share of the run's reductions | scheduler threads: busy, of which emulator / port / gc / other |\n")
+		w.p("| contender | msg/s | busiest queue: busy, mailbox mean | the run's reductions per message (its share of the node's) | by process, share of the run's reductions | scheduler threads: time busy per second, of which emulator / port / gc / other |\n")
 		w.p("|---|---|---|---|---|---|\n")
 		for _, p := range br.Probes {
 			if p.Err != "" {
@@ -448,7 +452,10 @@ func (r *report) writeWhere(w *writer, br *brokerResult) {
 			w.p("| %s | %.0f | %s: %.0f %%, %.1f%s | %.0f (%.0f %%) | %s | %s |\n", p.Contender, p.Trial.rate(), q.Queue, q.Busy*100,
 				q.Mailbox, late, p.perMessage(), p.nodeShare()*100, groupShares(p.queueSample, 5), schedShares(p.queueSample))
 		}
-		w.p("\n%s\n\n", brokerReading(br))
+		w.p("\n*Time busy per second* is the scheduler threads' microstate accounting: wall time out of the sleep " +
+			"state, summed over the threads, so it exceeds the broker's cores when a thread is ready but waits for " +
+			"one (pinned, two scheduler threads share one core); the split is what that time went to.\n\n")
+		w.p("%s\n\n", brokerReading(br))
 	}
 }
 
