@@ -25,7 +25,6 @@ func leverContenders() []contender {
 	return []contender{
 		relayC,
 		{Name: "relay, one ack per message", Kind: kindRelay, Relay: relayWith(func(c *relayConfig) { c.AckEach = true })},
-		{Name: "relay, prefetch 64", Kind: kindRelay, Relay: relayWith(func(c *relayConfig) { c.Prefetch = 64 })},
 		{Name: "relay, prefetch 1024", Kind: kindRelay, Relay: relayWith(func(c *relayConfig) { c.Prefetch = 1024 })},
 		{Name: "relay, 4 publish channels", Kind: kindRelay, Relay: relayWith(func(c *relayConfig) { c.Channels = 4 })},
 		{Name: "relay, 4 publish connections", Kind: kindRelay, Relay: relayWith(func(c *relayConfig) { c.Channels, c.Conns = 4, 4 })},

@@ -265,7 +265,7 @@ func writeMethod(w *writer, o options) {
 	if o.levers {
 		w.p("**Levers** (%d rounds, in the pinned mode when it is on): what a client can change about the "+
 			"broker's work per copy, each variant against its base in the same round: the relay with one ack "+
-			"per message instead of one per run of confirms, with prefetch 64 and 1024, publishing over 4 "+
+			"per message instead of one per run of confirms, with prefetch 1024, publishing over 4 "+
 			"channels on its connection or over 4 connections, writing each burst of publishes in one write(2) "+
 			"(amqp091-go writes each publish on its own; the Erlang client, and so the Shovel, batches), moving "+
 			"the messages without their x-death entry, and moving rebound's copies into a queue like its delay "+
