@@ -279,13 +279,13 @@ func brokerReading(br *brokerResult) string {
 	var per []string
 	for _, p := range br.Probes {
 		if p.Err == "" && p.reductions() > 0 && p.Trial.rate() > 0 {
-			per = append(per, fmt.Sprintf("%.0f for the %s", p.perMessage(), p.Contender))
+			per = append(per, fmt.Sprintf("%s %.0f", p.Contender, p.perMessage()))
 		}
 	}
 	if len(per) == 0 {
 		return ""
 	}
-	w("the run's processes did %s reductions per message moved. ", strings.Join(per, ", "))
+	w("reductions of the run's processes per message moved: %s. ", strings.Join(per, ", "))
 	if p := br.probe(reboundC.Name); p != nil && p.Err == "" && p.reductions() > 0 {
 		if p.nodeShare() < 0.5 {
 			w("(Only %.0f %% of the node's reductions were the rebound run's: other people's work shared the broker.) ", p.nodeShare()*100)

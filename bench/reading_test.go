@@ -262,3 +262,36 @@ func TestBoundsCiteTheLevers(t *testing.T) {
 		t.Errorf("shovel bound cites levers of another mode:\n%s", sh.Bound)
 	}
 }
+
+func TestBrokerReading(t *testing.T) {
+	probe := func(c string, rate float64, groups ...groupLoad) *trialProbe {
+		p := &trialProbe{Contender: c, Trial: trial{N: int(rate * 2), Elapsed: 2 * time.Second}}
+		p.Window, p.Groups = time.Second, groups
+		for _, g := range groups {
+			p.NodeReductions += g.Reductions
+		}
+		p.Queues = []queueLoad{{Queue: "delay.600000", Busy: 0.9, Mailbox: 30}}
+		p.Sched = map[string]time.Duration{"emulator": 600 * time.Millisecond, "port": 100 * time.Millisecond, "sleep": time.Second}
+		return p
+	}
+	br := &brokerResult{Probes: []*trialProbe{
+		probe(reboundC.Name, 10000, groupLoad{"rabbit_amqqueue_process", 8e6}, groupLoad{"rabbit_channel", 6e6}, groupLoad{"rabbit_writer", 4e6}),
+		probe(relayC.Name, 20000, groupLoad{"rabbit_amqqueue_process", 8e6}),
+	}}
+	got := brokerReading(br)
+	t.Log(got)
+	for _, want := range []string{"per message moved: rebound 1800, relay 400",
+		"rabbit_amqqueue_process (queue processes) 44 %", "rabbit_channel (channels: routing, confirms, acks) 33 %",
+		"delay.600000's, was busy 90 %", "close to its limit", "86 % of their busy time running Erlang code and 14 % in port I/O"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("reading lacks %q", want)
+		}
+	}
+	if strings.Contains(got, "other people's work") {
+		t.Error("a probe that was the node's whole work is read as shared")
+	}
+	br.Probes[0].NodeReductions *= 4
+	if got := brokerReading(br); !strings.Contains(got, "Only 25 % of the node's reductions") {
+		t.Errorf("a shared node is not said to be shared:\n%s", got)
+	}
+}
