@@ -40,7 +40,7 @@ func measureBacklog(ctx context.Context, b *broker, n int, stdout io.Writer) (*b
 	const delay = time.Hour // copies sit in the delay queue, where they are counted
 	delayQueue, _ := topo.DelayQueue(delay)
 	app := prefix + "app"
-	defer b.deleteExchanges(topo.DeadLetterExchange, topo.DelayExchange)
+	defer b.deleteExchanges(topo.DeadLetterExchange, topo.DelayExchangeFor(delay).Name)
 	defer b.deleteQueues(app, topo.InboxQueue, delayQueue.Name, topo.ParkingQueue)
 	if err := b.declare(app, nil); err != nil {
 		return nil, err
@@ -57,10 +57,11 @@ func measureBacklog(ctx context.Context, b *broker, n int, stdout io.Writer) (*b
 	res := &backlogResult{N: n}
 	res.Baseline, _ = memory()
 
-	stop, err := startRebound(ctx, b.url, topo, delay)
+	r, err := startRebound(ctx, b.url, topo, reboundSettings{Delay: delay})
 	if err != nil {
 		return nil, err
 	}
+	stop := r.stop
 	start := time.Now()
 	for {
 		moved, _, err := b.inspect(delayQueue.Name)

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,40 +16,101 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/consumer"
 	"github.com/rebound-mq/rebound/headers"
+	"github.com/rebound-mq/rebound/internal/brokertest"
 	"github.com/rebound-mq/rebound/policy"
 	"github.com/rebound-mq/rebound/republisher"
 )
 
-// broker is bench's own connection to RabbitMQ, for declaring, filling,
-// counting and deleting queues. It is separate from the connections of the
-// contenders it measures.
+// broker is bench's own connection to one RabbitMQ node of the test
+// matrix, for declaring, filling, counting and deleting queues, and its
+// command-line tools (brokertest's). It is separate from the connections
+// of the contenders it measures.
 type broker struct {
-	url    string
-	prefix string // unique to this invocation
+	bt        *brokertest.Broker
+	url       string // in the virtual host of this invocation
+	prefix    string // unique to this invocation
+	dropVhost func()
 
 	mu   sync.Mutex // guards conn and ch: the poller and the setup share them
 	conn *amqp.Connection
 	ch   *amqp.Channel
+
+	pidMu   sync.Mutex
+	pid     int    // the node's Erlang VM, as it last said
+	pidSeen string // its start time in /proc/<pid>/stat, to notice a restart
 }
 
-func newBroker(rawURL string) (*broker, error) {
-	conn, err := amqp.Dial(rawURL)
+func newBroker(ctx context.Context, bt *brokertest.Broker) (*broker, error) {
+	buf := make([]byte, 3)
+	_, _ = rand.Read(buf)
+	suffix := hex.EncodeToString(buf)
+	b := &broker{bt: bt, prefix: "bench." + suffix + "."}
+	// A virtual host of its own, so that the probes can tell this run's
+	// processes in the broker from those of other people's tests.
+	vhost := "rebound-bench-" + suffix
+	if _, err := b.ctl(ctx, "add_vhost", vhost); err != nil {
+		return nil, fmt.Errorf("RabbitMQ %s (is it running? make brokers): %w", bt.Name, err)
+	}
+	b.dropVhost = func() { _, _ = b.ctl(context.Background(), "delete_vhost", vhost) }
+	if _, err := b.ctl(ctx, "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"); err != nil {
+		b.dropVhost()
+		return nil, err
+	}
+	b.url = bt.URLIn(vhost)
+	conn, err := amqp.Dial(b.url)
 	if err != nil {
-		return nil, fmt.Errorf("connect to the broker (is RabbitMQ running? scripts/ensure-rabbitmq.sh): %w", err)
+		b.dropVhost()
+		return nil, fmt.Errorf("connect to RabbitMQ %s: %w", bt.Name, err)
 	}
 	ch, err := conn.Channel()
 	if err != nil {
 		conn.Close()
+		b.dropVhost()
 		return nil, fmt.Errorf("open channel: %w", err)
 	}
-	buf := make([]byte, 3)
-	_, _ = rand.Read(buf)
-	return &broker{url: rawURL, prefix: "bench." + hex.EncodeToString(buf) + ".", conn: conn, ch: ch}, nil
+	b.conn, b.ch = conn, ch
+	return b, nil
 }
 
-func (b *broker) close() { b.conn.Close() }
+// close closes bench's connection and deletes its virtual host, with
+// whatever a failed run left in it.
+func (b *broker) close() {
+	b.conn.Close()
+	b.dropVhost()
+}
+
+// version is the server's version, as it announced itself.
+func (b *broker) version() string {
+	v, _ := b.conn.Properties["version"].(string)
+	return v
+}
+
+// nodePID returns the pid of the node's Erlang VM, 0 when it cannot be
+// told. It asks the node (rabbitmqctl, a second or so) only when the pid
+// it knows is gone or belongs to a newer process: other people's tests
+// restart the shared broker.
+func (b *broker) nodePID(ctx context.Context) int {
+	b.pidMu.Lock()
+	defer b.pidMu.Unlock()
+	if b.pid > 0 && b.pidSeen != "" && startTime(b.pid) == b.pidSeen {
+		return b.pid
+	}
+	pid, err := b.bt.PID(ctx)
+	if err != nil {
+		b.pid, b.pidSeen = 0, ""
+		return 0
+	}
+	b.pid, b.pidSeen = pid, startTime(pid)
+	return pid
+}
+
+// ctl runs rabbitmqctl -q against the node.
+func (b *broker) ctl(ctx context.Context, args ...string) (string, error) {
+	return b.bt.Ctl(ctx, nil, append([]string{"-q"}, args...)...)
+}
 
 // channel returns the shared channel, reopening it when a failed command
 // (a 404 from a passive declare, say) closed it, and reconnecting when the
@@ -99,34 +159,21 @@ func (b *broker) pauseBeforeRetry(ctx context.Context) error {
 }
 
 // vhost is the virtual host of the broker URL.
-func (b *broker) vhost() (string, error) {
-	u, err := amqp.ParseURI(b.url)
-	if err != nil {
-		return "", fmt.Errorf("parse broker URL: %w", err)
-	}
-	if u.Vhost == "" {
-		return "/", nil
-	}
-	return u.Vhost, nil
-}
+func (b *broker) vhost() string { return config.VhostOf(b.url) }
 
 // sweep deletes the queues and exchanges whose names start with prefix
 // and clears the shovels named so: what a run that failed because the
 // broker went away could not delete itself. It lists them with rabbitmqctl.
 func (b *broker) sweep(ctx context.Context, prefix string) error {
-	vhost, err := b.vhost()
-	if err != nil {
-		return err
-	}
 	// list returns the names in column of `rabbitmqctl list_<what>` that
 	// start with prefix, in the rows whose first column is first (if set).
 	list := func(what, vhost, first string, column int) ([]string, error) {
-		out, err := exec.CommandContext(ctx, "rabbitmqctl", "-q", "-p", vhost, "list_"+what, "--no-table-headers").Output()
+		out, err := b.ctl(ctx, "-p", vhost, "list_"+what, "--no-table-headers")
 		if err != nil {
-			return nil, fmt.Errorf("rabbitmqctl list_%s: %w", what, err)
+			return nil, err
 		}
 		var names []string
-		for _, line := range strings.Split(string(out), "\n") {
+		for _, line := range strings.Split(out, "\n") {
 			f := strings.Split(line, "\t")
 			if len(f) > column && strings.HasPrefix(f[column], prefix) && (first == "" || f[0] == first) {
 				names = append(names, f[column])
@@ -134,21 +181,20 @@ func (b *broker) sweep(ctx context.Context, prefix string) error {
 		}
 		return names, nil
 	}
-	// startShovel creates shovels in the default vhost, whatever the URL's.
-	shovels, err := list("parameters", "/", "shovel", 1)
+	shovels, err := list("parameters", b.vhost(), "shovel", 1)
 	if err != nil {
 		return err
 	}
 	for _, name := range shovels {
-		if err := rabbitmqctl(ctx, "clear_parameter", "shovel", name); err != nil {
+		if _, err := b.ctl(ctx, "clear_parameter", "-p", b.vhost(), "shovel", name); err != nil {
 			return err
 		}
 	}
-	queues, err := list("queues", vhost, "", 0)
+	queues, err := list("queues", b.vhost(), "", 0)
 	if err != nil {
 		return err
 	}
-	exchanges, err := list("exchanges", vhost, "", 0)
+	exchanges, err := list("exchanges", b.vhost(), "", 0)
 	if err != nil {
 		return err
 	}
@@ -179,11 +225,49 @@ func (b *broker) inspect(name string) (messages, consumers int, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+	q, err := brokertest.Inspect(ch, name)
+	return q.Messages, q.Consumers, err
+}
+
+// declareExchange declares a durable exchange.
+func (b *broker) declareExchange(name, kind string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ch, err := b.channel()
 	if err != nil {
-		return 0, 0, fmt.Errorf("inspect queue %s: %w", name, err)
+		return err
 	}
-	return q.Messages, q.Consumers, nil
+	if err := ch.ExchangeDeclare(name, kind, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("declare exchange %s: %w", name, err)
+	}
+	return nil
+}
+
+// bind binds queue to exchange under key.
+func (b *broker) bind(queue, key, exchange string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ch, err := b.channel()
+	if err != nil {
+		return err
+	}
+	if err := ch.QueueBind(queue, key, exchange, false, nil); err != nil {
+		return fmt.Errorf("bind %s to %s: %w", queue, exchange, err)
+	}
+	return nil
+}
+
+// count returns how many ready messages the queues hold together.
+func (b *broker) count(queues []string) (int, error) {
+	total := 0
+	for _, q := range queues {
+		n, _, err := b.inspect(q)
+		if err != nil {
+			return total, err
+		}
+		total += n
+	}
+	return total, nil
 }
 
 // deleteQueues deletes queues, ignoring those already gone.
@@ -320,65 +404,79 @@ func (b *broker) waitFor(ctx context.Context, queue string, every, timeout time.
 	}
 }
 
-// ensureShovel enables the shovel plugin if it is not yet enabled.
-func ensureShovel(ctx context.Context, stdout io.Writer) error {
-	out, err := exec.CommandContext(ctx, "rabbitmq-plugins", "list", "-e", "-m").Output()
-	if err != nil {
-		return fmt.Errorf("rabbitmq-plugins list: %w", err)
+// waitForAll polls queues every 10 ms until they hold n messages
+// together, or the timeout. One sweep over many queues takes longer than
+// that, and the sweeps follow each other.
+func (b *broker) waitForAll(ctx context.Context, queues []string, timeout time.Duration, n int) (int, error) {
+	if len(queues) == 1 {
+		return b.waitFor(ctx, queues[0], 10*time.Millisecond, timeout, func(messages, _ int) bool { return messages >= n })
 	}
-	for _, name := range strings.Fields(string(out)) {
+	deadline := time.Now().Add(timeout)
+	for {
+		got, err := b.count(queues)
+		if err != nil || got >= n {
+			return got, err
+		}
+		if time.Now().After(deadline) {
+			return got, fmt.Errorf("%d queues: %w after %s with %d messages", len(queues), errTimeout, timeout, got)
+		}
+		select {
+		case <-ctx.Done():
+			return got, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// ensureShovel enables the shovel plugin on the node if it is not yet
+// enabled: on 4.3 the node starts with no plugins.
+func (b *broker) ensureShovel(ctx context.Context, stdout io.Writer) error {
+	out, err := b.bt.Plugins(ctx, "list", "-e", "-m")
+	if err != nil {
+		return err
+	}
+	for _, name := range strings.Fields(out) {
 		if name == "rabbitmq_shovel" {
 			return nil
 		}
 	}
-	fmt.Fprintln(stdout, "enabling rabbitmq_shovel")
-	if out, err := exec.CommandContext(ctx, "rabbitmq-plugins", "enable", "rabbitmq_shovel").CombinedOutput(); err != nil {
-		return fmt.Errorf("rabbitmq-plugins enable rabbitmq_shovel: %w\n%s", err, out)
-	}
-	return nil
+	fmt.Fprintf(stdout, "enabling rabbitmq_shovel on RabbitMQ %s\n", b.bt.Name)
+	_, err = b.bt.Plugins(ctx, "enable", "rabbitmq_shovel")
+	return err
 }
 
 // shovelURI is the broker URL in the form the shovel expects: the vhost
-// always spelled out, "/" as %2f.
-func shovelURI(raw string) (string, error) {
+// always spelled out, "/" as %2f. With direct, it names no host: the
+// shovel then uses a direct connection inside the node (Erlang messages,
+// no socket, no frames), as a shovel between queues of one broker is
+// meant to be configured; without, a network connection to the URL's
+// host, as an external client's.
+func shovelURI(raw string, direct bool) (string, error) {
 	u, err := amqp.ParseURI(raw)
 	if err != nil {
 		return "", fmt.Errorf("parse broker URL: %w", err)
 	}
-	vhost := u.Vhost
-	if vhost == "" {
-		vhost = "/"
+	vhost := url.PathEscape(config.VhostOf(raw))
+	if direct {
+		return "amqp:///" + vhost, nil
 	}
 	return fmt.Sprintf("%s://%s:%s@%s:%d/%s", u.Scheme, url.PathEscape(u.Username), url.PathEscape(u.Password),
-		u.Host, u.Port, url.PathEscape(vhost)), nil
+		u.Host, u.Port, vhost), nil
 }
 
 // setPolicy sets policy p in the broker URL's vhost (p.VHost is ignored)
 // with rabbitmqctl, and returns what clears it.
 func (b *broker) setPolicy(ctx context.Context, p republisher.PolicyDefinition) (clear func(), err error) {
-	vhost, err := b.vhost()
-	if err != nil {
-		return nil, err
-	}
 	def, err := json.Marshal(p.Definition)
 	if err != nil {
 		return nil, fmt.Errorf("encode policy %s: %w", p.Name, err)
 	}
-	if err := rabbitmqctl(ctx, "set_policy", "-p", vhost, "--apply-to", p.ApplyTo, "--priority", strconv.Itoa(p.Priority),
+	if _, err := b.ctl(ctx, "set_policy", "-p", b.vhost(), "--apply-to", p.ApplyTo, "--priority", strconv.Itoa(p.Priority),
 		p.Name, p.Pattern, string(def)); err != nil {
 		return nil, err
 	}
 	// Not ctx: the policy must go even when bench is interrupted.
-	return func() { _ = rabbitmqctl(context.Background(), "clear_policy", "-p", vhost, p.Name) }, nil
-}
-
-// rabbitmqctl runs one rabbitmqctl command.
-func rabbitmqctl(ctx context.Context, args ...string) error {
-	out, err := exec.CommandContext(ctx, "rabbitmqctl", append([]string{"-q"}, args...)...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("rabbitmqctl %s: %w\n%s", args[0], err, out)
-	}
-	return nil
+	return func() { _, _ = b.ctl(context.Background(), "clear_policy", "-p", b.vhost(), p.Name) }, nil
 }
 
 var (

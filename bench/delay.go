@@ -53,7 +53,7 @@ func measureDelay(ctx context.Context, b *broker, delay time.Duration, lazy bool
 	delayQueue, _ := topo.DelayQueue(queued)
 	res.DelayQueueRouted = delayQueue.Name
 	app, bg := prefix+"app", prefix+"bg"
-	defer b.deleteExchanges(topo.DeadLetterExchange, topo.DelayExchange)
+	defer b.deleteExchanges(topo.DeadLetterExchange, topo.DelayExchangeFor(queued).Name)
 	defer b.deleteQueues(app, bg, topo.InboxQueue, topo.ParkingQueue, delayQueue.Name)
 	if lazy {
 		stop, err := b.setPolicy(ctx, topo.LazyDelayQueuePolicy("", prefix+"lazy"))
@@ -72,11 +72,11 @@ func measureDelay(ctx context.Context, b *broker, delay time.Duration, lazy bool
 		return res, err
 	}
 
-	stop, err := startRebound(ctx, b.url, topo, delay)
+	r, err := startRebound(ctx, b.url, topo, reboundSettings{Delay: delay})
 	if err != nil {
 		return res, err
 	}
-	defer func() { _ = stop() }()
+	defer func() { _ = r.stop() }()
 	if _, err := b.waitFor(ctx, topo.InboxQueue, 5*time.Millisecond, 30*time.Second, func(_, consumers int) bool { return consumers > 0 }); err != nil {
 		return res, fmt.Errorf("rebound did not start consuming: %w", err)
 	}

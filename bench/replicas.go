@@ -90,7 +90,7 @@ func runReplicas(ctx context.Context, b *broker, o options, stdout io.Writer) (*
 func runReplicaTrialRetrying(ctx context.Context, b *broker, k, round, n int, stdout io.Writer) (replicaTrial, error) {
 	for attempt := 1; ; attempt++ {
 		prefix := fmt.Sprintf("%sreplicas%d.%d.%d.", b.prefix, k, round+1, attempt) // as in runTrialRetrying
-		t, err := runReplicaTrial(ctx, b, prefix, k, round, n, brokerPID(ctx, b.url), nil)
+		t, err := runReplicaTrial(ctx, b, prefix, k, round, n, b.nodePID(ctx), nil)
 		t.Attempts = attempt
 		if err == nil || errors.Is(err, errLost) || attempt == 3 || ctx.Err() != nil {
 			return t, err
@@ -119,7 +119,7 @@ func runReplicaTrial(ctx context.Context, b *broker, prefix string, k, round, n,
 	delayQueue, _ := topo.DelayQueue(retryDelay)
 	app := prefix + "app"
 	defer b.deleteQueues(app, topo.InboxQueue, delayQueue.Name, topo.ParkingQueue)
-	defer b.deleteExchanges(topo.DeadLetterExchange, topo.DelayExchange)
+	defer b.deleteExchanges(topo.DeadLetterExchange, topo.DelayExchangeFor(retryDelay).Name)
 	if err := b.declare(app, nil); err != nil {
 		return t, err
 	}
@@ -146,11 +146,11 @@ func runReplicaTrial(ctx context.Context, b *broker, prefix string, k, round, n,
 	// startRebound only starts a goroutine: the k replicas connect at
 	// the same time.
 	for range k {
-		stop, err := startRebound(runCtx, b.url, topo, retryDelay)
+		r, err := startRebound(runCtx, b.url, topo, reboundSettings{Delay: retryDelay})
 		if err != nil {
 			return t, err
 		}
-		stops = append(stops, stop)
+		stops = append(stops, r.stop)
 	}
 
 	if _, err := b.waitFor(ctx, topo.InboxQueue, time.Millisecond, 30*time.Second, func(_, consumers int) bool { return consumers > 0 }); err != nil {

@@ -13,8 +13,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // clockTick is the unit of utime and stime in /proc/<pid>/stat and of the
@@ -24,28 +22,77 @@ const clockTick = 10 * time.Millisecond
 
 // cpu is a snapshot of CPU time spent so far.
 type cpu struct {
-	self    time.Duration // this process: rebound, naive consumer, poller
+	self    time.Duration // this process: rebound, the relay, the naive consumer, bench's poller
+	selfSys time.Duration // of self, in the kernel (on loopback a write also does the receiving side's TCP work)
 	broker  time.Duration // the RabbitMQ node
 	machine time.Duration // every CPU of the machine, whoever used it
+	// threads splits broker by the kind of the node's threads.
+	threads [numThreadKinds]time.Duration
+}
+
+// threadKind sorts the Erlang VM's threads by what they do.
+type threadKind int
+
+const (
+	schedulerThreads threadKind = iota // run Erlang code: queues, channels, connections (socket I/O included)
+	dirtyIOThreads                     // file I/O: the message store and queue indexes writing to disk
+	otherThreads                       // dirty CPU schedulers, polling, aux, async, signal dispatch
+	numThreadKinds
+)
+
+var threadKindNames = [numThreadKinds]string{"schedulers", "dirty I/O", "other"}
+
+// kindOfThread tells a thread's kind from its name: OTP 25 names them
+// "1_scheduler", "3_dirty_io_sche"; OTP 27 "erts_sched_1", "erts_dios_1".
+func kindOfThread(comm string) threadKind {
+	switch {
+	case strings.Contains(comm, "dirty_io") || strings.Contains(comm, "dios"):
+		return dirtyIOThreads
+	case strings.Contains(comm, "dirty") || strings.Contains(comm, "dcpus"):
+		return otherThreads
+	case strings.HasSuffix(comm, "_scheduler") || strings.Contains(comm, "sched_"):
+		return schedulerThreads
+	}
+	return otherThreads
 }
 
 // sampleCPU reads this process's CPU time with getrusage, the broker's
-// from /proc/<pid>/stat and the machine's from /proc/stat. brokerPID 0
-// means unknown: broker time stays 0.
+// from /proc/<pid>/task/*/stat and the machine's from /proc/stat.
+// brokerPID 0 means unknown: broker time stays 0.
 func sampleCPU(brokerPID int) cpu {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	c := cpu{self: time.Duration(ru.Utime.Nano() + ru.Stime.Nano())}
+	c := cpu{self: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), selfSys: time.Duration(ru.Stime.Nano())}
 	if brokerPID > 0 {
 		c.broker, _ = procCPU(brokerPID)
+		if tids, err := threads(brokerPID); err == nil {
+			for _, tid := range tids {
+				path := fmt.Sprintf("/proc/%d/task/%d/", brokerPID, tid)
+				comm, err := os.ReadFile(path + "comm")
+				if err != nil {
+					continue
+				}
+				if d, err := statCPU(path + "stat"); err == nil {
+					c.threads[kindOfThread(strings.TrimSpace(string(comm)))] += d
+				}
+			}
+		}
 	}
 	c.machine, _ = machineCPU()
 	return c
 }
 
 func (c cpu) sub(o cpu) cpu {
-	return cpu{self: c.self - o.self, broker: c.broker - o.broker, machine: c.machine - o.machine}
+	d := cpu{self: c.self - o.self, selfSys: c.selfSys - o.selfSys, broker: c.broker - o.broker, machine: c.machine - o.machine}
+	for i := range d.threads {
+		d.threads[i] = c.threads[i] - o.threads[i]
+	}
+	return d
 }
+
+// others is the CPU time of the machine used by neither this process nor
+// the broker.
+func (c cpu) others() time.Duration { return max(c.machine-c.self-c.broker, 0) }
 
 // machineCPU returns the time all CPUs together have been busy since boot
 // (user, nice, system, irq and softirq in /proc/stat; not idle, iowait or
@@ -73,46 +120,42 @@ func machineCPU() (time.Duration, error) {
 
 // procCPU returns utime+stime of a process.
 func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return statCPU(fmt.Sprintf("/proc/%d/stat", pid))
+}
+
+// statCPU returns utime+stime from a /proc stat file (a process's or a
+// thread's).
+func statCPU(path string) (time.Duration, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, err
 	}
 	// The command name may hold spaces; the fields we need follow its ')'.
 	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
 	if len(fields) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+		return 0, fmt.Errorf("%s: too few fields", path)
 	}
 	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
 	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
 	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: unreadable utime/stime", pid)
+		return 0, fmt.Errorf("%s: unreadable utime/stime", path)
 	}
 	return time.Duration(utime+stime) * clockTick, nil
 }
 
-// brokerPID finds the RabbitMQ node that serves rawURL: the process
-// listening on its port on this machine. Matching beam.smp by name is not
-// enough: cluster tests run more nodes here, and a restarted node has a
-// new pid. 0 when it cannot be told (a remote broker, no ss).
-func brokerPID(ctx context.Context, rawURL string) int {
-	u, err := amqp.ParseURI(rawURL)
+// startTime is field 22 of /proc/<pid>/stat, the process's start time
+// since boot: with the pid, it tells a process apart from a later one that
+// reuses its pid. "" when the process is gone.
+func startTime(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0
+		return ""
 	}
-	out, err := exec.CommandContext(ctx, "ss", "-ltnpH", fmt.Sprintf("sport = :%d", u.Port)).Output()
-	if err != nil {
-		return 0
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(fields) < 20 {
+		return ""
 	}
-	// users:(("beam.smp",pid=2962,fd=35))
-	_, rest, ok := strings.Cut(string(out), "pid=")
-	if !ok {
-		return 0
-	}
-	if end := strings.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' }); end >= 0 {
-		rest = rest[:end]
-	}
-	pid, _ := strconv.Atoi(rest)
-	return pid
+	return fields[19]
 }
 
 // memory reads this process's resident set size now and its peak since the
@@ -147,12 +190,11 @@ func resetPeakRSS() {
 
 // machine describes where the numbers come from.
 type machine struct {
-	CPUs, CPUModel, Memory, Broker, Go, Kernel string
-	BrokerPID                                  int
+	CPUs, CPUModel, Memory, Go, Kernel string
 }
 
-func describeMachine(ctx context.Context, b *broker) (machine, error) {
-	m := machine{CPUs: strconv.Itoa(runtime.NumCPU()), Go: runtime.Version(), BrokerPID: brokerPID(ctx, b.url)}
+func describeMachine(ctx context.Context) machine {
+	m := machine{CPUs: strconv.Itoa(runtime.NumCPU()), Go: runtime.Version()}
 	if info, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, line := range strings.Split(string(info), "\n") {
 			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
@@ -172,11 +214,9 @@ func describeMachine(ctx context.Context, b *broker) (machine, error) {
 	if out, err := exec.CommandContext(ctx, "uname", "-r").Output(); err == nil {
 		m.Kernel = strings.TrimSpace(string(out))
 	}
-	m.Broker = fmt.Sprintf("%v %v", b.conn.Properties["product"], b.conn.Properties["version"])
-	return m, nil
+	return m
 }
 
 func (m machine) String() string {
-	return fmt.Sprintf("machine: %s CPUs (%s), %s RAM, Linux %s; broker %s (node pid %d); %s\n",
-		m.CPUs, m.CPUModel, m.Memory, m.Kernel, m.Broker, m.BrokerPID, m.Go)
+	return fmt.Sprintf("machine: %s CPUs (%s), %s RAM, Linux %s; %s\n", m.CPUs, m.CPUModel, m.Memory, m.Kernel, m.Go)
 }

@@ -287,11 +287,20 @@ func QueueLen(url, queue string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	q, err := Inspect(ch, queue)
+	return q.Messages, err
+}
+
+// Inspect returns a queue's ready message count and consumer count with a
+// passive declaration on ch, for callers that poll a queue often (the
+// bench, every 10 ms) and keep a channel open for it. A queue that does
+// not exist closes ch, as any passive declaration does.
+func Inspect(ch *amqp.Channel, queue string) (amqp.Queue, error) {
 	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 	if err != nil {
-		return 0, fmt.Errorf("inspect queue %s: %w", queue, err)
+		return q, fmt.Errorf("inspect queue %s: %w", queue, err)
 	}
-	return q.Messages, nil
+	return q, nil
 }
 
 // PrivateVhost creates a virtual host for one test, gives guest every
@@ -338,16 +347,9 @@ func (b *Broker) Accepts(timeout time.Duration) <-chan time.Time {
 // itself, so other nodes on this host (the other broker, a cluster's) are
 // left alone.
 func (b *Broker) Kill() error {
-	out, err := b.Ctl(context.Background(), nil, "-q", "eval", "os:getpid().")
+	pid, err := b.PID(context.Background())
 	if err != nil {
 		return err
-	}
-	pid, err := strconv.Atoi(strings.Trim(strings.TrimSpace(out), `"`))
-	if err != nil {
-		return fmt.Errorf("node %s pid %q: %w", b.Node, out, err)
-	}
-	if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err != nil || !bytes.Contains(cmdline, []byte("beam")) {
-		return fmt.Errorf("pid %d, from node %s, is not an Erlang VM (%q, %v)", pid, b.Node, cmdline, err)
 	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		return fmt.Errorf("kill -9 %d (node %s): %w", pid, b.Node, err)
@@ -360,6 +362,25 @@ func (b *Broker) Kill() error {
 		}
 	}
 	return fmt.Errorf("node %s (pid %d) still runs 30s after SIGKILL", b.Node, pid)
+}
+
+// PID returns the host pid of the node's Erlang VM, as the node itself
+// reports it (the 4.3 chroot shares the host's pid namespace), after
+// checking that the process is an Erlang VM: other nodes on this host (the
+// other broker, a cluster's) have pids of their own.
+func (b *Broker) PID(ctx context.Context) (int, error) {
+	out, err := b.Ctl(ctx, nil, "-q", "eval", "os:getpid().")
+	if err != nil {
+		return 0, err
+	}
+	pid, err := strconv.Atoi(strings.Trim(strings.TrimSpace(out), `"`))
+	if err != nil {
+		return 0, fmt.Errorf("node %s pid %q: %w", b.Node, out, err)
+	}
+	if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err != nil || !bytes.Contains(cmdline, []byte("beam")) {
+		return 0, fmt.Errorf("pid %d, from node %s, is not an Erlang VM (%q, %v)", pid, b.Node, cmdline, err)
+	}
+	return pid, nil
 }
 
 // Cluster returns the three nodes `scripts/cluster.sh -b <name> start`
