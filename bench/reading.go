@@ -160,8 +160,13 @@ func shovelBound(s *suite, levers *suite) string {
 		relayShovel, rebRelay := s.ratio(relayC.Name, shovelC.Name), s.ratio(reboundC.Name, relayC.Name)
 		fmt.Fprintf(&sb, "The bare relay, which decodes nothing and decides nothing, reached %.2f× the Shovel: that is "+
 			"the bound for any amqp091-go client moving these messages on this broker, and rebound reached %.2f of "+
-			"the relay's rate (%s µs more broker CPU per copy than the relay: its copies carry the retry headers "+
-			"and go through an exchange into a queue with a TTL).", relayShovel, rebRelay, us(reb-rel))
+			"the relay's rate", relayShovel, rebRelay)
+		if reb > rel {
+			fmt.Fprintf(&sb, " (%s µs more broker CPU per copy than the relay: its copies carry the retry headers "+
+				"and go through an exchange into a queue with a TTL).", us(reb-rel))
+		} else {
+			sb.WriteString(", for no more broker CPU per copy than the relay.")
+		}
 	}
 	if levers != nil && levers.Mode == s.Mode && levers.has(leverReboundFetch) && levers.has(leverShovelFetch) {
 		fmt.Fprintf(&sb, " In the lever runs, prefetch 1024 took rebound to %.2f× its rate at 256 and the Shovel to %.2f× "+

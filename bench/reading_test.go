@@ -80,6 +80,13 @@ func TestTargets(t *testing.T) {
 		bound: []string{"used 0.97 of it", "64.0 µs per copy for rebound, 58.0 µs for the relay and 35.0 µs for the Shovel",
 			"reached 0.61× the Shovel", "rebound reached 0.88 of the relay's rate", "6.0 µs more broker CPU per copy"},
 	}, {
+		name: "shovel target missed, rebound as cheap for the broker as the relay",
+		br: &brokerResult{Name: "4.3", Version: "4.3.6",
+			Throughput: []*suite{pinnedThroughput(15000, 17000, 28000, 58, 58, 35, 40)}},
+		target: "rebound ≥ 1.0× the Shovel", runs: "pinned", met: false, measured: "0.54",
+		bound: []string{"rebound reached 0.88 of the relay's rate, for no more broker CPU per copy than the relay."},
+		never: []string{"0.0 µs more"},
+	}, {
 		name: "shovel target met",
 		br: &brokerResult{Name: "4.3", Version: "4.3.6",
 			Throughput: []*suite{pinnedThroughput(15000, 17000, 12000, 64, 58, 80, 40)}},
