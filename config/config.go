@@ -291,6 +291,11 @@ func (c Config) validate(failed map[string]bool) []FieldError {
 			add(variable, name, "a non-empty name of at most 200 bytes not starting with amq.")
 		}
 	}
+	// Each delay queue's exchange is DELAY_EXCHANGE + "." + milliseconds:
+	// a dead-letter exchange named so would be bound to a delay queue.
+	if ms, ok := strings.CutPrefix(c.DeadLetterExchange, c.DelayExchange+"."); ok && ms != "" && strings.Trim(ms, "0123456789") == "" {
+		add("DEAD_LETTER_EXCHANGE", c.DeadLetterExchange, "a name other than REBOUND_DELAY_EXCHANGE + \".\" + digits, which names a delay queue's exchange")
+	}
 	hs := c.HeaderNames()
 	seen := map[string]string{}
 	// In a fixed order, so that of two variables naming the same header it

@@ -139,6 +139,7 @@ func TestLoadInvalid(t *testing.T) {
 		{"zero confirm timeout", []string{"REBOUND_CONFIRM_TIMEOUT=0s"}, "REBOUND_CONFIRM_TIMEOUT", "0s", "above 0"},
 		{"negative grace", []string{"REBOUND_SHUTDOWN_GRACE=-1s"}, "REBOUND_SHUTDOWN_GRACE", "-1s", "0 or more"},
 		{"reserved queue name", []string{"REBOUND_INBOX_QUEUE=amq.inbox"}, "REBOUND_INBOX_QUEUE", "amq.inbox", "not starting with amq."},
+		{"dead-letter exchange named as a delay exchange", []string{"REBOUND_DEAD_LETTER_EXCHANGE=rebound.delay.1500"}, "REBOUND_DEAD_LETTER_EXCHANGE", "rebound.delay.1500", "a delay queue's exchange"},
 		{"long exchange name", []string{"REBOUND_DELAY_EXCHANGE=" + strings.Repeat("x", 201)}, "REBOUND_DELAY_EXCHANGE", strings.Repeat("x", 201), "at most 200 bytes"},
 		{"header RabbitMQ owns", []string{"REBOUND_HEADER_ERROR=x-death"}, "REBOUND_HEADER_ERROR", "x-death", "a header name RabbitMQ does not own"},
 		{"header RabbitMQ owns by prefix", []string{"REBOUND_HEADER_RETRY_COUNT=x-first-death-reason"}, "REBOUND_HEADER_RETRY_COUNT", "x-first-death-reason", "RabbitMQ does not own"},

@@ -44,20 +44,20 @@ func (s *Sidecar) session(ctx context.Context) error {
 	}
 
 	topo := s.opt.Topology.ForServer(pubConn.Properties)
+	notice := func(msg string) { s.log.Warn("topology", zap.String("notice", msg)) }
 	notices, err := topo.Declare(pubConn)
 	for _, n := range notices {
-		s.log.Warn("topology", zap.String("notice", n))
+		notice(n)
 	}
 	if err != nil {
 		pubConn.Close()
 		return fmt.Errorf("declare topology: %w", err)
 	}
-	pub, err := republisher.New(pubConn, topo, s.opt.Prefetch, s.opt.ConfirmTimeout)
+	pub, err := republisher.New(pubConn, topo, s.opt.Prefetch, s.opt.ConfirmTimeout, notice)
 	if err != nil {
 		pubConn.Close()
 		return err
 	}
-	pub.Notice = func(msg string) { s.log.Warn("topology", zap.String("notice", msg)) }
 	defer func() {
 		pubConn.Close()
 		<-pub.Done() // the publisher's goroutine ends once its channel is closed

@@ -109,33 +109,34 @@ type Publisher struct {
 	timeout time.Duration
 	now     func() time.Time
 
-	// declMu guards declCh and the declared/origin caches. It is held
-	// across declarations, which wait for the broker: the confirm loop
-	// never takes it.
+	// declMu guards declCh, declared, origins, detours and unchecked. It
+	// is held across declarations, which wait for the broker: the confirm
+	// loop never takes it. Whoever holds both takes declMu first.
 	declMu    sync.Mutex
 	declCh    *amqp.Channel
 	declared  map[int64]time.Time     // delay queue (ms) -> last publish to it
 	origins   map[string]time.Time    // origin queue -> when it was last seen to exist
 	detours   map[int64]time.Duration // unusable delay queue (ms) -> the delay used instead
-	unchecked map[string]bool         // origin queues the broker would not say exist
+	unchecked map[string]time.Time    // origin queues the broker refused to check, and when
 
-	mu      sync.Mutex // guards pending, blocked and stale; never held across I/O
-	pending map[uint64]*pending
-	blocked bool
-	stale   map[int64]bool // delay queues (ms) a copy was returned from: declare them again
+	mu       sync.Mutex // guards pending, blocked, stale and returned; never held across I/O
+	pending  map[uint64]*pending
+	blocked  bool
+	stale    map[int64]bool       // delay queues (ms) a copy was returned from: declare them again
+	returned map[string]time.Time // queues a copy sent straight to was returned from, and when
 
 	done chan struct{}
 	err  error // set before done is closed
 
-	// Notice receives what the Publisher worked around, for the log. Set
-	// it before the first Publish; the default drops it.
-	Notice func(msg string)
+	notice func(msg string) // what the Publisher worked around, for the log
 }
 
 // New opens a confirming channel on conn. window is the most publishes
 // that can be pending at once (rebound's prefetch); the confirmation
-// buffer is sized from it so the library never waits on rebound.
-func New(conn *amqp.Connection, topo Topology, window int, confirmTimeout time.Duration) (*Publisher, error) {
+// buffer is sized from it so the library never waits on rebound. notice
+// receives, for the log, what the Publisher worked around (a delay queue
+// it could not use, an origin queue it could not check); nil drops it.
+func New(conn *amqp.Connection, topo Topology, window int, confirmTimeout time.Duration, notice func(msg string)) (*Publisher, error) {
 	ch, err := conn.Channel()
 	if err != nil {
 		return nil, fmt.Errorf("open publish channel: %w", err)
@@ -150,9 +151,12 @@ func New(conn *amqp.Connection, topo Topology, window int, confirmTimeout time.D
 	p := &Publisher{
 		conn: conn, ch: ch, declCh: declCh, topo: topo, timeout: confirmTimeout, now: time.Now,
 		declared: map[int64]time.Time{}, origins: map[string]time.Time{}, detours: map[int64]time.Duration{},
-		unchecked: map[string]bool{},
-		pending:   map[uint64]*pending{}, stale: map[int64]bool{}, done: make(chan struct{}),
-		Notice: func(string) {},
+		unchecked: map[string]time.Time{},
+		pending:   map[uint64]*pending{}, stale: map[int64]bool{}, returned: map[string]time.Time{},
+		done: make(chan struct{}), notice: notice,
+	}
+	if p.notice == nil {
+		p.notice = func(string) {}
 	}
 	// At most window publishes are pending, each confirmed once and
 	// returned at most once: neither buffer ever fills, so the library
@@ -268,6 +272,11 @@ func (p *Publisher) takeReturns(returns <-chan amqp.Return) <-chan amqp.Return {
 	}
 }
 
+// maxReturnedQueues is how many queues Publisher.returned holds before
+// markReturned forgets those older than originRecheck: names come from
+// messages, so the map must not grow with them.
+const maxReturnedQueues = 1024
+
 func (p *Publisher) markReturned(r amqp.Return) {
 	key := routeKey{exchange: r.Exchange, routingKey: r.RoutingKey}
 	p.mu.Lock()
@@ -276,6 +285,20 @@ func (p *Publisher) markReturned(r amqp.Return) {
 		// The delay queue or its binding is gone: declare it again next
 		// time (ensureDelayQueue reads this).
 		p.stale[ms] = true
+	}
+	if r.Exchange == "" {
+		// The default exchange routes to the queue its key names when it
+		// exists: a return says the queue does not (OriginExists reads
+		// this when the broker will not answer a passive declaration).
+		now := p.now()
+		if len(p.returned) >= maxReturnedQueues {
+			for q, at := range p.returned {
+				if now.Sub(at) >= originRecheck {
+					delete(p.returned, q)
+				}
+			}
+		}
+		p.returned[r.RoutingKey] = now
 	}
 	// A return does not name its sequence number. Every copy still pending
 	// for the same destination is treated as returned: at worst a copy that
@@ -347,104 +370,6 @@ func (p *Publisher) stop(outcome Outcome, err error) {
 	close(p.done)
 }
 
-// ensureDelayQueue declares the delay queue for d once per Publisher and
-// notes that it is in use. It returns the delay whose queue the copy goes
-// through: d, or a millisecond or a few more when d's queue is unusable
-// (see declareDelayQueue).
-func (p *Publisher) ensureDelayQueue(d time.Duration) (time.Duration, error) {
-	// declMu, then mu: the confirm loop takes only mu, so this order
-	// cannot deadlock.
-	p.declMu.Lock()
-	defer p.declMu.Unlock()
-	if to, ok := p.detours[d.Milliseconds()]; ok {
-		d = to
-	}
-	ms := d.Milliseconds()
-	p.mu.Lock()
-	stale := p.stale[ms]
-	delete(p.stale, ms)
-	p.mu.Unlock()
-	if stale {
-		delete(p.declared, ms)
-	}
-	if _, ok := p.declared[ms]; !ok {
-		used, err := p.declareDelayQueue(d)
-		if err != nil {
-			return 0, err
-		}
-		if used != d {
-			p.detours[ms] = used
-			d, ms = used, used.Milliseconds()
-		}
-	}
-	p.declared[ms] = p.now()
-	return d, nil
-}
-
-// maxDetours is how many neighbouring delay queues declareDelayQueue tries
-// after the one asked for.
-const maxDetours = 3
-
-// declareDelayQueue declares the delay queue for d, its exchange and their
-// binding, and returns the delay whose queue it declared. A queue or
-// exchange the broker refuses with a channel-level error (one that exists
-// with other arguments or of another type, or a queue left
-// broken by a partition, see declareOrRepair) would otherwise end every
-// session at the first copy that needs it, and that copy's inbox
-// message would go round forever: instead the copy goes through the
-// next millisecond's queue, a delay no policy can tell apart. A
-// connection-level error still ends the session.
-func (p *Publisher) declareDelayQueue(d time.Duration) (time.Duration, error) {
-	for range maxDetours + 1 {
-		q, b := p.topo.DelayQueue(d)
-		err := p.withDeclareChannel(func(ch *amqp.Channel) error { return declareExchange(ch, p.topo.DelayExchangeFor(d)) })
-		if err == nil {
-			err = p.declareOrRepair(q)
-		}
-		var amqpErr *amqp.Error
-		if errors.As(err, &amqpErr) && amqpErr.Recover {
-			p.Notice(fmt.Sprintf("delay queue %s is unusable (%v): copies for it go through the next millisecond's delay queue", q.Name, err))
-			d += time.Millisecond
-			continue
-		}
-		if err != nil {
-			return 0, err
-		}
-		return d, p.withDeclareChannel(func(ch *amqp.Channel) error { return bind(ch, b) })
-	}
-	return 0, fmt.Errorf("no usable delay queue from %s to %s", d-(maxDetours+1)*time.Millisecond, d-time.Millisecond)
-}
-
-// declareOrRepair declares q, repairing it when broken. On RabbitMQ 4.2
-// and later (Khepri), a queue whose declaration timed out while its node
-// was cut off from the majority can be left broken once the majority is
-// back: every declaration of it then fails, after a minute, with
-// NOT_FOUND ("failed to perform operation on queue ... due to timeout"),
-// which a queue.declare never answers for a healthy queue. Deleting it
-// (if empty: the broker refuses to delete a queue that holds a message,
-// so no waiting copy can be lost) and declaring it again repairs it
-// (seen on 4.3.6).
-func (p *Publisher) declareOrRepair(q Queue) error {
-	declare := func(ch *amqp.Channel) error { return declareQueue(ch, q) }
-	err := p.withDeclareChannel(declare)
-	var amqpErr *amqp.Error
-	if !errors.As(err, &amqpErr) || amqpErr.Code != amqp.NotFound {
-		return err
-	}
-	err = p.withDeclareChannel(func(ch *amqp.Channel) error {
-		_, err := ch.QueueDelete(q.Name, false, true, false)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("delete broken delay queue %s: %w", q.Name, err)
-	}
-	if err := p.withDeclareChannel(declare); err != nil {
-		return err
-	}
-	p.Notice("delay queue " + q.Name + " was broken (declared while its node had lost the cluster's majority): deleted it, empty, and declared it again")
-	return nil
-}
-
 // SweepIdle deletes the delay queues this Publisher declared that have had
 // no publish for idle, or for twice their delay if that is longer, and
 // that are empty. The broker refuses to delete a queue that still holds a
@@ -468,10 +393,7 @@ func (p *Publisher) SweepIdle(idle time.Duration) ([]string, error) {
 			continue
 		}
 		q, _ := p.topo.DelayQueue(time.Duration(ms) * time.Millisecond)
-		err := p.withDeclareChannel(func(ch *amqp.Channel) error {
-			_, err := ch.QueueDelete(q.Name, false, true, false)
-			return err
-		})
+		err := p.deleteIfEmpty(q.Name)
 		var amqpErr *amqp.Error
 		switch {
 		case err == nil:
@@ -490,65 +412,6 @@ func (p *Publisher) SweepIdle(idle time.Duration) ([]string, error) {
 
 // originRecheck is how long a queue seen to exist is trusted to still exist.
 const originRecheck = time.Minute
-
-// OriginExists reports whether queue exists on the broker (QueueExists),
-// checking at most once a minute per queue. A copy sent towards a queue
-// that does not exist would be dropped by the broker when its delay ends.
-// A queue the broker will not say anything about (ErrCheckRefused) counts
-// as existing, and Notice says so once per queue: the copy goes on, as it
-// would with no check at all.
-func (p *Publisher) OriginExists(queue string) (bool, error) {
-	p.declMu.Lock()
-	defer p.declMu.Unlock()
-	now := p.now()
-	if seen, ok := p.origins[queue]; ok && now.Sub(seen) < originRecheck {
-		return true, nil
-	}
-	exists, err := QueueExists(p.conn, queue)
-	if errors.Is(err, ErrCheckRefused) {
-		if !p.unchecked[queue] {
-			p.unchecked[queue] = true
-			p.Notice("cannot check whether origin queue " + queue + " exists: " + ErrCheckRefused.Error() +
-				"; its copies go on unchecked (grant rebound write on the application queues to check them: deploy/README.md, Permissions)")
-		}
-		exists, err = true, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	if exists {
-		p.origins[queue] = now
-	} else {
-		delete(p.origins, queue)
-	}
-	return exists, nil
-}
-
-// ErrCheckRefused is QueueExists's answer when the broker refuses to say.
-var ErrCheckRefused = errors.New("the broker refuses a passive declaration of it without a permission on the queue (RabbitMQ 4.2.6 and later)")
-
-// QueueExists reports whether queue exists in conn's virtual host, with a
-// passive declaration on a channel of its own (a miss closes it). Before
-// RabbitMQ 4.2.6 a passive declaration needs no permission; since, it
-// needs one on the queue (configure in 4.2.6 and 4.3.0, any since), and
-// without it the answer is ErrCheckRefused. Any other answer but the
-// queue or NOT_FOUND is an error, not a guess.
-func QueueExists(conn *amqp.Connection, queue string) (bool, error) {
-	err := withChannel(conn, func(ch *amqp.Channel) error {
-		_, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-		return err
-	})
-	var amqpErr *amqp.Error
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound:
-		return false, nil
-	case errors.As(err, &amqpErr) && amqpErr.Code == amqp.AccessRefused:
-		return false, fmt.Errorf("check queue %s: %w", queue, ErrCheckRefused)
-	}
-	return false, fmt.Errorf("check queue %s: %w", queue, err)
-}
 
 // withDeclareChannel runs f on the declare channel, replacing the channel
 // when f's error closed it (a 404 or 406 does).

@@ -3,6 +3,7 @@ package republisher
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +23,22 @@ type testEnv struct {
 	admin  *amqp.Channel    // the test's own
 	topo   Topology
 	origin string // an application queue
+
+	mu      sync.Mutex
+	notices []string // what e's publishers noticed
+}
+
+// notice is the notice function of e's publishers.
+func (e *testEnv) notice(msg string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.notices = append(e.notices, msg)
+}
+
+func (e *testEnv) noticed() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.notices)
 }
 
 func newTestEnv(t *testing.T, quorum bool) *testEnv {
@@ -53,7 +70,7 @@ func (e *testEnv) publisher(window int) *Publisher {
 	if _, err := e.topo.Declare(e.conn); err != nil {
 		e.t.Fatal(err)
 	}
-	p, err := New(e.conn, e.topo, window, 30*time.Second)
+	p, err := New(e.conn, e.topo, window, 30*time.Second, e.notice)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -172,8 +189,6 @@ func TestUnusableDelayQueueIsDetoured(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, false)
 	p := e.publisher(4)
-	var notices []string
-	p.Notice = func(msg string) { notices = append(notices, msg) }
 	const delay = 300 * time.Millisecond
 	taken, _ := e.topo.DelayQueue(delay)
 	if _, err := e.admin.QueueDeclare(taken.Name, true, false, false, false, amqp.Table{amqp.QueueMessageTTLArg: 60_000}); err != nil {
@@ -195,7 +210,7 @@ func TestUnusableDelayQueueIsDetoured(t *testing.T) {
 			t.Errorf("%s: %v, want Confirmed", id, out)
 		}
 	}
-	if len(notices) != 2 {
+	if notices := e.noticed(); len(notices) != 2 {
 		t.Errorf("notices = %q, want two, both for the first copy", notices)
 	}
 	detour, _ := e.topo.DelayQueue(delay + 2*time.Millisecond)
@@ -206,6 +221,38 @@ func TestUnusableDelayQueueIsDetoured(t *testing.T) {
 	if n, err := brokertest.QueueLen(e.broker.URL, taken.Name); err != nil || n != 0 {
 		t.Errorf("the queue that was there holds %d (%v), want untouched and empty", n, err)
 	}
+	if err := e.admin.ExchangeDeclarePassive(direct, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
+		t.Errorf("the direct exchange that was there: %v, want it untouched", err)
+	}
+
+	// The detour's queue goes (another replica's sweep) and comes back
+	// unusable: the next copy for the delay asked for detours once more,
+	// and the one after goes straight to the new detour.
+	if _, err := e.admin.QueueDelete(detour.Name, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.admin.QueueDeclare(detour.Name, true, false, false, false, amqp.Table{amqp.QueueMessageTTLArg: 60_000}); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.stale[(delay + 2*time.Millisecond).Milliseconds()] = true // as a return from it marks it
+	p.mu.Unlock()
+	for _, id := range []string{"third", "fourth"} {
+		dest := e.topo.Delayed(delay, e.origin)
+		if err := p.Publish(context.Background(), dest, Copy(amqp.Delivery{MessageId: id, Body: []byte(id)}, amqp.Table{}), o.callback(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := o.wait(t, 2, 10*time.Second); got["third"] != Confirmed || got["fourth"] != Confirmed {
+		t.Errorf("outcomes after the second detour: %v", got)
+	}
+	if notices := e.noticed(); len(notices) != 3 {
+		t.Errorf("notices = %q, want three: one more for the detour's queue, none for the fourth copy", notices)
+	}
+	if to := p.detours[delay.Milliseconds()]; to != delay+3*time.Millisecond {
+		t.Errorf("the delay asked for detours to %s, want %s", to, delay+3*time.Millisecond)
+	}
+	e.waitOrigin(4, "all four copies")
 }
 
 // TestReturnIsNeverLostBehindADeclaration is the loss of issue 12: the
@@ -226,7 +273,7 @@ func TestReturnIsNeverLostBehindADeclaration(t *testing.T) {
 	p := e.publisher(16)
 	o := newOutcomes()
 	// A delay queue the publisher believes declared, and that is gone: its
-	// copies come back from the delay exchange.
+	// copies come back from its exchange, which is left without a binding.
 	gone := 300 * time.Millisecond
 	if _, err := p.ensureDelayQueue(gone); err != nil {
 		t.Fatal(err)
@@ -328,8 +375,9 @@ func TestOriginExistsWithoutPermission(t *testing.T) {
 	user, password := "rebound-"+brokertest.RandomSuffix(), "pw"
 	e.broker.MustCtl(t, "-q", "add_user", user, password)
 	t.Cleanup(func() { _, _ = e.broker.Ctl(context.Background(), nil, "-q", "delete_user", user) })
-	// Anything but the origin.
-	e.broker.MustCtl(t, "-q", "set_permissions", "-p", "/", user, "^x$", "^x$", "^x$")
+	// Publishing to the default exchange, as rebound's user does, and
+	// nothing on the queues.
+	e.broker.MustCtl(t, "-q", "set_permissions", "-p", "/", user, "^x$", `^amq\.default$`, "^x$")
 	u, err := amqp.ParseURI(e.broker.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -346,20 +394,31 @@ func TestOriginExistsWithoutPermission(t *testing.T) {
 		t.Fatalf("QueueExists without permission on RabbitMQ %s = %v, %v; want true", e.broker.Version(), exists, err)
 	}
 
-	p, err := New(conn, e.topo, 4, 30*time.Second)
+	p, err := New(conn, e.topo, 4, 30*time.Second, e.notice)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var notices []string
-	p.Notice = func(msg string) { notices = append(notices, msg) }
 	for range 2 {
 		if ok, err := p.OriginExists(e.origin); !ok || err != nil {
 			t.Errorf("OriginExists = %v, %v; want true", ok, err)
 		}
-		p.now = func() time.Time { return time.Now().Add(2 * originRecheck) } // check again
 	}
-	if want := map[bool]int{true: 1, false: 0}[e.broker.AtLeast(4, 2)]; len(notices) != want {
-		t.Errorf("notices %q, want %d", notices, want)
+	if want := map[bool]int{true: 1, false: 0}[e.broker.AtLeast(4, 2)]; len(e.noticed()) != want {
+		t.Errorf("notices %q, want %d", e.noticed(), want)
+	}
+
+	// A copy sent straight to a queue that does not exist comes back:
+	// the broker's own word, which OriginExists then goes by.
+	gone := brokertest.Unique(t) + "gone"
+	o := newOutcomes()
+	if err := p.Publish(context.Background(), Direct(gone), msg("straight"), o.callback("straight")); err != nil {
+		t.Fatal(err)
+	}
+	if got := o.wait(t, 1, 10*time.Second); got["straight"] != Returned {
+		t.Fatalf("copy to a missing queue: %v, want Returned", got["straight"])
+	}
+	if ok, err := p.OriginExists(gone); ok || err != nil {
+		t.Errorf("OriginExists(%s) after its copy came back = %v, %v; want false", gone, ok, err)
 	}
 }
 

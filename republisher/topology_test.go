@@ -2,6 +2,8 @@ package republisher
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"regexp"
 	"testing"
 	"time"
@@ -16,7 +18,7 @@ func testTopology(quorum, deliveryLimits bool) Topology {
 	}
 }
 
-func TestDelayQueueAndKey(t *testing.T) {
+func TestDelayQueueAndExchange(t *testing.T) {
 	for _, quorum := range []bool{false, true} {
 		topo := testTopology(quorum, false)
 		q, b := topo.DelayQueue(1500 * time.Millisecond)
@@ -210,4 +212,28 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// Only a refusal for good detours a delay: a declaration that exists with
+// other arguments or of another type (PRECONDITION_FAILED), or a broken
+// queue (NOT_FOUND). A refused permission or a connection error is not
+// the delay queue's fault, and another delay would not fare better.
+func TestUnusable(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{&amqp.Error{Code: amqp.PreconditionFailed, Recover: true}, true},
+		{fmt.Errorf("declare queue q: %w", &amqp.Error{Code: amqp.NotFound, Recover: true}), true},
+		{&amqp.Error{Code: amqp.AccessRefused, Recover: true}, false},
+		{&amqp.Error{Code: amqp.ResourceLocked, Recover: true}, false},
+		{&amqp.Error{Code: amqp.InternalError}, false},
+		{amqp.ErrClosed, false},
+		{errors.New("timeout"), false},
+		{nil, false},
+	} {
+		if got := unusable(tc.err); got != tc.want {
+			t.Errorf("unusable(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
 }

@@ -55,14 +55,6 @@ CONFIGURE='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+)$'
 # the vhost by name; that is how it sends a message back to its origin
 # queue, whatever that queue is called.
 WRITE='^(amq\.default|rebound\.delay|rebound\.inbox|rebound\.delay\.[0-9]+)$'
-# And the application queues (APP_QUEUES): rebound checks that a message's
-# origin queue exists before it sends a copy towards it (a copy for a queue
-# deleted meanwhile would be dropped when its delay ends), with a passive
-# queue.declare, which RabbitMQ 4.2.6 and later refuse without a
-# permission on the queue. Write is the least of the three: it lets rebound
-# bind the queue to its own exchanges, which it never does, where read would
-# let it consume and configure delete.
-WRITE="$WRITE|$APP_QUEUES"
 
 # read: rebound consumes rebound.inbox; `rebound parked` lists, replays and
 # purges rebound.parked; binding needs read on the source exchanges

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"strconv"
+	"time"
 
 	"github.com/rebound-mq/rebound/config"
 )
@@ -15,14 +15,10 @@ type Permissions struct {
 	Configure, Write, Read string
 }
 
-var (
-	permissionLine = regexp.MustCompile(`(?m)^(CONFIGURE|WRITE|READ)='([^']*)'$`)
-	writeAppQueues = regexp.MustCompile(`(?m)^WRITE="\$WRITE\|\$APP_QUEUES"$`)
-)
+var permissionLine = regexp.MustCompile(`(?m)^(CONFIGURE|WRITE|READ)='([^']*)'$`)
 
 // ReadPermissions extracts CONFIGURE='...', WRITE='...' and READ='...' from
-// deploy/rabbitmq/setup.sh, and the application queues' pattern when the
-// script adds it to WRITE.
+// deploy/rabbitmq/setup.sh.
 func ReadPermissions(script []byte) (Permissions, error) {
 	var p Permissions
 	found := map[string]bool{}
@@ -43,13 +39,6 @@ func ReadPermissions(script []byte) (Permissions, error) {
 	}
 	if len(found) != 3 {
 		return p, fmt.Errorf("want CONFIGURE, WRITE and READ lines, found %d", len(found))
-	}
-	if writeAppQueues.Match(script) {
-		app, err := ReadAppQueues(script)
-		if err != nil {
-			return p, err
-		}
-		p.Write += "|" + app
 	}
 	return p, nil
 }
@@ -101,7 +90,8 @@ type Access struct {
 // queue with a dead-letter exchange needs read on the queue and write on
 // that exchange.
 func Needs(c config.Config) []Access {
-	delays := []string{"1000", "1200", strconv.Itoa(3600_000)}
+	topo := c.Topology()
+	delays := []time.Duration{time.Second, 1200 * time.Millisecond, time.Hour}
 	a := []Access{
 		{"configure", c.DeadLetterExchange, "declare the dead-letter exchange"},
 		{"configure", c.InboxQueue, "declare the inbox"},
@@ -112,11 +102,9 @@ func Needs(c config.Config) []Access {
 		{"read", c.ParkingQueue, "rebound parked: list, replay, purge"},
 		{"write", "amq.default", "publish immediate retries, parked messages and replays to the default exchange"},
 	}
-	if app := exampleOrigin(c); app != "" {
-		a = append(a, Access{"write", app, "check that an origin queue exists (a passive queue.declare: RabbitMQ 4.2.6 and later want a permission on the queue)"})
-	}
-	for _, ms := range delays {
-		q, x := c.DelayQueuePrefix+ms, c.DelayExchange+"."+ms
+	for _, d := range delays {
+		queue, _ := topo.DelayQueue(d)
+		q, x := queue.Name, topo.DelayExchangeFor(d).Name
 		a = append(a,
 			Access{"configure", x, "declare a delay queue's exchange"},
 			Access{"write", x, "publish delayed copies"},
@@ -127,18 +115,6 @@ func Needs(c config.Config) []Access {
 		)
 	}
 	return a
-}
-
-// exampleOrigin is a queue name REBOUND_ORIGIN_QUEUES allows, for
-// checking permissions on: the kustomize base allows ^orders\. .
-func exampleOrigin(c config.Config) string {
-	allowed := c.OriginAllowed()
-	for _, name := range []string{"orders.created", "orders.e2e", "app.queue"} {
-		if c.OriginQueues != "" && allowed(name) {
-			return name
-		}
-	}
-	return ""
 }
 
 // CheckPermissions checks that p allows everything Needs(c) lists and
@@ -170,14 +146,8 @@ func CheckPermissions(p Permissions, c config.Config) []string {
 		c.InboxQueue + "x", "x" + c.InboxQueue, c.DelayQueuePrefix + "abc", c.DelayQueuePrefix,
 		c.DeadLetterExchange + ".extra", c.ParkingQueue + "2",
 	}
-	allowed := c.OriginAllowed()
 	for perm, r := range res {
 		for _, name := range foreign {
-			// Write on the queues rebound sends messages back to lets it
-			// check that they exist (see Needs).
-			if perm == "write" && c.OriginQueues != "" && allowed(name) {
-				continue
-			}
 			if r.MatchString(name) {
 				problems = append(problems, fmt.Sprintf("%s regex %q also allows %q, which is not rebound's", perm, r, name))
 			}

@@ -46,7 +46,6 @@ func TestCheckPermissionsCatches(t *testing.T) {
 		want   string
 	}{
 		{"no default exchange", func(p *Permissions) { p.Write = `^rebound\.delay$` }, `write "amq.default" is not allowed`},
-		{"no application queue write", func(p *Permissions) { p.Write = `^(amq\.default|rebound\.delay\.[0-9]+)$` }, `write "orders.created" is not allowed`},
 		{"no delay queue read", func(p *Permissions) { p.Read = `^rebound\.(dlx|delay|inbox|parked)$` }, `read "rebound.delay.1000" is not allowed`},
 		{"unanchored", func(p *Permissions) { p.Configure = `rebound\.` }, "also allows"},
 		{"everything", func(p *Permissions) { p.Read = `.*` }, `also allows "orders"`},
