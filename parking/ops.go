@@ -105,6 +105,12 @@ type ReplayResult struct {
 	Matched  int    // matches acted on (at most the limit)
 	Replayed int    // confirmed back in their origin queue and removed from the parking queue (or, dry run, would be)
 	Kept     []Kept // matches left parked
+	// Unchecked counts, in a dry run, the messages of Replayed whose
+	// origin queue the broker would not let rebound check (RabbitMQ 4.2.6
+	// and later refuse a passive declaration without a permission on the
+	// queue): a dry run cannot tell whether those queues exist, and a
+	// replay keeps parked any copy the broker returns.
+	Unchecked int
 }
 
 // replayBatch is how many copies are in flight before Replay waits for
@@ -135,7 +141,8 @@ func (q Queue) Replay(ctx context.Context, f Filter, now time.Time, dryRun bool)
 			err = cerr
 		}
 	}()
-	exists := map[string]bool{} // origin queue -> whether it exists
+	exists := map[string]bool{}    // origin queue -> whether it exists
+	unchecked := map[string]bool{} // origin queues the broker refused to check
 
 	var pub *amqp.Channel
 	var returns chan amqp.Return
@@ -177,6 +184,7 @@ func (q Queue) Replay(ctx context.Context, f Filter, now time.Time, dryRun bool)
 				// Replayed copies are mandatory: one for a queue that
 				// does not exist comes back, and its message is kept.
 				found, err = true, nil
+				unchecked[m.Origin] = true
 			}
 			if err != nil {
 				return res, err
@@ -189,6 +197,9 @@ func (q Queue) Replay(ctx context.Context, f Filter, now time.Time, dryRun bool)
 		}
 		if dryRun {
 			res.Replayed++
+			if unchecked[m.Origin] {
+				res.Unchecked++
+			}
 			continue
 		}
 		dc, err := pub.PublishWithDeferredConfirmWithContext(ctx, "", m.Origin, true, false, q.replayCopy(d, m.Origin, now))

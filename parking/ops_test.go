@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/rebound-mq/rebound/internal/brokertest"
 	"github.com/rebound-mq/rebound/policy"
 )
 
@@ -304,6 +306,49 @@ func TestReplayKeepsWhatTheBrokerReturns(t *testing.T) {
 	if n := e.queueLen(others); n != 1000 {
 		t.Errorf("the other origin holds %d, want 1000", n)
 	}
+}
+
+// TestReplayDryRunWithoutPermissionOnTheOrigin: RabbitMQ 4.2.6 and later
+// refuse a passive declaration of a queue the user has no permission on,
+// as rebound's user has none on application queues (deploy/rabbitmq).
+// A dry run cannot tell whether such an origin exists: it counts the
+// message as replayable and says it could not check; 3.10 answers the
+// declaration, so there everything is checked.
+func TestReplayDryRunWithoutPermissionOnTheOrigin(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	now := time.Now()
+	e.seed(now,
+		parked{id: "unchecked", origin: e.app, reason: policy.MaxRetries},
+		parked{id: "missing", origin: e.prefix + "missing", reason: policy.MaxRetries},
+	)
+	user := "rebound-" + brokertest.RandomSuffix()
+	e.b.MustCtl(t, "-q", "add_user", user, "pw")
+	t.Cleanup(func() { _, _ = e.b.Ctl(context.Background(), nil, "-q", "delete_user", user) })
+	// Reading the parking queue and publishing to the default exchange:
+	// nothing on the application queues.
+	e.b.MustCtl(t, "-q", "set_permissions", "-p", "/", user, "^$", `^amq\.default$`, "^"+regexp.QuoteMeta(e.q.Name())+"$")
+	u, err := amqp.ParseURI(e.b.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Username, u.Password = user, "pw"
+	q := e.q
+	q.Conn = e.b.Dial(t, u.String())
+
+	res, err := q.Replay(context.Background(), Filter{}, now, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.b.AtLeast(4, 2) {
+		// Neither queue can be checked: both count, unchecked.
+		if res.Replayed != 2 || res.Unchecked != 2 || len(res.Kept) != 0 {
+			t.Errorf("dry run on RabbitMQ %s: %+v; want 2 replayable, both unchecked", e.b.Version(), res)
+		}
+	} else if res.Replayed != 1 || res.Unchecked != 0 || !maps.Equal(kept(res), map[string]string{"missing": WhyOriginMissing}) {
+		t.Errorf("dry run on RabbitMQ %s: %+v; want 1 replayable, none unchecked, missing kept", e.b.Version(), res)
+	}
+	e.settled(2)
 }
 
 // TestDeliveryLimitParkedByTheBroker: a message rebound could not settle

@@ -324,6 +324,9 @@ func runParkedReplay(ctx context.Context, args []string, in invocation) error {
 	}
 	fmt.Fprintf(in.stdout, "%s %d of %d matching messages (%d parked read); %d stay parked\n",
 		verb, res.Replayed, res.Matched, res.Scanned, len(res.Kept))
+	if res.Unchecked > 0 {
+		fmt.Fprintf(in.stdout, "  %d of them to origin queues the broker would not let rebound check (no permission on them): a replay keeps any copy the broker returns\n", res.Unchecked)
+	}
 	reportKept(in.stdout, res.Kept)
 	if err != nil {
 		return fmt.Errorf("replay from %s: %w", q.Name(), err)
