@@ -137,6 +137,12 @@ type Publisher struct {
 // receives, for the log, what the Publisher worked around (a delay queue
 // it could not use, an origin queue it could not check); nil drops it.
 func New(conn *amqp.Connection, topo Topology, window int, confirmTimeout time.Duration, notice func(msg string)) (*Publisher, error) {
+	return newPublisher(conn, topo, window, confirmTimeout, notice, time.Now)
+}
+
+// newPublisher is New with the Publisher's clock, which its loop reads
+// from the start: tests pass one they move.
+func newPublisher(conn *amqp.Connection, topo Topology, window int, confirmTimeout time.Duration, notice func(msg string), now func() time.Time) (*Publisher, error) {
 	ch, err := conn.Channel()
 	if err != nil {
 		return nil, fmt.Errorf("open publish channel: %w", err)
@@ -149,7 +155,7 @@ func New(conn *amqp.Connection, topo Topology, window int, confirmTimeout time.D
 		return nil, fmt.Errorf("open declare channel: %w", err)
 	}
 	p := &Publisher{
-		conn: conn, ch: ch, declCh: declCh, topo: topo, timeout: confirmTimeout, now: time.Now,
+		conn: conn, ch: ch, declCh: declCh, topo: topo, timeout: confirmTimeout, now: now,
 		declared: map[int64]time.Time{}, origins: map[string]time.Time{}, detours: map[int64]time.Duration{},
 		unchecked: map[string]time.Time{},
 		pending:   map[uint64]*pending{}, stale: map[int64]bool{}, returned: map[string]time.Time{},

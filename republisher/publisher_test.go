@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,10 +24,19 @@ type testEnv struct {
 	admin  *amqp.Channel    // the test's own
 	topo   Topology
 	origin string // an application queue
+	clock  clock  // the time e's publishers see
 
 	mu      sync.Mutex
 	notices []string // what e's publishers noticed
 }
+
+// clock is the real time plus an offset a test moves; the Publisher's
+// loop reads it at any time, so the offset is atomic.
+type clock struct{ offset atomic.Int64 }
+
+func (c *clock) now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
+
+func (c *clock) advance(d time.Duration) { c.offset.Add(int64(d)) }
 
 // notice is the notice function of e's publishers.
 func (e *testEnv) notice(msg string) {
@@ -70,7 +80,7 @@ func (e *testEnv) publisher(window int) *Publisher {
 	if _, err := e.topo.Declare(e.conn); err != nil {
 		e.t.Fatal(err)
 	}
-	p, err := New(e.conn, e.topo, window, 30*time.Second, e.notice)
+	p, err := newPublisher(e.conn, e.topo, window, 30*time.Second, e.notice, e.clock.now)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -359,7 +369,7 @@ func TestQueueExists(t *testing.T) {
 	if ok, _ := p.OriginExists(e.origin); !ok {
 		t.Error("OriginExists rechecked within the minute")
 	}
-	p.now = func() time.Time { return time.Now().Add(2 * originRecheck) }
+	e.clock.advance(2 * originRecheck)
 	if ok, err := p.OriginExists(e.origin); ok || err != nil {
 		t.Errorf("OriginExists after the recheck = %v, %v; want false", ok, err)
 	}
@@ -436,7 +446,7 @@ func TestSweepIdleDeletesOnlyEmptyClassicQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond)
-	p.now = func() time.Time { return time.Now().Add(time.Hour) }
+	e.clock.advance(time.Hour)
 	deleted, err := p.SweepIdle(time.Minute)
 	idle, _ := e.topo.DelayQueue(time.Second)
 	if err != nil || len(deleted) != 1 || deleted[0] != idle.Name {
@@ -454,7 +464,7 @@ func TestSweepIdleLeavesQuorumQueues(t *testing.T) {
 	if _, err := p.ensureDelayQueue(time.Second); err != nil {
 		t.Fatal(err)
 	}
-	p.now = func() time.Time { return time.Now().Add(time.Hour) }
+	e.clock.advance(time.Hour)
 	if deleted, err := p.SweepIdle(time.Minute); err != nil || len(deleted) != 0 {
 		t.Errorf("SweepIdle = %v, %v; quorum delay queues are never swept", deleted, err)
 	}
