@@ -212,16 +212,8 @@ func TestEndpointsHoldNoSecrets(t *testing.T) {
 	// The same broker through a URL with another password in its user
 	// info: a user made for the test.
 	const password = "s3cret-pw-9f2c"
-	user := "rebound-secret-" + e.prefix[len(e.prefix)-9:len(e.prefix)-1]
-	e.broker.MustCtl(t, "-q", "add_user", user, password)
-	t.Cleanup(func() { _, _ = e.broker.Ctl(context.Background(), nil, "-q", "delete_user", user) })
-	e.broker.MustCtl(t, "-q", "set_permissions", "-p", e.vhost(), user, ".*", ".*", ".*")
-	u, err := amqp.ParseURI(e.url())
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Username, u.Password = user, password
-	e.vars["REBOUND_AMQP_URL"] = u.String()
+	user, url := e.broker.User(t, e.url(), password, ".*", ".*", ".*")
+	e.vars["REBOUND_AMQP_URL"] = url
 	e.startInProcess()
 	e.vars["REBOUND_AMQP_URL"] = e.broker.URLIn(e.vhost())
 	e.rejectAll(e.app)

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"os"
@@ -16,6 +15,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/rebound-mq/rebound/internal/brokertest"
 	"github.com/rebound-mq/rebound/internal/cli"
 )
 
@@ -53,7 +53,7 @@ func (e *testEnv) seedParked(seeds ...parkedSeed) {
 	if err := ch.Confirm(false); err != nil {
 		e.t.Fatal(err)
 	}
-	var confirms []*amqp.DeferredConfirmation
+	msgs := make([]amqp.Publishing, 0, len(seeds))
 	for _, s := range seeds {
 		at := s.parkedAt
 		if at.IsZero() {
@@ -77,19 +77,11 @@ func (e *testEnv) seedParked(seeds ...parkedSeed) {
 		if body == nil {
 			body = []byte("body of " + s.id)
 		}
-		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", queue, true, false, amqp.Publishing{
+		msgs = append(msgs, amqp.Publishing{
 			MessageId: s.id, DeliveryMode: amqp.Persistent, ContentType: "text/plain", Headers: h, Body: body,
 		})
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		confirms = append(confirms, dc)
 	}
-	for _, dc := range confirms {
-		if ok, err := dc.WaitContext(context.Background()); !ok || err != nil {
-			e.t.Fatalf("seed not confirmed: %v", err)
-		}
-	}
+	brokertest.PublishConfirmed(e.t, ch, queue, msgs...)
 }
 
 func (e *testEnv) listJSON(args ...string) cli.ListJSON {

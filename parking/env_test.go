@@ -80,7 +80,7 @@ type parked struct {
 func (e *env) seed(now time.Time, ps ...parked) {
 	e.t.Helper()
 	c := e.q.Codec
-	var confirms []*amqp.DeferredConfirmation
+	msgs := make([]amqp.Publishing, 0, len(ps))
 	for _, p := range ps {
 		at := now.Add(-p.age)
 		s := headers.State{
@@ -91,20 +91,12 @@ func (e *env) seed(now time.Time, ps ...parked) {
 		if p.errText != "" {
 			h[c.Names.Error] = p.errText
 		}
-		dc, err := e.ch.PublishWithDeferredConfirmWithContext(context.Background(), "", e.q.Name(), true, false, amqp.Publishing{
+		msgs = append(msgs, amqp.Publishing{
 			MessageId: p.id, ContentType: "text/plain", DeliveryMode: amqp.Persistent,
 			Headers: c.Park(h, s, p.reason, at), Body: []byte("body of " + p.id),
 		})
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		confirms = append(confirms, dc)
 	}
-	for _, dc := range confirms {
-		if ok, err := dc.WaitContext(context.Background()); !ok || err != nil {
-			e.t.Fatalf("seed not confirmed: %v", err)
-		}
-	}
+	brokertest.PublishConfirmed(e.t, e.ch, e.q.Name(), msgs...)
 }
 
 // publish sends msg to queue and waits for the broker's confirm.

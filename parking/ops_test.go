@@ -12,7 +12,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/rebound-mq/rebound/internal/brokertest"
 	"github.com/rebound-mq/rebound/policy"
 )
 
@@ -322,19 +321,11 @@ func TestReplayDryRunWithoutPermissionOnTheOrigin(t *testing.T) {
 		parked{id: "unchecked", origin: e.app, reason: policy.MaxRetries},
 		parked{id: "missing", origin: e.prefix + "missing", reason: policy.MaxRetries},
 	)
-	user := "rebound-" + brokertest.RandomSuffix()
-	e.b.MustCtl(t, "-q", "add_user", user, "pw")
-	t.Cleanup(func() { _, _ = e.b.Ctl(context.Background(), nil, "-q", "delete_user", user) })
 	// Reading the parking queue and publishing to the default exchange:
 	// nothing on the application queues.
-	e.b.MustCtl(t, "-q", "set_permissions", "-p", "/", user, "^$", `^amq\.default$`, "^"+regexp.QuoteMeta(e.q.Name())+"$")
-	u, err := amqp.ParseURI(e.b.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Username, u.Password = user, "pw"
+	_, url := e.b.User(t, e.b.URL, "pw", "^$", `^amq\.default$`, "^"+regexp.QuoteMeta(e.q.Name())+"$")
 	q := e.q
-	q.Conn = e.b.Dial(t, u.String())
+	q.Conn = e.b.Dial(t, url)
 
 	res, err := q.Replay(context.Background(), Filter{}, now, true)
 	if err != nil {

@@ -382,18 +382,10 @@ func TestQueueExists(t *testing.T) {
 func TestOriginExistsWithoutPermission(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, false)
-	user, password := "rebound-"+brokertest.RandomSuffix(), "pw"
-	e.broker.MustCtl(t, "-q", "add_user", user, password)
-	t.Cleanup(func() { _, _ = e.broker.Ctl(context.Background(), nil, "-q", "delete_user", user) })
 	// Publishing to the default exchange, as rebound's user does, and
 	// nothing on the queues.
-	e.broker.MustCtl(t, "-q", "set_permissions", "-p", "/", user, "^x$", `^amq\.default$`, "^x$")
-	u, err := amqp.ParseURI(e.broker.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Username, u.Password = user, password
-	conn := e.broker.Dial(t, u.String())
+	_, url := e.broker.User(t, e.broker.URL, "pw", "^x$", `^amq\.default$`, "^x$")
+	conn := e.broker.Dial(t, url)
 
 	exists, err := QueueExists(conn, e.origin)
 	if e.broker.AtLeast(4, 2) {

@@ -315,6 +315,34 @@ func (b *Broker) PrivateVhost(t testing.TB) string {
 	return b.URLIn(vhost)
 }
 
+// vhostOf is the virtual host url names, "/" when none. Not
+// config.VhostOf: config imports republisher, whose tests use this
+// package.
+func vhostOf(url string) string {
+	if u, err := amqp.ParseURI(url); err == nil && u.Vhost != "" {
+		return u.Vhost
+	}
+	return "/"
+}
+
+// User creates a user for one test, with password and the permissions
+// configure, write and read (regular expressions, as set_permissions
+// takes them) in the virtual host of url, and deletes it at cleanup. It
+// returns the user's name and url with the user's credentials.
+func (b *Broker) User(t testing.TB, url, password, configure, write, read string) (name, userURL string) {
+	t.Helper()
+	u, err := amqp.ParseURI(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name = "rebound-test-" + RandomSuffix()
+	b.MustCtl(t, "-q", "add_user", name, password)
+	t.Cleanup(func() { _, _ = b.Ctl(context.Background(), nil, "-q", "delete_user", name) })
+	b.MustCtl(t, "-q", "set_permissions", "-p", vhostOf(url), name, configure, write, read)
+	u.Username, u.Password = name, password
+	return name, u.String()
+}
+
 // Answers reports whether an AMQP connection to the broker opens now.
 func (b *Broker) Answers() bool {
 	conn, err := amqp.DialConfig(b.URL, amqp.Config{Dial: amqp.DefaultDial(2 * time.Second)})
@@ -487,12 +515,7 @@ func (b *Broker) CleanupPrefix(t testing.TB, url, prefix string) {
 			return
 		}
 		defer conn.Close()
-		// Not config.VhostOf: config imports republisher, whose tests use
-		// this package.
-		vhost := "/"
-		if u, err := amqp.ParseURI(url); err == nil && u.Vhost != "" {
-			vhost = u.Vhost
-		}
+		vhost := vhostOf(url)
 		for _, kind := range []string{"queues", "exchanges"} {
 			out, _ := b.Ctl(context.Background(), nil, "-q", "list_"+kind, "-p", vhost, "name", "--no-table-headers")
 			for _, name := range strings.Fields(out) {
@@ -528,15 +551,22 @@ func Drain(t testing.TB, ch *amqp.Channel, queue string) []amqp.Delivery {
 	}
 }
 
-// PublishConfirmed publishes msg to queue through the default exchange on
-// ch, which must be in confirm mode, and waits for the broker's confirm.
-func PublishConfirmed(t testing.TB, ch *amqp.Channel, queue string, msg amqp.Publishing) {
+// PublishConfirmed publishes msgs to queue through the default exchange
+// on ch, which must be in confirm mode, all at once, then waits for the
+// broker's confirm of each.
+func PublishConfirmed(t testing.TB, ch *amqp.Channel, queue string, msgs ...amqp.Publishing) {
 	t.Helper()
-	dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", queue, true, false, msg)
-	if err != nil {
-		t.Fatal(err)
+	confirms := make([]*amqp.DeferredConfirmation, 0, len(msgs))
+	for _, msg := range msgs {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", queue, true, false, msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		confirms = append(confirms, dc)
 	}
-	if ok, err := dc.WaitContext(context.Background()); !ok || err != nil {
-		t.Fatalf("publish to %s not confirmed: %v", queue, err)
+	for _, dc := range confirms {
+		if ok, err := dc.WaitContext(context.Background()); !ok || err != nil {
+			t.Fatalf("publish to %s not confirmed: %v", queue, err)
+		}
 	}
 }
