@@ -8,11 +8,11 @@ import amqp "github.com/rabbitmq/amqp091-go"
 const legacyDelayHeader = "rebound-delay-ms"
 
 // Copy returns the publishing for a copy of d with the given headers: the
-// body and properties are kept, except expiration (in
-// a delay queue it would cut the delay short; in the parking queue it
-// would expire a parked message) and user id (the broker refuses a publish
-// whose user id is not the publishing connection's user, and rebound's
-// user is not the producer's). The sidecar and `rebound parked replay`
+// body and properties are kept, except expiration (in a delay queue it
+// would cut the delay short; in the parking queue it would expire a parked
+// message) and user id (the broker refuses a publish whose user id is not
+// the publishing connection's user, and rebound's user is not the
+// producer's). The sidecar and `rebound parked replay`
 // both copy with it.
 //
 // headers must be the copy's own table, from the headers Codec (which
