@@ -11,7 +11,7 @@ BROKERS := 3.10 4.3
 CHAOS_TESTS := ^(TestNoLossUnderMemoryAlarm|TestNoLossWhenBrokerRestarts)$$
 CLUSTER_TESTS := ^TestCluster
 
-.PHONY: demo run test build lint broker brokers bench chaos plots
+.PHONY: demo run test build lint broker brokers bench chaos flaketest plots
 
 # The demo: rebound plus an application that fails every message.
 demo: broker build
@@ -76,6 +76,14 @@ bench: brokers
 # and quorum), printed as the tables of RELIABILITY.md.
 chaos: brokers
 	./scripts/chaos.sh
+
+# The flake hunt: every broker-facing test, six times per broker (half of
+# the runs with every core busy and a second copy of the suite sharing the
+# broker), nothing retried; a summary names each failing test. Run it
+# before relying on a new broker test. FLAKE_RUNS=N for more or fewer.
+FLAKE_RUNS ?= 6
+flaketest: brokers
+	./scripts/flaketest.sh -n $(FLAKE_RUNS)
 
 # The plots of README.md's "Simulating a policy", from the default policy
 # and seed 1 (deterministic). The environment is emptied of REBOUND_*

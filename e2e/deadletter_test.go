@@ -12,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/rebound-mq/rebound/config"
+	"github.com/rebound-mq/rebound/internal/brokertest"
 	"github.com/rebound-mq/rebound/republisher"
 )
 
@@ -62,11 +63,13 @@ func TestEveryDeadLetterReasonIsRetried(t *testing.T) {
 			e.startInProcess()
 			const n = 20
 			tc.drive(e, n)
-			extra := 0
+			total, inApp := n, 0
 			if tc.reason == "maxlen" {
-				extra = 1 // the last one, still in the application queue
+				// The message that pushed the last one out is retried
+				// too, and one of them stays in the application queue.
+				total, inApp = n+1, 1
 			}
-			parked := e.parkedAll(n, extra, time.Minute)
+			parked := e.parkedAll(total, inApp, time.Minute)
 			for id, d := range parked {
 				if d.Headers["x-retry-parked-reason"] != "max-retries" || d.Headers["x-retry-count"] != int64(2) {
 					t.Errorf("%s parked as %v after %v retries, want max-retries after 2", id, d.Headers["x-retry-parked-reason"], d.Headers["x-retry-count"])
@@ -80,37 +83,35 @@ func TestEveryDeadLetterReasonIsRetried(t *testing.T) {
 	}
 }
 
-// parkedAll waits until n numbered messages (ids 0..n-1) are parked, or
-// for extra of them, still in the application queue; it fails the test for
-// every other and returns the parked ones by id.
-func (e *testEnv) parkedAll(n, extra int, timeout time.Duration) map[string]amqp.Delivery {
+// parkedAll waits until every one of total numbered messages (ids
+// 0..total-1) is accounted for: parked, or inApp of them still in the
+// application queue. Each message is in one place at a time, so once the
+// parking queue and the application queue hold them all, none is still
+// on its way. It fails the test for every message missing at the
+// timeout and returns the parked ones by id.
+func (e *testEnv) parkedAll(total, inApp int, timeout time.Duration) map[string]amqp.Delivery {
 	e.t.Helper()
 	parked := map[string]amqp.Delivery{}
-	deadline := time.Now().Add(timeout)
-	for len(parked) < n-extra && time.Now().Before(deadline) {
+	brokertest.Await(timeout, func() bool {
 		for _, d := range e.drain(e.vars["REBOUND_PARKING_QUEUE"]) {
 			parked[d.MessageId] = d
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	time.Sleep(500 * time.Millisecond) // the last copies on their way
-	for _, d := range e.drain(e.vars["REBOUND_PARKING_QUEUE"]) {
-		parked[d.MessageId] = d
-	}
+		return len(parked) >= total-inApp && len(parked)+e.queueLenOr(e.app, 0) >= total
+	})
 	waiting := map[string]bool{}
 	for _, d := range e.drain(e.app) {
 		waiting[d.MessageId] = true
 	}
 	lost := 0
-	for i := range n {
+	for i := range total {
 		id := strconv.Itoa(i)
 		if _, ok := parked[id]; !ok && !waiting[id] {
 			e.t.Errorf("message %s lost: neither parked nor in the application queue", id)
 			lost++
 		}
 	}
-	e.t.Logf("%d of %d parked, %d waiting in the application queue", len(parked), n, len(waiting))
-	e.logAccount(n, lost, 0, 0, "-", 0)
+	e.t.Logf("%d of %d parked, %d waiting in the application queue", len(parked), total, len(waiting))
+	e.logAccount(total, lost, 0, 0, "-", 0)
 	return parked
 }
 
@@ -280,37 +281,57 @@ func firstDeathReason(d amqp.Delivery) string {
 // delivery. RabbitMQ 4.x would drop a parked message after 20 such kills
 // from a quorum parking queue with the default delivery limit: rebound
 // declares it without one.
+//
+// A closed channel's deliveries go back to a quorum queue through Raft,
+// after the channel's close-ok: each reader waits until every message is
+// back (a message that never comes back is a message dropped).
 func TestParkingQueueSurvivesKilledReaders(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, map[string]string{"REBOUND_QUEUE_TYPE": "quorum"})
 	if _, stderr, err := e.cli("topology", "declare"); err != nil {
 		t.Fatalf("topology declare: %v\n%s", err, stderr)
 	}
-	const n = 5
+	const n, readers = 5, 25
 	seeds := make([]parkedSeed, n)
 	for i := range seeds {
 		seeds[i] = parkedSeed{id: strconv.Itoa(i), origin: e.app, reason: "max-retries"}
 	}
 	e.seedParked(seeds...)
 	parking := e.vars["REBOUND_PARKING_QUEUE"]
-	for range 25 {
+	for reader := range readers {
+		e.waitParked(parking, n, reader)
 		ch, err := e.conn.Channel()
 		if err != nil {
 			t.Fatal(err)
 		}
 		for range n {
 			if _, ok, err := ch.Get(parking, false); err != nil || !ok {
-				t.Fatalf("get from the parking queue: %v, %v", ok, err)
+				t.Fatalf("reader %d: get from the parking queue, which holds %d ready messages: %v, %v", reader, n, ok, err)
 			}
 		}
 		ch.Close() // as a killed `rebound parked` leaves them
 	}
-	time.Sleep(200 * time.Millisecond)
+	e.waitParked(parking, n, readers)
 	got := len(e.drain(parking))
 	if got != n {
-		t.Errorf("%d of %d parked messages left after 25 killed readers on RabbitMQ %s", got, n, e.broker.Version())
+		t.Errorf("%d of %d parked messages left after %d killed readers on RabbitMQ %s", got, n, readers, e.broker.Version())
 	}
-	e.logAccount(n, n-got, 0, 0, "-", 25)
+	e.logAccount(n, n-got, 0, 0, "-", readers)
+}
+
+// waitParked waits until the parking queue holds n ready messages again
+// after killed readers, and fails the test, naming the reader, when
+// they do not all come back: the broker dropped one.
+func (e *testEnv) waitParked(parking string, n, killed int) {
+	e.t.Helper()
+	got := 0
+	if !brokertest.Await(30*time.Second, func() bool {
+		got = e.queueLenOr(parking, -1)
+		return got == n
+	}) {
+		e.logAccount(n, n-max(got, 0), 0, 0, "-", killed)
+		e.t.Fatalf("after %d killed readers the parking queue holds %d of %d messages on RabbitMQ %s", killed, got, n, e.broker.Version())
+	}
 }
 
 // TestUpgradeFromHeadersExchange: an earlier rebound routed delayed copies

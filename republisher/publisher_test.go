@@ -434,10 +434,15 @@ func TestSweepIdleDeletesOnlyEmptyClassicQueues(t *testing.T) {
 		}
 	}
 	busy, _ := e.topo.DelayQueue(2 * time.Second)
-	if err := e.admin.PublishWithContext(context.Background(), "", busy.Name, false, false, msg("waiting")); err != nil {
+	// Confirmed, so the message is in the queue before the sweep looks.
+	confirming, err := e.broker.Dial(t, e.broker.URL).Channel()
+	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	if err := confirming.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	brokertest.PublishConfirmed(t, confirming, busy.Name, msg("waiting"))
 	e.clock.advance(time.Hour)
 	deleted, err := p.SweepIdle(time.Minute)
 	idle, _ := e.topo.DelayQueue(time.Second)

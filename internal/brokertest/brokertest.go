@@ -291,6 +291,35 @@ func QueueLen(url, queue string) (int, error) {
 	return q.Messages, err
 }
 
+// Await checks cond every 10 ms until it holds, and reports whether it
+// did within timeout. Tests wait on a condition, never on a sleep: what
+// the broker does after it answers (a closed channel's deliveries going
+// back to a quorum queue through Raft, a TTL firing, a queue's count
+// catching up) takes as long as the machine's load makes it take.
+func Await(timeout time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
+}
+
+// WaitQueueLen waits up to timeout until queue, in url's virtual host,
+// holds exactly n ready messages, and fails the test with the count it
+// last saw otherwise.
+func WaitQueueLen(t testing.TB, url, queue string, n int, timeout time.Duration) {
+	t.Helper()
+	var got int
+	var err error
+	if !Await(timeout, func() bool {
+		got, err = QueueLen(url, queue)
+		return err == nil && got == n
+	}) {
+		t.Fatalf("queue %s: %d ready messages after %s, want %d (%v)", queue, got, timeout, n, err)
+	}
+}
+
 // Inspect returns a queue's ready message count and consumer count with a
 // passive declaration on ch, for callers that poll a queue often (the
 // bench, every 10 ms) and keep a channel open for it. A queue that does
