@@ -69,7 +69,7 @@ brokers: broker
 # delay spread, the levers, replicas, delay accuracy and a 1M-message
 # backlog; rewrites BENCHMARKS.md.
 bench: brokers
-	go run ./bench -backlog 1000000
+	go run ./cmd/bench -backlog 1000000
 
 # Fault injection with message accounting on both brokers (kill -9, broker
 # restarts, closed connections, memory alarm, deleted delay queue; classic

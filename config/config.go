@@ -27,7 +27,8 @@ import (
 
 	"github.com/rebound-mq/rebound/headers"
 	"github.com/rebound-mq/rebound/policy"
-	"github.com/rebound-mq/rebound/republisher"
+	"github.com/rebound-mq/rebound/route"
+	"github.com/rebound-mq/rebound/topology"
 )
 
 // Prefix starts the name of every variable rebound reads.
@@ -92,6 +93,8 @@ type Config struct {
 
 	HeaderFirstDeathReason string `env:"HEADER_FIRST_DEATH_REASON" envDefault:"x-retry-first-death-reason"`
 	HeaderFirstDeathQueue  string `env:"HEADER_FIRST_DEATH_QUEUE" envDefault:"x-retry-first-death-queue"`
+	HeaderPolicy           string `env:"HEADER_POLICY" envDefault:"x-retry-policy"`
+	HeaderDueAt            string `env:"HEADER_DUE_AT" envDefault:"x-retry-due-at"`
 }
 
 // FieldError is one invalid variable: its full name, the value found and
@@ -306,6 +309,7 @@ func (c Config) validate(failed map[string]bool) []FieldError {
 		{"HEADER_NON_RETRYABLE", hs.NonRetryable}, {"HEADER_ERROR", hs.Error},
 		{"HEADER_PARKED_REASON", hs.ParkedReason}, {"HEADER_PARKED_AT", hs.ParkedAt},
 		{"HEADER_FIRST_DEATH_REASON", hs.FirstDeathReason}, {"HEADER_FIRST_DEATH_QUEUE", hs.FirstDeathQueue},
+		{"HEADER_POLICY", hs.Policy}, {"HEADER_DUE_AT", hs.DueAt},
 	} {
 		variable, name := h.variable, h.name
 		switch {
@@ -362,17 +366,9 @@ func (c Config) HeaderNames() headers.Names {
 
 		FirstDeathReason: c.HeaderFirstDeathReason,
 		FirstDeathQueue:  c.HeaderFirstDeathQueue,
+		Policy:           c.HeaderPolicy,
+		DueAt:            c.HeaderDueAt,
 	}
-}
-
-// OriginAllowed returns the rule for REBOUND_ORIGIN_QUEUES: whether rebound
-// may send a message back to a queue. Every queue is allowed when it is
-// unset. Only for a Config that Load accepted.
-func (c Config) OriginAllowed() func(queue string) bool {
-	if c.OriginQueues == "" {
-		return func(string) bool { return true }
-	}
-	return regexp.MustCompile(c.OriginQueues).MatchString
 }
 
 // BrokerURLs lists the broker URLs in REBOUND_AMQP_URL: one, or several
@@ -404,9 +400,11 @@ func VhostOf(url string) string {
 	return u.Vhost
 }
 
-// Topology returns the names of everything rebound declares on the broker.
-func (c Config) Topology() republisher.Topology {
-	return republisher.Topology{
+// Topology returns the names of everything rebound declares on the
+// broker, with the allowlist of origin queues (REBOUND_ORIGIN_QUEUES). Only
+// for a Config that Load accepted.
+func (c Config) Topology() topology.Topology {
+	t := topology.Topology{
 		InboxQueue:         c.InboxQueue,
 		DeadLetterExchange: c.DeadLetterExchange,
 		DelayExchange:      c.DelayExchange,
@@ -414,6 +412,23 @@ func (c Config) Topology() republisher.Topology {
 		ParkingQueue:       c.ParkingQueue,
 		Quorum:             c.QueueType == Quorum,
 	}
+	if c.OriginQueues != "" {
+		t.OriginQueues = regexp.MustCompile(c.OriginQueues)
+	}
+	return t
+}
+
+// Router returns the rules of where a message goes that the
+// configuration describes: the topology (with the allowlist), the
+// policies and the header names. Only for a Config that Load accepted.
+func (c Config) Router() route.Router {
+	return route.Router{Topology: c.Topology(), Policies: c.Policies(), Codec: headers.NewCodec(c.HeaderNames())}
+}
+
+// Policies returns the policies the configuration describes, chosen by
+// origin queue.
+func (c Config) Policies() policy.Set {
+	return policy.Single(c.Policy())
 }
 
 // TLS builds the TLS configuration for amqps:// from the CA, certificate

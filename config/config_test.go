@@ -58,6 +58,8 @@ func TestLoadDefaults(t *testing.T) {
 
 		HeaderFirstDeathReason: "x-retry-first-death-reason",
 		HeaderFirstDeathQueue:  "x-retry-first-death-queue",
+		HeaderPolicy:           "x-retry-policy",
+		HeaderDueAt:            "x-retry-due-at",
 	}
 	if c != want {
 		t.Errorf("Load(no REBOUND_*) =\n%+v\nwant\n%+v", c, want)
@@ -403,7 +405,7 @@ func TestOriginAllowed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := c.OriginAllowed()(tc.queue); got != tc.want {
+		if got := c.Topology().Allows(tc.queue); got != tc.want {
 			t.Errorf("REBOUND_ORIGIN_QUEUES=%q allows %q: %v, want %v", tc.pattern, tc.queue, got, tc.want)
 		}
 	}

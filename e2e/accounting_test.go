@@ -37,7 +37,7 @@ func (e *testEnv) publishNumberedFrom(first, n int) {
 // tryPublishNumbered is publishNumberedFrom returning its error instead of
 // failing the test, so that a goroutine may call it.
 func (e *testEnv) tryPublishNumbered(first, n int) error {
-	conn, err := amqp.Dial(e.url())
+	conn, err := amqp.Dial(e.URL())
 	if err != nil {
 		return fmt.Errorf("connect to publish: %w", err)
 	}
@@ -52,7 +52,7 @@ func (e *testEnv) tryPublishNumbered(first, n int) error {
 	body := make([]byte, 512)
 	var confirms []*amqp.DeferredConfirmation
 	for i := first; i < first+n; i++ {
-		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", e.app, false, false, amqp.Publishing{
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", e.App, false, false, amqp.Publishing{
 			MessageId: strconv.Itoa(i), DeliveryMode: amqp.Persistent, Body: body,
 			Headers: amqp.Table{"app": "orders", "seq": int64(i)},
 		})
@@ -75,7 +75,7 @@ func (e *testEnv) tryPublishNumbered(first, n int) error {
 // own messages are all parked already; it is counted like them. It returns
 // an error rather than failing the test, so that a goroutine may call it.
 func (e *testEnv) publishCanary(id int) error {
-	conn, err := amqp.Dial(e.url())
+	conn, err := amqp.Dial(e.URL())
 	if err != nil {
 		return fmt.Errorf("canary %d: %w", id, err)
 	}
@@ -84,7 +84,7 @@ func (e *testEnv) publishCanary(id int) error {
 	if err != nil {
 		return fmt.Errorf("canary %d: %w", id, err)
 	}
-	inbox := e.vars["REBOUND_INBOX_QUEUE"]
+	inbox := e.Vars["REBOUND_INBOX_QUEUE"]
 	if _, err := ch.QueueDeclarePassive(inbox, true, false, false, false, nil); err != nil {
 		return fmt.Errorf("canary %d: %w", id, err)
 	}
@@ -94,7 +94,7 @@ func (e *testEnv) publishCanary(id int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", inbox, false, false, amqp.Publishing{
-		MessageId: strconv.Itoa(id), DeliveryMode: amqp.Persistent, Headers: amqp.Table{"x-retry-origin-queue": e.app},
+		MessageId: strconv.Itoa(id), DeliveryMode: amqp.Persistent, Headers: amqp.Table{"x-retry-origin-queue": e.App},
 	})
 	if err != nil {
 		return fmt.Errorf("canary %d: %w", id, err)
@@ -156,7 +156,7 @@ func (e *testEnv) accountRecovered(n, operatorLost int, faults []recovery, timeo
 			}
 		}
 		e.t.Errorf("%d ids not parked (operator loss allowance %d), first %v; app queue holds %d, inbox %d",
-			len(missing), operatorLost, missing[:min(len(missing), 20)], e.queueLenOr(e.app, -1), e.queueLenOr(e.vars["REBOUND_INBOX_QUEUE"], -1))
+			len(missing), operatorLost, missing[:min(len(missing), 20)], e.QueueLenOr(e.App, -1), e.QueueLenOr(e.Vars["REBOUND_INBOX_QUEUE"], -1))
 	}
 	return duplicates
 }
@@ -165,13 +165,13 @@ func (e *testEnv) accountRecovered(n, operatorLost int, faults []recovery, timeo
 // them into RELIABILITY.md's table.
 func (e *testEnv) logAccount(n, lost, duplicates, operatorLost int, recover string, faults int) {
 	e.t.Logf("ACCOUNT scenario=%s broker=%s queues=%s N=%d lost=%d duplicates=%d operator-lost=%d elapsed=%s recover=%s faults=%d",
-		e.t.Name(), e.broker.Version(), e.queueType(), n, lost, duplicates, operatorLost,
+		e.t.Name(), e.Broker.Version(), e.queueType(), n, lost, duplicates, operatorLost,
 		time.Since(e.started).Round(100*time.Millisecond), recover, faults)
 }
 
 // queueType is the env's REBOUND_QUEUE_TYPE.
 func (e *testEnv) queueType() string {
-	if qt := e.vars["REBOUND_QUEUE_TYPE"]; qt != "" {
+	if qt := e.Vars["REBOUND_QUEUE_TYPE"]; qt != "" {
 		return qt
 	}
 	return "classic"
@@ -190,7 +190,7 @@ func (e *testEnv) duplicateBound(faults []recovery) (bound int, ok bool) {
 	if len(faults) == 0 {
 		return 0, false
 	}
-	cfg, err := config.Load(e.environ())
+	cfg, err := config.Load(e.Environ())
 	if err != nil {
 		e.t.Fatalf("the test's configuration: %v", err)
 	}
@@ -203,7 +203,7 @@ func (e *testEnv) duplicateBound(faults []recovery) (bound int, ok bool) {
 }
 
 func (e *testEnv) takeParked(seen map[string]int) int {
-	conn, err := amqp.Dial(e.url())
+	conn, err := amqp.Dial(e.URL())
 	if err != nil {
 		return 0
 	}
@@ -214,7 +214,7 @@ func (e *testEnv) takeParked(seen map[string]int) int {
 	}
 	got := 0
 	for {
-		d, ok, err := ch.Get(e.vars["REBOUND_PARKING_QUEUE"], true)
+		d, ok, err := ch.Get(e.Vars["REBOUND_PARKING_QUEUE"], true)
 		if err != nil || !ok {
 			return got
 		}
@@ -314,7 +314,7 @@ func (e *testEnv) recovered(fault string, start, end time.Time, moving <-chan ti
 	}
 	r := recovery{fault: fault, outage: end.Sub(start), recover: max(0, at.Sub(end))}
 	// scripts/chaos.sh lists these lines under the table.
-	e.t.Logf("RECOVER scenario=%s broker=%s queues=%s fault=%s outage=%s recover=%s", e.t.Name(), e.broker.Version(), e.queueType(),
+	e.t.Logf("RECOVER scenario=%s broker=%s queues=%s fault=%s outage=%s recover=%s", e.t.Name(), e.Broker.Version(), e.queueType(),
 		fault, seconds(r.outage), seconds(r.recover))
 	return r
 }

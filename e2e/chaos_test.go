@@ -31,14 +31,14 @@ func memoryAlarm(t *testing.T, queueType string) {
 	// Delays long enough that copies come back from the delay queues while
 	// the alarm is on: RabbitMQ blocks a connection when it publishes.
 	e := newTestEnv(t, with(fastLoop, "REBOUND_MIN_DELAY", "3s", "REBOUND_QUEUE_TYPE", queueType))
-	e.rejectAll(e.app)
+	e.rejectAll(e.App)
 	e.startInProcess()
 	const n = 2000
 	e.publishNumbered(n)
 	// A probe connection tells when the alarm ends: RabbitMQ blocks a
 	// connection that publishes under an alarm and unblocks it when the
 	// alarm clears.
-	probe := e.broker.Dial(t, e.broker.URL)
+	probe := e.Broker.Dial(t, e.Broker.URL)
 	blocking := probe.NotifyBlocked(make(chan amqp.Blocking, 4))
 	probeCh, err := probe.Channel()
 	if err != nil {
@@ -46,22 +46,22 @@ func memoryAlarm(t *testing.T, queueType string) {
 	}
 	// Put back the watermark the node had (its default differs between
 	// versions: 0.4 on 3.10, 0.6 on 4.3).
-	watermark, err := e.broker.MemoryWatermark()
+	watermark, err := e.Broker.MemoryWatermark()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("memory watermark before the alarm: %v", watermark)
-	e.broker.MustCtl(t, "-q", "set_vm_memory_high_watermark", "0")
+	e.Broker.MustCtl(t, "-q", "set_vm_memory_high_watermark", "0")
 	alarmed := time.Now()
 	restore := func() {
 		args := append([]string{"-q", "set_vm_memory_high_watermark"}, watermark...)
-		if _, err := e.broker.Ctl(context.Background(), nil, args...); err != nil {
+		if _, err := e.Broker.Ctl(context.Background(), nil, args...); err != nil {
 			t.Errorf("restore the memory watermark: %v", err)
 		}
 	}
 	t.Cleanup(restore)
 	// Routed nowhere: the default exchange drops it.
-	if err := probeCh.PublishWithContext(context.Background(), "", e.prefix+"nowhere", false, false, amqp.Publishing{}); err != nil {
+	if err := probeCh.PublishWithContext(context.Background(), "", e.Prefix+"nowhere", false, false, amqp.Publishing{}); err != nil {
 		t.Fatal(err)
 	}
 	awaitBlocking := func(active bool) time.Time {
@@ -153,7 +153,7 @@ func TestNoLossWhenBrokerRestarts(t *testing.T) {
 func brokerRestart(t *testing.T, fault string, down time.Duration, stop, start func(t *testing.T)) {
 	e := newTestEnv(t, with(fastLoop, "REBOUND_MIN_DELAY", "200ms", "REBOUND_QUEUE_TYPE", "quorum"))
 	e.quorumApp()
-	e.rejectAll(e.app)
+	e.rejectAll(e.App)
 	proc := e.startBinary()
 	const n = 3000
 	e.publishNumbered(n)
@@ -163,8 +163,8 @@ func brokerRestart(t *testing.T, fault string, down time.Duration, stop, start f
 	moving := e.watchRecovery(base, true, down+5*time.Minute)
 	// The outage starts when the broker drops a probe connection, as every
 	// client sees it (stop_app takes seconds to get there).
-	dropped := closedAt(e.broker.Dial(t, e.broker.URL))
-	brokerGoesDown(t, e.broker)
+	dropped := closedAt(e.Broker.Dial(t, e.Broker.URL))
+	brokerGoesDown(t, e.Broker)
 	stop(t)
 	var stopped time.Time
 	select {
@@ -197,7 +197,7 @@ func brokerRestart(t *testing.T, fault string, down time.Duration, stop, start f
 	time.Sleep(time.Second)
 
 	// The fault ends when the broker accepts a connection again.
-	up := e.broker.Accepts(3 * time.Minute)
+	up := e.Broker.Accepts(3 * time.Minute)
 	start(t)
 	upAt := <-up
 	if upAt.IsZero() {
@@ -212,7 +212,7 @@ func brokerRestart(t *testing.T, fault string, down time.Duration, stop, start f
 	if faults[0].recover > 45*time.Second {
 		t.Errorf("rebound moved messages again %s after the broker came back, want within 45s", faults[0].recover)
 	}
-	e.broker.MustCtl(t, "-q", "await_startup")
+	e.Broker.MustCtl(t, "-q", "await_startup")
 	e.accountRecovered(n+1, 0, faults, 3*time.Minute)
 	for _, line := range strings.Split(proc.logs.String(), "\n") {
 		if strings.Contains(line, "reconnecting") {
@@ -225,11 +225,11 @@ func brokerRestart(t *testing.T, fault string, down time.Duration, stop, start f
 // dead-lettering, so the broker confirms the hop from it to rebound's inbox.
 func (e *testEnv) quorumApp() {
 	e.t.Helper()
-	if _, err := e.ch.QueueDelete(e.app, false, false, false); err != nil {
+	if _, err := e.Ch.QueueDelete(e.App, false, false, false); err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := e.ch.QueueDeclare(e.app, true, false, false, false, amqp.Table{
-		"x-queue-type": "quorum", "x-dead-letter-exchange": e.vars["REBOUND_DEAD_LETTER_EXCHANGE"],
+	if _, err := e.Ch.QueueDeclare(e.App, true, false, false, false, amqp.Table{
+		"x-queue-type": "quorum", "x-dead-letter-exchange": e.Vars["REBOUND_DEAD_LETTER_EXCHANGE"],
 		"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish",
 	}); err != nil {
 		e.t.Fatal(err)

@@ -68,30 +68,30 @@ func TestClusterNodeStopped(t *testing.T) {
 	// rebound starts on a node of its choosing and declares its inbox there
 	// (quorum queue leaders are placed on the declaring client's node).
 	victim := reboundNode(t, nodes, nodes[0], nil)
-	inbox := e.vars["REBOUND_INBOX_QUEUE"]
+	inbox := e.Vars["REBOUND_INBOX_QUEUE"]
 	leader := queueLeader(t, nodes[0], inbox)
 	t.Logf("rebound is connected to %s; its inbox is led by %s, its parking queue by %s", victim.Node, leader,
-		queueLeader(t, nodes[0], e.vars["REBOUND_PARKING_QUEUE"]))
+		queueLeader(t, nodes[0], e.Vars["REBOUND_PARKING_QUEUE"]))
 	if leader != victim.Node {
 		t.Logf("the inbox leader is not rebound's node: stopping rebound's node %s anyway", victim.Node)
 	}
 	// The test's clients stay on a node that keeps running.
 	h := e.on(liveNode(nodes, victim))
-	h.rejectAll(e.app)
+	h.rejectAll(e.App)
 
 	const n = 3000
 	h.publishNumbered(n)
 	// Stop the node once the loop is well under way: a tenth parked, the
 	// rest spread over the application queue, the inbox and the delay
 	// queue, most of them led by the node about to stop.
-	parking := e.vars["REBOUND_PARKING_QUEUE"]
+	parking := e.Vars["REBOUND_PARKING_QUEUE"]
 	deadline := time.Now().Add(time.Minute)
-	for h.queueLenOr(parking, 0) < n/10 && time.Now().Before(deadline) {
+	for h.QueueLenOr(parking, 0) < n/10 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	delayQueue := e.prefix + "delay.200"
+	delayQueue := e.Prefix + "delay.200"
 	t.Logf("stopping %s: %d of %d parked; ready (not yet delivered): %d in the application queue, %d in the inbox, %d in the delay queue (led by %s)",
-		victim.Node, h.queueLenOr(parking, -1), n, h.queueLenOr(e.app, -1), h.queueLenOr(inbox, -1), h.queueLenOr(delayQueue, -1), queueLeader(t, h.broker, delayQueue))
+		victim.Node, h.QueueLenOr(parking, -1), n, h.QueueLenOr(e.App, -1), h.QueueLenOr(inbox, -1), h.QueueLenOr(delayQueue, -1), queueLeader(t, h.Broker, delayQueue))
 	// Whatever happens below, leave the cluster whole for what comes next.
 	t.Cleanup(func() { _ = victim.Start() })
 	stopping := time.Now()
@@ -99,9 +99,9 @@ func TestClusterNodeStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
-	moved := reboundNode(t, nodes, h.broker, victim)
+	moved := reboundNode(t, nodes, h.Broker, victim)
 	t.Logf("%s stopped (the stop took %s); rebound moved to %s; inbox now led by %s",
-		victim.Node, stopped.Sub(stopping).Round(100*time.Millisecond), moved.Node, queueLeader(t, h.broker, inbox))
+		victim.Node, stopped.Sub(stopping).Round(100*time.Millisecond), moved.Node, queueLeader(t, h.Broker, inbox))
 	// Down for longer than rebound's first reconnect backoffs (500 ms, 1 s, 2 s, jittered).
 	time.Sleep(time.Until(stopped.Add(5 * time.Second)))
 	if err := victim.Start(); err != nil {
@@ -120,8 +120,10 @@ func TestClusterNodeStopped(t *testing.T) {
 // variables are unchanged.
 func (e *testEnv) on(b *brokertest.Broker) *testEnv {
 	h := *e
-	h.broker = b
-	h.vars = with(e.vars, "REBOUND_AMQP_URL", b.URL)
+	d := *e.Deployment
+	h.Deployment = &d
+	d.Broker = b
+	d.Vars = with(e.Vars, "REBOUND_AMQP_URL", b.URL)
 	return &h
 }
 
@@ -205,11 +207,11 @@ func TestClusterMinorityLosesNothing(t *testing.T) {
 		"REBOUND_MAX_RETRIES": "2", "REBOUND_QUEUE_TYPE": "classic",
 	})
 	// Only node 1's URL: rebound stays with the minority.
-	if err := os.WriteFile(e.vars["REBOUND_AMQP_URL_FILE"], []byte(nodes[0].URL), 0o600); err != nil {
+	if err := os.WriteFile(e.Vars["REBOUND_AMQP_URL_FILE"], []byte(nodes[0].URL), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	e.startInProcess()
-	e.rejectAll(e.app)
+	e.rejectAll(e.App)
 	stopped := time.Now()
 	t.Cleanup(func() {
 		for _, nd := range nodes[1:] {
@@ -231,9 +233,9 @@ func TestClusterMinorityLosesNothing(t *testing.T) {
 	// What rebound meets: a queue declared now, on the node left.
 	probe := make(chan error, 1)
 	go func() {
-		ch, err := e.broker.Dial(t, nodes[0].URL).Channel()
+		ch, err := e.Broker.Dial(t, nodes[0].URL).Channel()
 		if err == nil {
-			_, err = ch.QueueDeclare(e.prefix+"minority-probe", true, false, false, false, nil)
+			_, err = ch.QueueDeclare(e.Prefix+"minority-probe", true, false, false, false, nil)
 		}
 		probe <- err
 	}()
@@ -243,9 +245,9 @@ func TestClusterMinorityLosesNothing(t *testing.T) {
 	time.Sleep(45 * time.Second)
 	during, _ := e.progress()
 	t.Logf("RabbitMQ %s, two of three nodes stopped: declaring a queue on the one left: %v; rebound reconnected %v times, moved %v copies",
-		e.broker.Version(), <-probe, during.reconnects-base.reconnects, during.moved-base.moved)
-	if e.broker.AtLeast(4, 2) && during.reconnects == base.reconnects {
-		t.Errorf("RabbitMQ %s: rebound never met a failed declaration on a minority (no reconnect): the test did not exercise it", e.broker.Version())
+		e.Broker.Version(), <-probe, during.reconnects-base.reconnects, during.moved-base.moved)
+	if e.Broker.AtLeast(4, 2) && during.reconnects == base.reconnects {
+		t.Errorf("RabbitMQ %s: rebound never met a failed declaration on a minority (no reconnect): the test did not exercise it", e.Broker.Version())
 	}
 	for _, nd := range nodes[1:] {
 		wg.Add(1)

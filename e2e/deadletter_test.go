@@ -13,7 +13,7 @@ import (
 
 	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/internal/brokertest"
-	"github.com/rebound-mq/rebound/republisher"
+	"github.com/rebound-mq/rebound/topology"
 )
 
 // Messages dead-lettered for every reason, and rebound's own quorum queues
@@ -43,21 +43,21 @@ func TestEveryDeadLetterReasonIsRetried(t *testing.T) {
 		// A consumer that dies holding each message: a quorum queue
 		// dead-letters it past one delivery.
 		{"delivery_limit", amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": int64(1)}, func(e *testEnv, n int) {
-			e.crashingConsumer(e.app)
+			e.crashingConsumer(e.App)
 			e.publishNumbered(n)
 		}},
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
 			t.Parallel()
 			e := newTestEnv(t, fastLoop)
-			args := amqp.Table{"x-dead-letter-exchange": e.vars["REBOUND_DEAD_LETTER_EXCHANGE"]}
+			args := amqp.Table{"x-dead-letter-exchange": e.Vars["REBOUND_DEAD_LETTER_EXCHANGE"]}
 			for k, v := range tc.args {
 				args[k] = v
 			}
-			if _, err := e.ch.QueueDelete(e.app, false, false, false); err != nil {
+			if _, err := e.Ch.QueueDelete(e.App, false, false, false); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := e.ch.QueueDeclare(e.app, true, false, false, false, args); err != nil {
+			if _, err := e.Ch.QueueDeclare(e.App, true, false, false, false, args); err != nil {
 				t.Fatal(err)
 			}
 			e.startInProcess()
@@ -74,9 +74,9 @@ func TestEveryDeadLetterReasonIsRetried(t *testing.T) {
 				if d.Headers["x-retry-parked-reason"] != "max-retries" || d.Headers["x-retry-count"] != int64(2) {
 					t.Errorf("%s parked as %v after %v retries, want max-retries after 2", id, d.Headers["x-retry-parked-reason"], d.Headers["x-retry-count"])
 				}
-				if d.Headers["x-retry-first-death-reason"] != tc.reason || d.Headers["x-retry-first-death-queue"] != e.app {
+				if d.Headers["x-retry-first-death-reason"] != tc.reason || d.Headers["x-retry-first-death-queue"] != e.App {
 					t.Errorf("%s: first death %v in %v, want %s in %s", id, d.Headers["x-retry-first-death-reason"],
-						d.Headers["x-retry-first-death-queue"], tc.reason, e.app)
+						d.Headers["x-retry-first-death-queue"], tc.reason, e.App)
 				}
 			}
 		})
@@ -93,13 +93,13 @@ func (e *testEnv) parkedAll(total, inApp int, timeout time.Duration) map[string]
 	e.t.Helper()
 	parked := map[string]amqp.Delivery{}
 	brokertest.Await(timeout, func() bool {
-		for _, d := range e.drain(e.vars["REBOUND_PARKING_QUEUE"]) {
+		for _, d := range e.Drain(e.Vars["REBOUND_PARKING_QUEUE"]) {
 			parked[d.MessageId] = d
 		}
-		return len(parked) >= total-inApp && len(parked)+e.queueLenOr(e.app, 0) >= total
+		return len(parked) >= total-inApp && len(parked)+e.QueueLenOr(e.App, 0) >= total
 	})
 	waiting := map[string]bool{}
-	for _, d := range e.drain(e.app) {
+	for _, d := range e.Drain(e.App) {
 		waiting[d.MessageId] = true
 	}
 	lost := 0
@@ -122,7 +122,7 @@ func (e *testEnv) crashingConsumer(queue string) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		conn, err := amqp.Dial(e.url())
+		conn, err := amqp.Dial(e.URL())
 		if err != nil {
 			return
 		}
@@ -175,54 +175,54 @@ func inboxDeliveryLimit(t *testing.T, variant string) {
 	})
 	kills := 3 + 2
 	if variant == "default-limit" {
-		if !e.broker.AtLeast(4, 0) {
-			t.Skipf("RabbitMQ %s has no default delivery limit", e.broker.Version())
+		if !e.Broker.AtLeast(4, 0) {
+			t.Skipf("RabbitMQ %s has no default delivery limit", e.Broker.Version())
 		}
 		kills = 20 + 2
 	}
 	// Every copy is refused: the origin queue takes no message.
-	if _, err := e.ch.QueueDelete(e.app, false, false, false); err != nil {
+	if _, err := e.Ch.QueueDelete(e.App, false, false, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.ch.QueueDeclare(e.app, true, false, false, false, amqp.Table{"x-max-length": int64(0), "x-overflow": "reject-publish"}); err != nil {
+	if _, err := e.Ch.QueueDeclare(e.App, true, false, false, false, amqp.Table{"x-max-length": int64(0), "x-overflow": "reject-publish"}); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(e.environ())
+	cfg, err := config.Load(e.Environ())
 	if err != nil {
 		t.Fatal(err)
 	}
-	topo := cfg.Topology().ForServer(e.conn.Properties)
+	topo := cfg.Topology().ForServer(e.Conn.Properties)
 	inbox := topo.InboxQueue
 	policy := amqp.Table{}
 	switch variant {
 	case "earlier-rebound-with-policy":
 		// As rebound declared its inbox before it dead-lettered: quorum,
 		// nothing else. Declaring it again cannot change that.
-		if _, err := e.ch.QueueDeclare(inbox, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		if _, err := e.Ch.QueueDeclare(inbox, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
 			t.Fatal(err)
 		}
 		for _, p := range topo.Policies(e.vhost()) {
-			if p.Name == republisher.InboxDeadLetterPolicyName {
+			if p.Name == topology.InboxDeadLetterPolicyName {
 				policy = p.Definition
 			}
 		}
 		if len(policy) == 0 {
-			t.Fatalf("no %s policy in %+v", republisher.InboxDeadLetterPolicyName, topo.Policies(e.vhost()))
+			t.Fatalf("no %s policy in %+v", topology.InboxDeadLetterPolicyName, topo.Policies(e.vhost()))
 		}
 		fallthrough
 	case "declared":
 		policy["delivery-limit"] = int64(3)
 		def, _ := json.Marshal(policy)
-		name := e.prefix + "inbox-policy"
-		e.broker.MustCtl(t, "-q", "set_policy", "-p", e.vhost(), "--apply-to", "queues", "--priority", "20", name, "^"+strings.ReplaceAll(inbox, ".", `\.`)+"$", string(def))
-		t.Cleanup(func() { _, _ = e.broker.Ctl(context.Background(), nil, "-q", "clear_policy", "-p", e.vhost(), name) })
+		name := e.Prefix + "inbox-policy"
+		e.Broker.MustCtl(t, "-q", "set_policy", "-p", e.vhost(), "--apply-to", "queues", "--priority", "20", name, "^"+strings.ReplaceAll(inbox, ".", `\.`)+"$", string(def))
+		t.Cleanup(func() { _, _ = e.Broker.Ctl(context.Background(), nil, "-q", "clear_policy", "-p", e.vhost(), name) })
 	}
 
 	p := e.startBinary()
 	if variant == "earlier-rebound-with-policy" && !strings.Contains(p.logs.String(), "was declared by an earlier rebound without") {
 		t.Errorf("no notice about the earlier rebound's inbox in the log:\n%s", p.logs.String())
 	}
-	e.publishTo(inbox, amqp.Publishing{MessageId: "in-flight", DeliveryMode: amqp.Persistent, Headers: amqp.Table{"x-retry-origin-queue": e.app}})
+	e.PublishTo(inbox, amqp.Publishing{MessageId: "in-flight", DeliveryMode: amqp.Persistent, Headers: amqp.Table{"x-retry-origin-queue": e.App}})
 	for k := range kills {
 		// Killed while the message is delivered to it and unsettled.
 		if !e.waitReceived(15 * time.Second) {
@@ -239,15 +239,15 @@ func inboxDeliveryLimit(t *testing.T, variant string) {
 	var parked []amqp.Delivery
 	for deadline := time.Now().Add(30 * time.Second); len(parked) == 0 && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		if doc := e.listJSON(); doc.Matched > 0 {
-			if m := doc.Messages[0]; m.ID != "in-flight" || m.Reason != "delivery-limit" || m.Origin != e.app {
-				t.Errorf("parked list shows %+v, want in-flight, reason delivery-limit, origin %s", m, e.app)
+			if m := doc.Messages[0]; m.ID != "in-flight" || m.Reason != "delivery-limit" || m.Origin != e.App {
+				t.Errorf("parked list shows %+v, want in-flight, reason delivery-limit, origin %s", m, e.App)
 			}
-			parked = e.drain(e.vars["REBOUND_PARKING_QUEUE"])
+			parked = e.Drain(e.Vars["REBOUND_PARKING_QUEUE"])
 		}
 	}
 	if len(parked) != 1 {
 		e.logAccount(1, 1, 0, 0, "-", kills)
-		t.Fatalf("after %d kills the message is neither parked nor in the inbox (%d there): lost", kills, e.queueLenOr(inbox, -1))
+		t.Fatalf("after %d kills the message is neither parked nor in the inbox (%d there): lost", kills, e.QueueLenOr(inbox, -1))
 	}
 	e.logAccount(1, 0, 0, 0, "-", kills)
 	if reason := firstDeathReason(parked[0]); reason != "delivery_limit" {
@@ -294,13 +294,13 @@ func TestParkingQueueSurvivesKilledReaders(t *testing.T) {
 	const n, readers = 5, 25
 	seeds := make([]parkedSeed, n)
 	for i := range seeds {
-		seeds[i] = parkedSeed{id: strconv.Itoa(i), origin: e.app, reason: "max-retries"}
+		seeds[i] = parkedSeed{id: strconv.Itoa(i), origin: e.App, reason: "max-retries"}
 	}
 	e.seedParked(seeds...)
-	parking := e.vars["REBOUND_PARKING_QUEUE"]
+	parking := e.Vars["REBOUND_PARKING_QUEUE"]
 	for reader := range readers {
 		e.waitParked(parking, n, reader)
-		ch, err := e.conn.Channel()
+		ch, err := e.Conn.Channel()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -312,9 +312,9 @@ func TestParkingQueueSurvivesKilledReaders(t *testing.T) {
 		ch.Close() // as a killed `rebound parked` leaves them
 	}
 	e.waitParked(parking, n, readers)
-	got := len(e.drain(parking))
+	got := len(e.Drain(parking))
 	if got != n {
-		t.Errorf("%d of %d parked messages left after %d killed readers on RabbitMQ %s", got, n, readers, e.broker.Version())
+		t.Errorf("%d of %d parked messages left after %d killed readers on RabbitMQ %s", got, n, readers, e.Broker.Version())
 	}
 	e.logAccount(n, n-got, 0, 0, "-", readers)
 }
@@ -326,11 +326,11 @@ func (e *testEnv) waitParked(parking string, n, killed int) {
 	e.t.Helper()
 	got := 0
 	if !brokertest.Await(30*time.Second, func() bool {
-		got = e.queueLenOr(parking, -1)
+		got = e.QueueLenOr(parking, -1)
 		return got == n
 	}) {
 		e.logAccount(n, n-max(got, 0), 0, 0, "-", killed)
-		e.t.Fatalf("after %d killed readers the parking queue holds %d of %d messages on RabbitMQ %s", killed, got, n, e.broker.Version())
+		e.t.Fatalf("after %d killed readers the parking queue holds %d of %d messages on RabbitMQ %s", killed, got, n, e.Broker.Version())
 	}
 }
 
@@ -345,49 +345,49 @@ func TestUpgradeFromHeadersExchange(t *testing.T) {
 	t.Parallel()
 	queueTypes(t, func(t *testing.T, queueType string) {
 		e := newTestEnv(t, with(fastLoop, "REBOUND_QUEUE_TYPE", queueType, "REBOUND_MIN_DELAY", "100ms"))
-		cfg, err := config.Load(e.environ())
+		cfg, err := config.Load(e.Environ())
 		if err != nil {
 			t.Fatal(err)
 		}
-		topo := cfg.Topology().ForServer(e.conn.Properties)
+		topo := cfg.Topology().ForServer(e.Conn.Properties)
 		// The earlier topology: a headers exchange, and a 3 s delay queue
 		// bound on rebound-delay-ms, holding copies as the earlier rebound
 		// published them.
 		const waitMs = 3000
-		exchange := e.vars["REBOUND_DELAY_EXCHANGE"]
-		if err := e.ch.ExchangeDeclare(exchange, amqp.ExchangeHeaders, true, false, false, false, nil); err != nil {
+		exchange := e.Vars["REBOUND_DELAY_EXCHANGE"]
+		if err := e.Ch.ExchangeDeclare(exchange, amqp.ExchangeHeaders, true, false, false, false, nil); err != nil {
 			t.Fatal(err)
 		}
 		old, _ := topo.DelayQueue(waitMs * time.Millisecond)
-		if _, err := e.ch.QueueDeclare(old.Name, true, false, false, false, old.Args); err != nil {
+		if _, err := e.Ch.QueueDeclare(old.Name, true, false, false, false, old.Args); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.ch.QueueBind(old.Name, "", exchange, false, amqp.Table{"x-match": "all", "rebound-delay-ms": int64(waitMs)}); err != nil {
+		if err := e.Ch.QueueBind(old.Name, "", exchange, false, amqp.Table{"x-match": "all", "rebound-delay-ms": int64(waitMs)}); err != nil {
 			t.Fatal(err)
 		}
 		oldCopy := func(ch *amqp.Channel, id int) {
 			t.Helper()
-			if err := ch.PublishWithContext(context.Background(), exchange, e.app, true, false, amqp.Publishing{
+			if err := ch.PublishWithContext(context.Background(), exchange, e.App, true, false, amqp.Publishing{
 				MessageId: strconv.Itoa(id), DeliveryMode: amqp.Persistent,
-				Headers: amqp.Table{"rebound-delay-ms": int64(waitMs), "x-retry-count": int64(1), "x-retry-origin-queue": e.app},
+				Headers: amqp.Table{"rebound-delay-ms": int64(waitMs), "x-retry-count": int64(1), "x-retry-origin-queue": e.App},
 			}); err != nil {
 				t.Fatal(err)
 			}
 		}
 		const n = 200
 		for i := range n {
-			oldCopy(e.ch, i)
+			oldCopy(e.Ch, i)
 		}
-		for deadline := time.Now().Add(10 * time.Second); e.queueLenOr(old.Name, 0) < n; time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(10 * time.Second); e.QueueLenOr(old.Name, 0) < n; time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("%d of %d old copies in the delay queue", e.queueLenOr(old.Name, -1), n)
+				t.Fatalf("%d of %d old copies in the delay queue", e.QueueLenOr(old.Name, -1), n)
 			}
 		}
-		e.rejectAll(e.app)
+		e.rejectAll(e.App)
 		stop := e.startInProcess()
 		// An old replica still running publishes the old way, after the
 		// new one declared its topology: its copy must be routed as before.
-		oldReplica, err := e.broker.Dial(t, e.url()).Channel()
+		oldReplica, err := e.Broker.Dial(t, e.URL()).Channel()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -403,7 +403,7 @@ func TestUpgradeFromHeadersExchange(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The old exchange is still there, and still of type headers.
-		if err := e.ch.ExchangeDeclarePassive(exchange, amqp.ExchangeHeaders, true, false, false, false, nil); err != nil {
+		if err := e.Ch.ExchangeDeclarePassive(exchange, amqp.ExchangeHeaders, true, false, false, false, nil); err != nil {
 			t.Errorf("the old exchange %s did not survive the upgrade: %v", exchange, err)
 		}
 	})

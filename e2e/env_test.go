@@ -56,17 +56,13 @@ func binary(t *testing.T) string {
 }
 
 // testEnv is one test's private rebound deployment on the broker under
-// test. Every queue and exchange it declares starts with prefix and is
-// deleted at cleanup.
+// test (brokertest.Deployment), run in-process or as a binary, with its
+// HTTP address. Every queue and exchange it declares starts with its
+// prefix and is deleted at cleanup.
 type testEnv struct {
+	*brokertest.Deployment
 	t       *testing.T
-	broker  *brokertest.Broker
-	conn    *amqp.Connection
-	ch      *amqp.Channel
-	prefix  string
-	app     string // the application queue, dead-lettering to rebound
 	http    string // rebound's HTTP address
-	vars    map[string]string
 	started time.Time
 }
 
@@ -81,54 +77,19 @@ func newTestEnv(t *testing.T, overrides map[string]string) *testEnv {
 // newTestEnvOn is newTestEnv on node b, a node of a cluster say.
 func newTestEnvOn(t *testing.T, b *brokertest.Broker, overrides map[string]string) *testEnv {
 	t.Helper()
-	url := b.URL
-	if u, ok := overrides["REBOUND_AMQP_URL"]; ok {
-		url = u
+	addr := freeAddr(t)
+	vars := map[string]string{
+		"REBOUND_HTTP_ADDR":      addr,
+		"REBOUND_LOG_LEVEL":      "warn",
+		"REBOUND_JITTER":         "none",
+		"REBOUND_SHUTDOWN_GRACE": "5s",
 	}
-	conn := b.Dial(t, url)
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	prefix := brokertest.Unique(t)
-	e := &testEnv{t: t, broker: b, conn: conn, ch: ch, prefix: prefix, app: prefix + "app", http: freeAddr(t), started: time.Now()}
-	e.vars = map[string]string{
-		"REBOUND_AMQP_URL":             url,
-		"REBOUND_INBOX_QUEUE":          prefix + "inbox",
-		"REBOUND_DEAD_LETTER_EXCHANGE": prefix + "dlx",
-		"REBOUND_DELAY_EXCHANGE":       prefix + "delay",
-		"REBOUND_DELAY_QUEUE_PREFIX":   prefix + "delay.",
-		"REBOUND_PARKING_QUEUE":        prefix + "parked",
-		"REBOUND_HTTP_ADDR":            e.http,
-		"REBOUND_LOG_LEVEL":            "warn",
-		"REBOUND_JITTER":               "none",
-		"REBOUND_SHUTDOWN_GRACE":       "5s",
-	}
-	maps.Copy(e.vars, overrides)
-	// The dead-letter exchange is declared here as rebound declares it, so
-	// the application queue can point at it before rebound first starts.
-	if err := ch.ExchangeDeclare(e.vars["REBOUND_DEAD_LETTER_EXCHANGE"], "fanout", true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(e.app, true, false, false, false, amqp.Table{"x-dead-letter-exchange": e.vars["REBOUND_DEAD_LETTER_EXCHANGE"]}); err != nil {
-		t.Fatal(err)
-	}
-	b.CleanupPrefix(t, url, prefix)
-	return e
-}
-
-func (e *testEnv) url() string { return e.vars["REBOUND_AMQP_URL"] }
-
-func (e *testEnv) environ() []string {
-	out := make([]string, 0, len(e.vars))
-	for k, v := range e.vars {
-		out = append(out, k+"="+v)
-	}
-	return out
+	maps.Copy(vars, overrides)
+	return &testEnv{Deployment: brokertest.NewDeployment(t, b, vars, nil), t: t, http: addr, started: time.Now()}
 }
 
 // vhost is the virtual host of the env's broker URL.
-func (e *testEnv) vhost() string { return config.VhostOf(e.url()) }
+func (e *testEnv) vhost() string { return config.VhostOf(e.URL()) }
 
 func freeAddr(t testing.TB) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -142,7 +103,7 @@ func freeAddr(t testing.TB) string {
 // cli runs a rebound command in-process with the env's variables.
 func (e *testEnv) cli(args ...string) (stdout, stderr string, err error) {
 	var out, errOut bytes.Buffer
-	err = cli.Run(context.Background(), args, e.environ(), &out, &errOut)
+	err = cli.Run(context.Background(), args, e.Environ(), &out, &errOut)
 	return out.String(), errOut.String(), err
 }
 
@@ -153,7 +114,7 @@ func (e *testEnv) startInProcess() (stop func() error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &syncBuffer{}
 	done := make(chan error, 1)
-	go func() { done <- cli.Run(ctx, []string{"run"}, e.environ(), io.Discard, logs) }()
+	go func() { done <- cli.Run(ctx, []string{"run"}, e.Environ(), io.Discard, logs) }()
 	var once sync.Once
 	var runErr error
 	stop = func() error {
@@ -200,9 +161,11 @@ func (p *proc) wait(timeout time.Duration) (error, bool) {
 // address of its own: a second replica on the same inbox.
 func (e *testEnv) replica() *testEnv {
 	r := *e
+	d := *e.Deployment
+	r.Deployment = &d
 	r.http = freeAddr(e.t)
-	r.vars = maps.Clone(e.vars)
-	r.vars["REBOUND_HTTP_ADDR"] = r.http
+	d.Vars = maps.Clone(e.Vars)
+	d.Vars["REBOUND_HTTP_ADDR"] = r.http
 	return &r
 }
 
@@ -211,7 +174,7 @@ func (e *testEnv) replica() *testEnv {
 func (e *testEnv) launch() *proc {
 	e.t.Helper()
 	cmd := exec.Command(binary(e.t), "run")
-	cmd.Env = append(os.Environ(), e.environ()...)
+	cmd.Env = append(os.Environ(), e.Environ()...)
 	logs := &syncBuffer{}
 	cmd.Stderr = logs
 	p := &proc{cmd: cmd, exited: make(chan error, 1), logs: logs, started: time.Now()}
@@ -274,62 +237,41 @@ func (e *testEnv) metric(series string) string {
 	return ""
 }
 
+// metricBecomes waits up to 10s until series (as metric takes it) reads
+// want, and returns what it read last. A copy's outcome is counted once
+// its confirm comes, which can be a moment after a test sees the copy
+// where it went.
+func (e *testEnv) metricBecomes(series, want string) string {
+	e.t.Helper()
+	got := ""
+	brokertest.Await(10*time.Second, func() bool {
+		got = e.metric(series)
+		return got == want
+	})
+	return got
+}
+
 // publish sends msg to the application queue.
 func (e *testEnv) publish(msg amqp.Publishing) {
 	e.t.Helper()
-	e.publishTo(e.app, msg)
-}
-
-// publishTo sends msg to queue through the default exchange.
-func (e *testEnv) publishTo(queue string, msg amqp.Publishing) {
-	e.t.Helper()
-	if err := e.ch.PublishWithContext(context.Background(), "", queue, false, false, msg); err != nil {
-		e.t.Fatal(err)
-	}
-}
-
-// queueLen returns how many ready messages queue holds. The queue must
-// exist: a test that expects an empty queue fails when it is gone.
-func (e *testEnv) queueLen(queue string) int {
-	e.t.Helper()
-	n, err := brokertest.QueueLen(e.url(), queue)
-	if err != nil {
-		e.t.Fatalf("queue length: %v", err)
-	}
-	return n
+	e.PublishTo(e.App, msg)
 }
 
 // queueExists reports whether queue exists now.
 func (e *testEnv) queueExists(queue string) bool {
-	_, err := brokertest.QueueLen(e.url(), queue)
+	_, err := brokertest.QueueLen(e.URL(), queue)
 	return err == nil
-}
-
-// queueLenOr returns how many ready messages queue holds, or missing when
-// it cannot be read (gone, or the broker down): for polling loops.
-func (e *testEnv) queueLenOr(queue string, missing int) int {
-	n, err := brokertest.QueueLen(e.url(), queue)
-	if err != nil {
-		return missing
-	}
-	return n
 }
 
 // extraQueue declares another durable queue with the test's prefix; the
 // env's cleanup deletes it.
 func (e *testEnv) extraQueue(suffix string) string {
 	e.t.Helper()
-	name := e.prefix + suffix
-	if _, err := e.ch.QueueDeclare(name, true, false, false, false, nil); err != nil {
+	name := e.Prefix + suffix
+	if _, err := e.Ch.QueueDeclare(name, true, false, false, false, nil); err != nil {
 		e.t.Fatal(err)
 	}
 	return name
-}
-
-// drain takes every message off queue.
-func (e *testEnv) drain(queue string) []amqp.Delivery {
-	e.t.Helper()
-	return brokertest.Drain(e.t, e.ch, queue)
 }
 
 // with returns base plus the given key, value pairs.

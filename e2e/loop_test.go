@@ -31,7 +31,7 @@ type rejector struct {
 func (e *testEnv) rejectAll(queue string) *rejector {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &rejector{stop: cancel, done: make(chan struct{})}
-	url := e.url()
+	url := e.URL()
 	go func() {
 		defer close(r.done)
 		for ctx.Err() == nil {
@@ -87,11 +87,11 @@ func (r *rejector) seen() []arrival {
 // has stopped growing, then takes them all off it.
 func (e *testEnv) parked(want int, timeout time.Duration) []amqp.Delivery {
 	e.t.Helper()
-	queue := e.vars["REBOUND_PARKING_QUEUE"]
+	queue := e.Vars["REBOUND_PARKING_QUEUE"]
 	deadline := time.Now().Add(timeout)
 	last, stableSince := -1, time.Now()
 	for time.Now().Before(deadline) {
-		n := e.queueLenOr(queue, 0)
+		n := e.QueueLenOr(queue, 0)
 		if n != last {
 			last, stableSince = n, time.Now()
 		}
@@ -100,7 +100,7 @@ func (e *testEnv) parked(want int, timeout time.Duration) []amqp.Delivery {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return e.drain(queue)
+	return e.Drain(queue)
 }
 
 func header(t *testing.T, d amqp.Delivery, name string) any {
@@ -114,7 +114,7 @@ func TestLoopRetriesWithBackoffThenParks(t *testing.T) {
 		"REBOUND_BACKOFF": "exponential", "REBOUND_MIN_DELAY": "300ms", "REBOUND_MULTIPLIER": "2", "REBOUND_MAX_RETRIES": "3",
 	})
 	e.startInProcess()
-	r := e.rejectAll(e.app)
+	r := e.rejectAll(e.App)
 	sent := time.Now().Truncate(time.Second)
 	e.publish(amqp.Publishing{
 		MessageId: "m-1", CorrelationId: "c-1", ContentType: "application/json", ContentEncoding: "utf-8",
@@ -145,7 +145,7 @@ func TestLoopRetriesWithBackoffThenParks(t *testing.T) {
 		if ld := header(t, arrivals[i+1].d, "x-retry-last-delay-ms"); ld != want.Milliseconds() {
 			t.Errorf("retry %d: x-retry-last-delay-ms = %#v, want %d", i+1, ld, want.Milliseconds())
 		}
-		if q := e.queueLen(e.prefix + "delay." + strconv.FormatInt(want.Milliseconds(), 10)); q != 0 {
+		if q := e.QueueLen(e.Prefix + "delay." + strconv.FormatInt(want.Milliseconds(), 10)); q != 0 {
 			t.Errorf("delay queue for %s holds %d messages, want 0", want, q)
 		}
 	}
@@ -161,8 +161,8 @@ func TestLoopRetriesWithBackoffThenParks(t *testing.T) {
 		if d.Headers["app-header"] != "kept" || d.Headers["tenant"] != int64(42) || d.Headers["x-retry-error"] != "db down" {
 			t.Errorf("application headers not preserved: %v", d.Headers)
 		}
-		if d.Headers["x-retry-origin-queue"] != e.app {
-			t.Errorf("x-retry-origin-queue = %#v, want %q", d.Headers["x-retry-origin-queue"], e.app)
+		if d.Headers["x-retry-origin-queue"] != e.App {
+			t.Errorf("x-retry-origin-queue = %#v, want %q", d.Headers["x-retry-origin-queue"], e.App)
 		}
 	}
 	p := parked[0]
@@ -175,10 +175,10 @@ func TestLoopRetriesWithBackoffThenParks(t *testing.T) {
 	if started, ok := p.Headers["x-task-started-at"].(int64); !ok || started != sent.UnixMilli() {
 		t.Errorf("x-task-started-at = %#v, want the timestamp property %d", p.Headers["x-task-started-at"], sent.UnixMilli())
 	}
-	if got := e.metric(`rebound_messages_parked_total{reason="max-retries"}`); got != "1" {
+	if got := e.metricBecomes(`rebound_messages_parked_total{policy="default",reason="max-retries"}`, "1"); got != "1" {
 		t.Errorf("parked metric = %q, want 1", got)
 	}
-	if got := e.metric(`rebound_messages_retried_total{kind="delayed"}`); got != "3" {
+	if got := e.metricBecomes(`rebound_messages_retried_total{kind="delayed",policy="default"}`, "3"); got != "3" {
 		t.Errorf("retried metric = %q, want 3", got)
 	}
 }
@@ -187,7 +187,7 @@ func TestParksWhenBudgetIsSpent(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, map[string]string{"REBOUND_MAX_DURATION": "1h"})
 	e.startInProcess()
-	r := e.rejectAll(e.app)
+	r := e.rejectAll(e.App)
 	e.publish(amqp.Publishing{MessageId: "old", Headers: amqp.Table{"x-task-started-at": time.Now().Add(-2 * time.Hour).UnixMilli()}})
 	parked := e.parked(1, 30*time.Second)
 	if len(parked) != 1 || parked[0].Headers["x-retry-parked-reason"] != "max-duration" {
@@ -204,7 +204,7 @@ func TestImmediateRetriesComeStraightBack(t *testing.T) {
 		"REBOUND_IMMEDIATE_RETRIES": "2", "REBOUND_MAX_RETRIES": "3", "REBOUND_MIN_DELAY": "1500ms", "REBOUND_BACKOFF": "constant",
 	})
 	e.startInProcess()
-	r := e.rejectAll(e.app)
+	r := e.rejectAll(e.App)
 	e.publish(amqp.Publishing{MessageId: "quick"})
 	if parked := e.parked(1, 30*time.Second); len(parked) != 1 {
 		t.Fatalf("parked %d, want 1", len(parked))
@@ -228,8 +228,8 @@ func TestImmediateRetriesComeStraightBack(t *testing.T) {
 	if _, ok := retry["x-death"]; ok {
 		t.Errorf("immediate retry carries the broker's x-death: %v", retry["x-death"])
 	}
-	if retry["x-retry-first-death-reason"] != "rejected" || retry["x-retry-first-death-queue"] != e.app {
-		t.Errorf("first death: %v in %v, want rejected in %s", retry["x-retry-first-death-reason"], retry["x-retry-first-death-queue"], e.app)
+	if retry["x-retry-first-death-reason"] != "rejected" || retry["x-retry-first-death-queue"] != e.App {
+		t.Errorf("first death: %v in %v, want rejected in %s", retry["x-retry-first-death-reason"], retry["x-retry-first-death-queue"], e.App)
 	}
 }
 
@@ -237,7 +237,7 @@ func TestNonRetryableIsParkedAtOnce(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, nil)
 	e.startInProcess()
-	r := e.rejectAll(e.app)
+	r := e.rejectAll(e.App)
 	e.publish(amqp.Publishing{MessageId: "poison", Headers: amqp.Table{"x-retry-non-retryable": true, "x-retry-error": "bad schema"}})
 	parked := e.parked(1, 30*time.Second)
 	if len(parked) != 1 || parked[0].Headers["x-retry-parked-reason"] != "non-retryable" || parked[0].Headers["x-retry-error"] != "bad schema" {
@@ -252,16 +252,16 @@ func TestUnknownOrMissingOriginIsParked(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, nil)
 	e.startInProcess()
-	inbox := e.vars["REBOUND_INBOX_QUEUE"]
+	inbox := e.Vars["REBOUND_INBOX_QUEUE"]
 	ctx := context.Background()
 	// Published straight to the inbox: no x-death, no origin header.
-	if err := e.ch.PublishWithContext(ctx, "", inbox, false, false, amqp.Publishing{MessageId: "nowhere"}); err != nil {
+	if err := e.Ch.PublishWithContext(ctx, "", inbox, false, false, amqp.Publishing{MessageId: "nowhere"}); err != nil {
 		t.Fatal(err)
 	}
 	// An origin that names a queue that does not exist: the copy would be
 	// dropped by the broker when its delay ends.
-	if err := e.ch.PublishWithContext(ctx, "", inbox, false, false, amqp.Publishing{
-		MessageId: "gone", Headers: amqp.Table{"x-retry-origin-queue": e.prefix + "no-such-queue"},
+	if err := e.Ch.PublishWithContext(ctx, "", inbox, false, false, amqp.Publishing{
+		MessageId: "gone", Headers: amqp.Table{"x-retry-origin-queue": e.Prefix + "no-such-queue"},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestUnknownOrMissingOriginIsParked(t *testing.T) {
 			t.Errorf("%s parked for %#v, want unknown-origin", p.MessageId, p.Headers["x-retry-parked-reason"])
 		}
 	}
-	if got := e.metric(`rebound_messages_parked_total{reason="unknown-origin"}`); got != "2" {
+	if got := e.metricBecomes(`rebound_messages_parked_total{policy="default",reason="unknown-origin"}`, "2"); got != "2" {
 		t.Errorf("parked metric = %q, want 2", got)
 	}
 }
@@ -283,7 +283,7 @@ func TestGarbageHeadersAreCountedAndRepaired(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, map[string]string{"REBOUND_MAX_RETRIES": "1", "REBOUND_MIN_DELAY": "100ms"})
 	e.startInProcess()
-	r := e.rejectAll(e.app)
+	r := e.rejectAll(e.App)
 	e.publish(amqp.Publishing{MessageId: "junk", Headers: amqp.Table{
 		"x-retry-count": "banana", "x-task-started-at": "yesterday", "x-retry-last-delay-ms": int64(-5),
 	}})
@@ -314,7 +314,7 @@ func TestQuorumQueuesLoop(t *testing.T) {
 	e := newTestEnv(t, map[string]string{"REBOUND_QUEUE_TYPE": "quorum", "REBOUND_MAX_RETRIES": "2", "REBOUND_MIN_DELAY": "200ms",
 		"REBOUND_DELAY_QUEUE_IDLE": "1s"})
 	e.startInProcess()
-	r := e.rejectAll(e.app)
+	r := e.rejectAll(e.App)
 	for i := range 20 {
 		e.publish(amqp.Publishing{MessageId: strconv.Itoa(i), DeliveryMode: amqp.Persistent})
 	}
@@ -330,7 +330,7 @@ func TestQuorumQueuesLoop(t *testing.T) {
 	if got := e.metric("rebound_reconnects_total"); got != "0" {
 		t.Errorf("rebound_reconnects_total = %q after idle sweeps, want 0", got)
 	}
-	if n := e.queueLen(e.prefix + "delay.200"); n != 0 {
+	if n := e.QueueLen(e.Prefix + "delay.200"); n != 0 {
 		t.Errorf("quorum delay queue holds %d messages, want kept and empty", n)
 	}
 }
@@ -341,8 +341,8 @@ func TestIdleEmptyDelayQueuesAreDeleted(t *testing.T) {
 		"REBOUND_BACKOFF": "constant", "REBOUND_MIN_DELAY": "100ms", "REBOUND_MAX_RETRIES": "1", "REBOUND_DELAY_QUEUE_IDLE": "1s",
 	})
 	e.startInProcess()
-	e.rejectAll(e.app)
-	delayQueue := e.prefix + "delay.100"
+	e.rejectAll(e.App)
+	delayQueue := e.Prefix + "delay.100"
 	for round := range 2 {
 		e.publish(amqp.Publishing{MessageId: strconv.Itoa(round)})
 		if parked := e.parked(1, 30*time.Second); len(parked) != 1 {
@@ -355,7 +355,7 @@ func TestIdleEmptyDelayQueuesAreDeleted(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		if e.queueExists(delayQueue) {
-			t.Fatalf("round %d: idle, empty delay queue still there (%d messages)", round, e.queueLen(delayQueue))
+			t.Fatalf("round %d: idle, empty delay queue still there (%d messages)", round, e.QueueLen(delayQueue))
 		}
 	}
 }
@@ -368,7 +368,7 @@ func TestBusyDelayQueueIsNotDeleted(t *testing.T) {
 		"REBOUND_BACKOFF": "constant", "REBOUND_MIN_DELAY": "4s", "REBOUND_MAX_RETRIES": "1", "REBOUND_DELAY_QUEUE_IDLE": "1s",
 	})
 	e.startInProcess()
-	r := e.rejectAll(e.app)
+	r := e.rejectAll(e.App)
 	e.publish(amqp.Publishing{MessageId: "slow"})
 	if parked := e.parked(1, 30*time.Second); len(parked) != 1 {
 		t.Fatalf("parked %d, want 1 (the copy waiting 4s must survive the sweeps)", len(parked))
@@ -390,7 +390,7 @@ func TestConsumerMarksARetriedMessagePermanent(t *testing.T) {
 	e := newTestEnv(t, map[string]string{"REBOUND_MIN_DELAY": "100ms", "REBOUND_BACKOFF": "constant"})
 	e.startInProcess()
 	e.publish(amqp.Publishing{MessageId: "poison", Body: []byte("bad")})
-	conn := e.broker.Dial(t, e.url())
+	conn := e.Broker.Dial(t, e.URL())
 	ch, err := conn.Channel()
 	if err != nil {
 		t.Fatal(err)
@@ -401,7 +401,7 @@ func TestConsumerMarksARetriedMessagePermanent(t *testing.T) {
 	get := func() amqp.Delivery {
 		t.Helper()
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			d, ok, err := ch.Get(e.app, false)
+			d, ok, err := ch.Get(e.App, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -432,8 +432,8 @@ func TestConsumerMarksARetriedMessagePermanent(t *testing.T) {
 	}
 	h["x-retry-non-retryable"] = true
 	h["x-retry-error"] = "schema v3 not supported"
-	h["x-retry-origin-queue"] = e.app
-	dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", e.vars["REBOUND_INBOX_QUEUE"], true, false, amqp.Publishing{
+	h["x-retry-origin-queue"] = e.App
+	dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", e.Vars["REBOUND_INBOX_QUEUE"], true, false, amqp.Publishing{
 		Headers: h, MessageId: d.MessageId, DeliveryMode: amqp.Persistent, Body: d.Body,
 	})
 	if err != nil {
@@ -450,10 +450,10 @@ func TestConsumerMarksARetriedMessagePermanent(t *testing.T) {
 		t.Fatalf("parked %d, want 1", len(parked))
 	}
 	p := parked[0].Headers
-	if p["x-retry-parked-reason"] != "non-retryable" || p["x-retry-origin-queue"] != e.app || p["x-retry-error"] != "schema v3 not supported" ||
+	if p["x-retry-parked-reason"] != "non-retryable" || p["x-retry-origin-queue"] != e.App || p["x-retry-error"] != "schema v3 not supported" ||
 		p["x-retry-count"] != int64(1) {
 		t.Errorf("parked as %v, origin %v, error %v, count %v; want non-retryable, %s, the consumer's error, 1",
-			p["x-retry-parked-reason"], p["x-retry-origin-queue"], p["x-retry-error"], p["x-retry-count"], e.app)
+			p["x-retry-parked-reason"], p["x-retry-origin-queue"], p["x-retry-error"], p["x-retry-count"], e.App)
 	}
 	if got := e.metric("rebound_origin_mismatch_total"); got != "0" {
 		t.Errorf("rebound_origin_mismatch_total = %q: the consumer's own republish counted as a disputed origin", got)
@@ -461,7 +461,7 @@ func TestConsumerMarksARetriedMessagePermanent(t *testing.T) {
 	// The republish went to the inbox alone: nothing came back to the
 	// application queue, which would make the consumer fail it again.
 	time.Sleep(300 * time.Millisecond)
-	if n := e.queueLen(e.app); n != 0 {
+	if n := e.QueueLen(e.App); n != 0 {
 		t.Errorf("the application queue holds %d messages after the permanent failure's republish, want 0", n)
 	}
 }

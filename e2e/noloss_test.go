@@ -38,7 +38,7 @@ func TestNoLossWhenReplicaKilled(t *testing.T) {
 // times, starting it again each time.
 func killRepeatedly(t *testing.T, queueType string, replicas int) {
 	e := newTestEnv(t, with(fastLoop, "REBOUND_QUEUE_TYPE", queueType))
-	e.rejectAll(e.app)
+	e.rejectAll(e.App)
 	envs := []*testEnv{e}
 	for len(envs) < replicas {
 		envs = append(envs, e.replica())
@@ -92,7 +92,7 @@ func TestNoLossWhenServerClosesConnections(t *testing.T) {
 	queueTypes(t, func(t *testing.T, queueType string) {
 		url := brokertest.Require(t).PrivateVhost(t)
 		e := newTestEnv(t, with(fastLoop, "REBOUND_AMQP_URL", url, "REBOUND_QUEUE_TYPE", queueType))
-		e.rejectAll(e.app)
+		e.rejectAll(e.App)
 		e.startInProcess()
 		const n = 3000
 		e.publishNumbered(n)
@@ -103,7 +103,7 @@ func TestNoLossWhenServerClosesConnections(t *testing.T) {
 			// The fault is over as soon as it happens: the moment the
 			// server closes a probe connection in the same vhost. The
 			// canary goes out then, not once rabbitmqctl has exited.
-			closed := e.broker.Dial(t, url).NotifyClose(make(chan *amqp.Error, 1))
+			closed := e.Broker.Dial(t, url).NotifyClose(make(chan *amqp.Error, 1))
 			ended, canary := make(chan time.Time, 1), make(chan error, 1)
 			go func() {
 				<-closed
@@ -112,7 +112,7 @@ func TestNoLossWhenServerClosesConnections(t *testing.T) {
 			}()
 			base, _ := e.progress()
 			moving := e.watchRecovery(base, true, time.Minute)
-			e.broker.MustCtl(t, "-q", "close_all_connections", "-p", e.vhost(), "rebound no-loss test")
+			e.Broker.MustCtl(t, "-q", "close_all_connections", "-p", e.vhost(), "rebound no-loss test")
 			at := <-ended
 			if err := <-canary; err != nil {
 				t.Fatal(err)
@@ -136,7 +136,7 @@ func operatorDeletesDelayQueue(t *testing.T, queueType string) {
 	// delay queue when the test deletes it, on a loaded machine too.
 	e := newTestEnv(t, map[string]string{"REBOUND_BACKOFF": "constant", "REBOUND_MIN_DELAY": "20s", "REBOUND_MAX_RETRIES": "1",
 		"REBOUND_QUEUE_TYPE": queueType})
-	e.rejectAll(e.app)
+	e.rejectAll(e.App)
 	e.startInProcess()
 	const half = 300
 	e.publishNumbered(half)
@@ -144,16 +144,16 @@ func operatorDeletesDelayQueue(t *testing.T, queueType string) {
 	// routed to a queue as it is being deleted is confirmed by the broker
 	// and dropped with the queue, an operator's loss queue.delete does not
 	// count.
-	delayQueue := e.prefix + "delay.20000"
+	delayQueue := e.Prefix + "delay.20000"
 	deadline := time.Now().Add(15 * time.Second)
-	for e.queueLenOr(delayQueue, -1) < half {
+	for e.QueueLenOr(delayQueue, -1) < half {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of %d copies in the delay queue after 15s (-1: no queue), want all before deleting it",
-				e.queueLenOr(delayQueue, -1), half)
+				e.QueueLenOr(delayQueue, -1), half)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	lost, err := e.ch.QueueDelete(delayQueue, false, false, false)
+	lost, err := e.Ch.QueueDelete(delayQueue, false, false, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,20 +176,20 @@ func TestNoLossOnSIGTERMWithFullWindow(t *testing.T) {
 
 func sigtermWithFullWindow(t *testing.T, queueType string) {
 	e := newTestEnv(t, with(fastLoop, "REBOUND_PREFETCH", "200", "REBOUND_MAX_RETRIES", "1", "REBOUND_QUEUE_TYPE", queueType))
-	e.rejectAll(e.app)
+	e.rejectAll(e.App)
 	// Fill the inbox before rebound starts so that its first moments run
 	// with a full prefetch window. It is declared as rebound declares it.
-	inbox, args := e.vars["REBOUND_INBOX_QUEUE"], amqp.Table{}
+	inbox, args := e.Vars["REBOUND_INBOX_QUEUE"], amqp.Table{}
 	if queueType == "quorum" {
 		args[amqp.QueueTypeArg] = amqp.QueueTypeQuorum
 	}
-	if _, err := e.ch.QueueDeclare(inbox, true, false, false, false, args); err != nil {
+	if _, err := e.Ch.QueueDeclare(inbox, true, false, false, false, args); err != nil {
 		t.Fatal(err)
 	}
 	const n = 3000
 	for i := range n {
-		if err := e.ch.PublishWithContext(context.Background(), "", inbox, false, false, amqp.Publishing{
-			MessageId: strconv.Itoa(i), DeliveryMode: amqp.Persistent, Headers: amqp.Table{"x-retry-origin-queue": e.app},
+		if err := e.Ch.PublishWithContext(context.Background(), "", inbox, false, false, amqp.Publishing{
+			MessageId: strconv.Itoa(i), DeliveryMode: amqp.Persistent, Headers: amqp.Table{"x-retry-origin-queue": e.App},
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -233,15 +233,15 @@ func sigtermWithFullWindow(t *testing.T, queueType string) {
 func TestInboxDeletedIsReestablishedWithoutSpinning(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, fastLoop)
-	e.rejectAll(e.app)
+	e.rejectAll(e.App)
 	e.startInProcess()
-	if _, err := e.ch.QueueDelete(e.vars["REBOUND_INBOX_QUEUE"], false, false, false); err != nil {
+	if _, err := e.Ch.QueueDelete(e.Vars["REBOUND_INBOX_QUEUE"], false, false, false); err != nil {
 		t.Fatal(err)
 	}
 	// The broker cancels rebound's consumer; rebound must come back,
 	// declare the inbox again and carry on, backing off between attempts.
 	deadline := time.Now().Add(20 * time.Second)
-	for !e.queueExists(e.vars["REBOUND_INBOX_QUEUE"]) && time.Now().Before(deadline) {
+	for !e.queueExists(e.Vars["REBOUND_INBOX_QUEUE"]) && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(2 * time.Second)

@@ -29,28 +29,28 @@ func TestOriginHeaderCannotRedirect(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, map[string]string{"REBOUND_MAX_RETRIES": "2", "REBOUND_MIN_DELAY": "100ms", "REBOUND_BACKOFF": "constant"})
 	payments := e.extraQueue("payments")
-	ordersOnly := e.prefix + "orders-in"
-	if err := e.ch.ExchangeDeclare(ordersOnly, amqp.ExchangeFanout, false, true, false, false, nil); err != nil {
+	ordersOnly := e.Prefix + "orders-in"
+	if err := e.Ch.ExchangeDeclare(ordersOnly, amqp.ExchangeFanout, false, true, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.ch.QueueBind(e.app, "", ordersOnly, false, nil); err != nil {
+	if err := e.Ch.QueueBind(e.App, "", ordersOnly, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	e.startInProcess()
-	r := e.rejectAll(e.app)
-	if err := e.ch.PublishWithContext(context.Background(), ordersOnly, "", false, false, amqp.Publishing{MessageId: "forged", Headers: amqp.Table{
+	r := e.rejectAll(e.App)
+	if err := e.Ch.PublishWithContext(context.Background(), ordersOnly, "", false, false, amqp.Publishing{MessageId: "forged", Headers: amqp.Table{
 		"x-retry-origin-queue": payments, "CC": []any{payments}, "BCC": []any{payments},
 	}}); err != nil {
 		t.Fatal(err)
 	}
 	parked := e.parked(1, 30*time.Second)
-	if len(parked) != 1 || parked[0].Headers["x-retry-parked-reason"] != "max-retries" || parked[0].Headers["x-retry-origin-queue"] != e.app {
-		t.Fatalf("parked %v, want the message parked after its retries in %s", parked, e.app)
+	if len(parked) != 1 || parked[0].Headers["x-retry-parked-reason"] != "max-retries" || parked[0].Headers["x-retry-origin-queue"] != e.App {
+		t.Fatalf("parked %v, want the message parked after its retries in %s", parked, e.App)
 	}
 	if n := len(r.seen()); n != 3 {
 		t.Errorf("orders saw the message %d times, want 3 (first attempt and 2 retries)", n)
 	}
-	if n := e.queueLen(payments); n != 0 {
+	if n := e.QueueLen(payments); n != 0 {
 		t.Errorf("payments received %d messages from rebound", n)
 	}
 	// Counted once per delivery that claimed another origin: the first; its
@@ -74,18 +74,18 @@ func TestOriginHeaderCannotRedirect(t *testing.T) {
 func TestOriginAllowlist(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, map[string]string{"REBOUND_MAX_RETRIES": "1", "REBOUND_MIN_DELAY": "100ms"})
-	e.vars["REBOUND_ORIGIN_QUEUES"] = "^" + regexp.QuoteMeta(e.app) + "$"
-	other := e.prefix + "other"
-	if _, err := e.ch.QueueDeclare(other, true, false, false, false, amqp.Table{"x-dead-letter-exchange": e.vars["REBOUND_DEAD_LETTER_EXCHANGE"]}); err != nil {
+	e.Vars["REBOUND_ORIGIN_QUEUES"] = "^" + regexp.QuoteMeta(e.App) + "$"
+	other := e.Prefix + "other"
+	if _, err := e.Ch.QueueDeclare(other, true, false, false, false, amqp.Table{"x-dead-letter-exchange": e.Vars["REBOUND_DEAD_LETTER_EXCHANGE"]}); err != nil {
 		t.Fatal(err)
 	}
 	payments := e.extraQueue("payments")
 	e.startInProcess()
-	e.rejectAll(e.app)
+	e.rejectAll(e.App)
 	rOther := e.rejectAll(other)
 	e.publish(amqp.Publishing{MessageId: "allowed"})
-	e.publishTo(other, amqp.Publishing{MessageId: "from-other"})
-	e.publishTo(e.vars["REBOUND_INBOX_QUEUE"], amqp.Publishing{MessageId: "forged-x-death", Headers: amqp.Table{
+	e.PublishTo(other, amqp.Publishing{MessageId: "from-other"})
+	e.PublishTo(e.Vars["REBOUND_INBOX_QUEUE"], amqp.Publishing{MessageId: "forged-x-death", Headers: amqp.Table{
 		"x-death": []any{amqp.Table{"queue": payments, "reason": "rejected", "count": int64(1), "exchange": "", "time": time.Now()}},
 	}})
 	byID := map[string]amqp.Delivery{}
@@ -100,10 +100,10 @@ func TestOriginAllowlist(t *testing.T) {
 	if n := len(rOther.seen()); n != 1 {
 		t.Errorf("the queue the allowlist excludes saw its message %d times, want 1 (never sent back)", n)
 	}
-	if n := e.queueLen(payments); n != 0 {
+	if n := e.QueueLen(payments); n != 0 {
 		t.Errorf("payments received %d messages", n)
 	}
-	if got := e.metric(`rebound_messages_parked_total{reason="origin-not-allowed"}`); got != "2" {
+	if got := e.metricBecomes(`rebound_messages_parked_total{policy="default",reason="origin-not-allowed"}`, "2"); got != "2" {
 		t.Errorf("parked metric = %q, want 2", got)
 	}
 }
@@ -115,10 +115,10 @@ func TestOwnQueuesAreNeverAnOrigin(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, nil)
 	e.startInProcess()
-	inbox := e.vars["REBOUND_INBOX_QUEUE"]
-	own := []string{inbox, e.vars["REBOUND_PARKING_QUEUE"], e.prefix + "delay.1000"}
+	inbox := e.Vars["REBOUND_INBOX_QUEUE"]
+	own := []string{inbox, e.Vars["REBOUND_PARKING_QUEUE"], e.Prefix + "delay.1000"}
 	for _, q := range own {
-		e.publishTo(inbox, amqp.Publishing{MessageId: q, Headers: amqp.Table{"x-retry-origin-queue": q}})
+		e.PublishTo(inbox, amqp.Publishing{MessageId: q, Headers: amqp.Table{"x-retry-origin-queue": q}})
 	}
 	parked := e.parked(len(own), 30*time.Second)
 	if len(parked) != len(own) {
@@ -143,11 +143,11 @@ func TestReplayObeysTheAllowlist(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, nil)
 	payments := e.extraQueue("payments")
-	e.vars["REBOUND_ORIGIN_QUEUES"] = "^" + regexp.QuoteMeta(e.app) + "$"
+	e.Vars["REBOUND_ORIGIN_QUEUES"] = "^" + regexp.QuoteMeta(e.App) + "$"
 	e.seedParked(
-		parkedSeed{id: "ok", origin: e.app, reason: "max-retries"},
+		parkedSeed{id: "ok", origin: e.App, reason: "max-retries"},
 		parkedSeed{id: "to-payments", origin: payments, reason: "max-retries"},
-		parkedSeed{id: "to-inbox", origin: e.vars["REBOUND_INBOX_QUEUE"], reason: "max-retries"},
+		parkedSeed{id: "to-inbox", origin: e.Vars["REBOUND_INBOX_QUEUE"], reason: "max-retries"},
 	)
 	out, _, err := e.cli("parked", "replay")
 	if err == nil {
@@ -159,10 +159,10 @@ func TestReplayObeysTheAllowlist(t *testing.T) {
 			t.Errorf("replay output lacks %q:\n%s", want, out)
 		}
 	}
-	if n := e.queueLen(payments); n != 0 {
+	if n := e.QueueLen(payments); n != 0 {
 		t.Errorf("payments received %d messages", n)
 	}
-	if back := e.drain(e.app); len(back) != 1 || back[0].MessageId != "ok" {
+	if back := e.Drain(e.App); len(back) != 1 || back[0].MessageId != "ok" {
 		t.Errorf("origin queue got %v, want only ok", back)
 	}
 }
@@ -174,7 +174,7 @@ func TestLargeHeadersCostLittle(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, map[string]string{"REBOUND_MAX_RETRIES": "1", "REBOUND_MIN_DELAY": "50ms"})
 	e.startInProcess()
-	r := e.rejectAll(e.app)
+	r := e.rejectAll(e.App)
 	// About 100 KiB in all: 1 000 entries of about 70 bytes and two 10 KB
 	// strings.
 	deaths := make([]any, 1000)
@@ -212,11 +212,11 @@ func TestEndpointsHoldNoSecrets(t *testing.T) {
 	// The same broker through a URL with another password in its user
 	// info: a user made for the test.
 	const password = "s3cret-pw-9f2c"
-	user, url := e.broker.User(t, e.url(), password, ".*", ".*", ".*")
-	e.vars["REBOUND_AMQP_URL"] = url
+	user, url := e.Broker.User(t, e.URL(), password, ".*", ".*", ".*")
+	e.Vars["REBOUND_AMQP_URL"] = url
 	e.startInProcess()
-	e.vars["REBOUND_AMQP_URL"] = e.broker.URLIn(e.vhost())
-	e.rejectAll(e.app)
+	e.Vars["REBOUND_AMQP_URL"] = e.Broker.URLIn(e.vhost())
+	e.rejectAll(e.App)
 	const marker = "m4rk3r-from-a-message"
 	e.publish(amqp.Publishing{MessageId: marker + "-id", Headers: amqp.Table{"x-retry-count": marker, "x-retry-error": marker}, Body: []byte(marker)})
 	if parked := e.parked(1, 30*time.Second); len(parked) != 1 {

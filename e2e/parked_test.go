@@ -38,12 +38,12 @@ type parkedSeed struct {
 // it as rebound does, and waits for the broker's confirms.
 func (e *testEnv) seedParked(seeds ...parkedSeed) {
 	e.t.Helper()
-	ch, err := e.conn.Channel()
+	ch, err := e.Conn.Channel()
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	defer ch.Close()
-	queue := e.vars["REBOUND_PARKING_QUEUE"]
+	queue := e.Vars["REBOUND_PARKING_QUEUE"]
 	// Declared as a classic queue unless rebound (or the test) declared it.
 	if !e.queueExists(queue) {
 		if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{}); err != nil {
@@ -103,19 +103,19 @@ func TestParkedListLeavesQueueIntact(t *testing.T) {
 	other := e.extraQueue("other")
 	old := time.Now().Add(-3 * time.Hour)
 	e.seedParked(
-		parkedSeed{id: "a1", origin: e.app, reason: "max-retries", retries: 10, errText: "timeout"},
-		parkedSeed{id: "a2", origin: e.app, reason: "max-retries", retries: 10, parkedAt: old},
-		parkedSeed{id: "a3", origin: e.app, reason: "max-duration", retries: 4},
+		parkedSeed{id: "a1", origin: e.App, reason: "max-retries", retries: 10, errText: "timeout"},
+		parkedSeed{id: "a2", origin: e.App, reason: "max-retries", retries: 10, parkedAt: old},
+		parkedSeed{id: "a3", origin: e.App, reason: "max-duration", retries: 4},
 		parkedSeed{id: "o1", origin: other, reason: "non-retryable", parkedAt: old},
 		parkedSeed{id: "u1", reason: "unknown-origin", body: []byte{0, 1, 2, 255}},
 	)
-	parkedQ := e.vars["REBOUND_PARKING_QUEUE"]
+	parkedQ := e.Vars["REBOUND_PARKING_QUEUE"]
 
 	all := e.listJSON()
 	if all.Scanned != 5 || all.Matched != 5 || len(all.Messages) != 5 {
 		t.Fatalf("list: scanned %d matched %d messages %d, want 5 each", all.Scanned, all.Matched, len(all.Messages))
 	}
-	if n := e.queueLen(parkedQ); n != 5 {
+	if n := e.QueueLen(parkedQ); n != 5 {
 		t.Fatalf("after list the parking queue holds %d, want 5", n)
 	}
 	byID := map[string]cli.ParkedJSON{}
@@ -123,11 +123,11 @@ func TestParkedListLeavesQueueIntact(t *testing.T) {
 		byID[m.ID] = m
 	}
 	a1 := byID["a1"]
-	if a1.Origin != e.app || a1.Reason != "max-retries" || a1.RetryCount != 10 || a1.Error != "timeout" ||
+	if a1.Origin != e.App || a1.Reason != "max-retries" || a1.RetryCount != 10 || a1.Error != "timeout" ||
 		a1.BodyBytes != len("body of a1") || a1.ParkedAt == nil || a1.TaskAgeMs < time.Hour.Milliseconds() {
 		t.Errorf("a1 = %+v", a1)
 	}
-	if all.ByReason["max-retries"] != 2 || all.ByOrigin[e.app] != 3 || all.ByOrigin["-"] != 1 {
+	if all.ByReason["max-retries"] != 2 || all.ByOrigin[e.App] != 3 || all.ByOrigin["-"] != 1 {
 		t.Errorf("summary by reason %v, by origin %v", all.ByReason, all.ByOrigin)
 	}
 
@@ -150,7 +150,7 @@ func TestParkedListLeavesQueueIntact(t *testing.T) {
 			t.Errorf("list %v: got %v (scanned %d), want %v", tc.args, got, doc.Scanned, tc.want)
 		}
 	}
-	if doc := e.listJSON("--origin", e.app, "--limit", "2"); len(doc.Messages) != 2 || doc.Matched != 3 {
+	if doc := e.listJSON("--origin", e.App, "--limit", "2"); len(doc.Messages) != 2 || doc.Matched != 3 {
 		t.Errorf("--limit 2: %d shown, %d matched; want 2 of 3", len(doc.Messages), doc.Matched)
 	}
 
@@ -180,7 +180,7 @@ func TestParkedListLeavesQueueIntact(t *testing.T) {
 	if _, _, err := e.cli("parked", "show", "no-such-id"); err == nil {
 		t.Error("show of a missing id succeeded")
 	}
-	if n := e.queueLen(parkedQ); n != 5 {
+	if n := e.QueueLen(parkedQ); n != 5 {
 		t.Fatalf("after list and show the parking queue holds %d, want 5", n)
 	}
 }
@@ -189,17 +189,17 @@ func TestParkedReplayMovesOnlyMatches(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, nil)
 	e.seedParked(
-		parkedSeed{id: "r1", origin: e.app, reason: "max-retries", retries: 10, errText: "boom"},
-		parkedSeed{id: "r2", origin: e.app, reason: "max-retries", retries: 10},
-		parkedSeed{id: "r3", origin: e.app, reason: "max-retries", retries: 10},
-		parkedSeed{id: "d1", origin: e.app, reason: "max-duration", retries: 3},
-		parkedSeed{id: "d2", origin: e.app, reason: "max-duration", retries: 3},
+		parkedSeed{id: "r1", origin: e.App, reason: "max-retries", retries: 10, errText: "boom"},
+		parkedSeed{id: "r2", origin: e.App, reason: "max-retries", retries: 10},
+		parkedSeed{id: "r3", origin: e.App, reason: "max-retries", retries: 10},
+		parkedSeed{id: "d1", origin: e.App, reason: "max-duration", retries: 3},
+		parkedSeed{id: "d2", origin: e.App, reason: "max-duration", retries: 3},
 	)
 	dry, _, err := e.cli("parked", "replay", "--reason", "max-retries", "--dry-run")
 	if err != nil || !strings.Contains(dry, "would replay 3 of 3") {
 		t.Fatalf("dry run (%v): %s", err, dry)
 	}
-	if n := e.queueLen(e.app); n != 0 {
+	if n := e.QueueLen(e.App); n != 0 {
 		t.Fatalf("dry run put %d messages in the origin queue", n)
 	}
 
@@ -211,7 +211,7 @@ func TestParkedReplayMovesOnlyMatches(t *testing.T) {
 	if !strings.Contains(out, "replayed 3 of 3 matching messages (5 parked read); 0 stay parked") {
 		t.Errorf("replay output: %s", out)
 	}
-	back := e.drain(e.app)
+	back := e.Drain(e.App)
 	if len(back) != 3 {
 		t.Fatalf("origin queue got %d messages, want 3", len(back))
 	}
@@ -232,11 +232,11 @@ func TestParkedReplayMovesOnlyMatches(t *testing.T) {
 				t.Errorf("%s: %s still set: %v", d.MessageId, gone, h[gone])
 			}
 		}
-		if h["x-retry-origin-queue"] != e.app || h["tenant"] != "acme" {
+		if h["x-retry-origin-queue"] != e.App || h["tenant"] != "acme" {
 			t.Errorf("%s: headers not kept: %v", d.MessageId, h)
 		}
 	}
-	left := e.drain(e.vars["REBOUND_PARKING_QUEUE"])
+	left := e.Drain(e.Vars["REBOUND_PARKING_QUEUE"])
 	if len(left) != 2 {
 		t.Fatalf("parking queue holds %d, want the 2 max-duration messages", len(left))
 	}
@@ -251,9 +251,9 @@ func TestParkedReplayKeepsUnknownOrigin(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, nil)
 	e.seedParked(
-		parkedSeed{id: "good", origin: e.app, reason: "max-retries"},
+		parkedSeed{id: "good", origin: e.App, reason: "max-retries"},
 		parkedSeed{id: "nowhere", reason: "unknown-origin"},
-		parkedSeed{id: "gone", origin: e.prefix + "deleted", reason: "max-retries"},
+		parkedSeed{id: "gone", origin: e.Prefix + "deleted", reason: "max-retries"},
 	)
 	out, _, err := e.cli("parked", "replay")
 	if err == nil || cli.ExitCode(err, io.Discard) != 1 {
@@ -262,17 +262,17 @@ func TestParkedReplayKeepsUnknownOrigin(t *testing.T) {
 	for _, want := range []string{
 		"replayed 1 of 3", "2 stay parked",
 		"1 stay parked: no origin queue in x-death or the origin headers", "id nowhere",
-		"1 stay parked: origin queue does not exist", "id gone origin " + e.prefix + "deleted",
+		"1 stay parked: origin queue does not exist", "id gone origin " + e.Prefix + "deleted",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("replay output lacks %q:\n%s", want, out)
 		}
 	}
-	if back := e.drain(e.app); len(back) != 1 || back[0].MessageId != "good" {
+	if back := e.Drain(e.App); len(back) != 1 || back[0].MessageId != "good" {
 		t.Errorf("origin queue got %d messages, want only good", len(back))
 	}
 	left := map[string]bool{}
-	for _, d := range e.drain(e.vars["REBOUND_PARKING_QUEUE"]) {
+	for _, d := range e.Drain(e.Vars["REBOUND_PARKING_QUEUE"]) {
 		left[d.MessageId] = true
 	}
 	if len(left) != 2 || !left["nowhere"] || !left["gone"] {
@@ -284,22 +284,22 @@ func TestParkedPurgeNeedsYes(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, nil)
 	e.seedParked(
-		parkedSeed{id: "p1", origin: e.app, reason: "non-retryable"},
-		parkedSeed{id: "p2", origin: e.app, reason: "non-retryable"},
-		parkedSeed{id: "k1", origin: e.app, reason: "max-retries"},
+		parkedSeed{id: "p1", origin: e.App, reason: "non-retryable"},
+		parkedSeed{id: "p2", origin: e.App, reason: "non-retryable"},
+		parkedSeed{id: "k1", origin: e.App, reason: "max-retries"},
 	)
 	_, _, err := e.cli("parked", "purge", "--reason", "non-retryable")
 	if !cli.IsUsageError(err) || cli.ExitCode(err, io.Discard) != 2 || !strings.Contains(err.Error(), "--yes") {
 		t.Fatalf("purge without --yes: %v, want a usage error (exit 2) asking for --yes", err)
 	}
-	if n := e.queueLen(e.vars["REBOUND_PARKING_QUEUE"]); n != 3 {
+	if n := e.QueueLen(e.Vars["REBOUND_PARKING_QUEUE"]); n != 3 {
 		t.Fatalf("purge without --yes left %d messages, want 3", n)
 	}
 	out, _, err := e.cli("parked", "purge", "--reason", "non-retryable", "--yes")
 	if err != nil || !strings.Contains(out, "purged 2 messages (3 parked read)") {
 		t.Fatalf("purge --yes (%v): %s", err, out)
 	}
-	left := e.drain(e.vars["REBOUND_PARKING_QUEUE"])
+	left := e.Drain(e.Vars["REBOUND_PARKING_QUEUE"])
 	if len(left) != 1 || left[0].MessageId != "k1" {
 		t.Errorf("after purge %d left, want only k1", len(left))
 	}
@@ -313,12 +313,12 @@ func TestParkedReplayKilledLosesNothing(t *testing.T) {
 	const n = 10000
 	seeds := make([]parkedSeed, n)
 	for i := range seeds {
-		seeds[i] = parkedSeed{id: strconv.Itoa(i), origin: e.app, reason: "max-retries", body: make([]byte, 256)}
+		seeds[i] = parkedSeed{id: strconv.Itoa(i), origin: e.App, reason: "max-retries", body: make([]byte, 256)}
 	}
 	e.seedParked(seeds...)
 
 	cmd := exec.Command(binary(t), "parked", "replay")
-	cmd.Env = append(os.Environ(), e.environ()...)
+	cmd.Env = append(os.Environ(), e.Environ()...)
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
@@ -330,7 +330,7 @@ func TestParkedReplayKilledLosesNothing(t *testing.T) {
 	// originals of confirmed copies have been acked, later ones are in
 	// flight or still unacked.
 	deadline := time.Now().Add(30 * time.Second)
-	for e.queueLenOr(e.app, 0) < 600 && time.Now().Before(deadline) {
+	for e.QueueLenOr(e.App, 0) < 600 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
 	select {
@@ -343,7 +343,7 @@ func TestParkedReplayKilledLosesNothing(t *testing.T) {
 
 	seen := map[string]int{}
 	origin := 0
-	for _, d := range e.drain(e.app) {
+	for _, d := range e.Drain(e.App) {
 		seen[d.MessageId]++
 		origin++
 	}
@@ -354,11 +354,11 @@ func TestParkedReplayKilledLosesNothing(t *testing.T) {
 	// it a moment to notice the connection is gone.
 	var parked int
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if parked = e.queueLenOr(e.vars["REBOUND_PARKING_QUEUE"], 0); parked+origin >= n {
+		if parked = e.QueueLenOr(e.Vars["REBOUND_PARKING_QUEUE"], 0); parked+origin >= n {
 			break
 		}
 	}
-	for _, d := range e.drain(e.vars["REBOUND_PARKING_QUEUE"]) {
+	for _, d := range e.Drain(e.Vars["REBOUND_PARKING_QUEUE"]) {
 		seen[d.MessageId]++
 	}
 	t.Logf("after SIGKILL: %d in the origin queue, %d still parked, %d distinct of %d, %d both", origin, parked, len(seen), n, origin+parked-len(seen))

@@ -124,13 +124,13 @@ func TestAMQPSWithPrivateCAAndClientCertificate(t *testing.T) {
 	addr := tlsProxy(t, pki, b.URL)
 	port := addr[strings.LastIndex(addr, ":")+1:]
 	e := newTestEnv(t, map[string]string{"REBOUND_MAX_RETRIES": "1", "REBOUND_MIN_DELAY": "100ms"})
-	e.vars["REBOUND_AMQP_URL"] = "amqps://guest:guest@localhost:" + port + "/"
-	e.vars["REBOUND_TLS_CA_FILE"] = pki.caFile
-	e.vars["REBOUND_TLS_CERT_FILE"] = pki.certFile
-	e.vars["REBOUND_TLS_KEY_FILE"] = pki.keyFile
+	e.Vars["REBOUND_AMQP_URL"] = "amqps://guest:guest@localhost:" + port + "/"
+	e.Vars["REBOUND_TLS_CA_FILE"] = pki.caFile
+	e.Vars["REBOUND_TLS_CERT_FILE"] = pki.certFile
+	e.Vars["REBOUND_TLS_KEY_FILE"] = pki.keyFile
 	e.startInProcess()
-	e.vars["REBOUND_AMQP_URL"] = e.broker.URL // the test's own clients go straight to the broker
-	e.rejectAll(e.app)
+	e.Vars["REBOUND_AMQP_URL"] = e.Broker.URL // the test's own clients go straight to the broker
+	e.rejectAll(e.App)
 	e.publish(amqp.Publishing{MessageId: "over-tls"})
 	if parked := e.parked(1, 30*time.Second); len(parked) != 1 || parked[0].Headers["x-retry-parked-reason"] != "max-retries" {
 		t.Fatalf("parked %v, want the message parked after one retry over amqps://", parked)

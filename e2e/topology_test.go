@@ -12,7 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/rebound-mq/rebound/internal/brokertest"
-	"github.com/rebound-mq/rebound/republisher"
+	"github.com/rebound-mq/rebound/topology"
 )
 
 // TestTopologyPrintImportsIntoFreshVhost loads `rebound topology print`
@@ -24,7 +24,7 @@ func TestTopologyPrintImportsIntoFreshVhost(t *testing.T) {
 	t.Parallel()
 	url := brokertest.Require(t).PrivateVhost(t)
 	e := newTestEnv(t, with(fastLoop, "REBOUND_AMQP_URL", url))
-	app := e.prefix + "policy-app"
+	app := e.Prefix + "policy-app"
 	pattern := "^" + regexp.QuoteMeta(app) + "$"
 
 	out, stderr, err := e.cli("topology", "print", "--app-pattern", pattern)
@@ -36,7 +36,7 @@ func TestTopologyPrintImportsIntoFreshVhost(t *testing.T) {
 	}
 	// Decoded into the type the command encodes, so a renamed field fails
 	// here, as it would fail an import.
-	var doc republisher.Definitions
+	var doc topology.Definitions
 	dec := json.NewDecoder(strings.NewReader(out))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&doc); err != nil {
@@ -64,23 +64,23 @@ func TestTopologyPrintImportsIntoFreshVhost(t *testing.T) {
 		}
 	}
 	// RabbitMQ imports into the virtual hosts each entry names.
-	if err := e.broker.ImportDefinitions(context.Background(), out); err != nil {
+	if err := e.Broker.ImportDefinitions(context.Background(), out); err != nil {
 		t.Fatalf("rabbitmqctl import_definitions: %v", err)
 	}
 
 	// Before rebound runs: the inbox, parking queue and dead-letter binding
 	// exist because of the import alone.
-	for _, q := range []string{e.vars["REBOUND_INBOX_QUEUE"], e.vars["REBOUND_PARKING_QUEUE"]} {
-		if n := e.queueLen(q); n != 0 {
+	for _, q := range []string{e.Vars["REBOUND_INBOX_QUEUE"], e.Vars["REBOUND_PARKING_QUEUE"]} {
+		if n := e.QueueLen(q); n != 0 {
 			t.Fatalf("queue %s after import: %d messages, want an empty queue", q, n)
 		}
 	}
 	// The application queue has no arguments: only the policy routes its
 	// rejects to rebound.
-	if _, err := e.ch.QueueDeclare(app, true, false, false, false, nil); err != nil {
+	if _, err := e.Ch.QueueDeclare(app, true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.ch.PublishWithContext(context.Background(), "", app, false, false, amqp.Publishing{
+	if err := e.Ch.PublishWithContext(context.Background(), "", app, false, false, amqp.Publishing{
 		MessageId: "imported-1", Body: []byte("hello"),
 	}); err != nil {
 		t.Fatal(err)
@@ -88,7 +88,7 @@ func TestTopologyPrintImportsIntoFreshVhost(t *testing.T) {
 	var d amqp.Delivery
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		var ok bool
-		if d, ok, err = e.ch.Get(app, false); err != nil {
+		if d, ok, err = e.Ch.Get(app, false); err != nil {
 			t.Fatal(err)
 		} else if ok {
 			break
@@ -101,7 +101,7 @@ func TestTopologyPrintImportsIntoFreshVhost(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for e.queueLenOr(e.vars["REBOUND_INBOX_QUEUE"], 0) != 1 {
+	for e.QueueLenOr(e.Vars["REBOUND_INBOX_QUEUE"], 0) != 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("the rejected message did not reach the inbox: policy or binding missing")
 		}
@@ -123,8 +123,8 @@ func TestTopologyPrintImportsIntoFreshVhost(t *testing.T) {
 		t.Errorf("the application queue saw the message %d times after the first reject, want 2", n)
 	}
 	// The delay queue rebound declared runs lazy by the printed policy.
-	delayQueue := e.vars["REBOUND_DELAY_QUEUE_PREFIX"] + "20"
-	listed := e.broker.MustCtl(t, "-q", "list_queues", "-p", e.vhost(), "name", "policy", "--no-table-headers")
+	delayQueue := e.Vars["REBOUND_DELAY_QUEUE_PREFIX"] + "20"
+	listed := e.Broker.MustCtl(t, "-q", "list_queues", "-p", e.vhost(), "name", "policy", "--no-table-headers")
 	if !slices.Contains(strings.Split(listed, "\n"), delayQueue+"\t"+"rebound-delay-queues-lazy") {
 		t.Errorf("delay queue %s does not have the lazy policy:\n%s", delayQueue, listed)
 	}
@@ -138,23 +138,23 @@ func TestTopologyDeclare(t *testing.T) {
 		t.Fatalf("topology declare: %v\n%s", err, stderr)
 	}
 	for _, want := range []string{
-		"exchange " + e.vars["REBOUND_DEAD_LETTER_EXCHANGE"] + " (fanout, durable)",
-		"queue " + e.vars["REBOUND_INBOX_QUEUE"] + " (durable, x-dead-letter-exchange=, x-dead-letter-routing-key=" + e.vars["REBOUND_PARKING_QUEUE"] +
+		"exchange " + e.Vars["REBOUND_DEAD_LETTER_EXCHANGE"] + " (fanout, durable)",
+		"queue " + e.Vars["REBOUND_INBOX_QUEUE"] + " (durable, x-dead-letter-exchange=, x-dead-letter-routing-key=" + e.Vars["REBOUND_PARKING_QUEUE"] +
 			", x-dead-letter-strategy=at-least-once, x-overflow=reject-publish, x-queue-type=quorum)",
-		"queue " + e.vars["REBOUND_PARKING_QUEUE"],
-		"binding " + e.vars["REBOUND_DEAD_LETTER_EXCHANGE"] + " -> " + e.vars["REBOUND_INBOX_QUEUE"],
+		"queue " + e.Vars["REBOUND_PARKING_QUEUE"],
+		"binding " + e.Vars["REBOUND_DEAD_LETTER_EXCHANGE"] + " -> " + e.Vars["REBOUND_INBOX_QUEUE"],
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("declare output lacks %q:\n%s", want, out)
 		}
 	}
-	for _, q := range []string{e.vars["REBOUND_INBOX_QUEUE"], e.vars["REBOUND_PARKING_QUEUE"]} {
-		if n := e.queueLen(q); n != 0 {
+	for _, q := range []string{e.Vars["REBOUND_INBOX_QUEUE"], e.Vars["REBOUND_PARKING_QUEUE"]} {
+		if n := e.QueueLen(q); n != 0 {
 			t.Errorf("queue %s: %d messages, want an empty queue", q, n)
 		}
 	}
 	// Delay queues and their exchanges are declared on first use.
-	if strings.Contains(out, "exchange "+e.vars["REBOUND_DELAY_EXCHANGE"]) {
+	if strings.Contains(out, "exchange "+e.Vars["REBOUND_DELAY_EXCHANGE"]) {
 		t.Errorf("declare output names a delay exchange:\n%s", out)
 	}
 	// Declaring again is a no-op.
@@ -162,7 +162,7 @@ func TestTopologyDeclare(t *testing.T) {
 		t.Errorf("second declare: %v", err)
 	}
 	// Declaring classic queues over the quorum ones is refused, clearly.
-	e.vars["REBOUND_QUEUE_TYPE"] = "classic"
+	e.Vars["REBOUND_QUEUE_TYPE"] = "classic"
 	if _, _, err := e.cli("topology", "declare"); err == nil || !strings.Contains(err.Error(), "topology print") {
 		t.Errorf("declare with other queue type: %v, want a precondition error pointing at topology print", err)
 	}

@@ -22,7 +22,7 @@ func BenchmarkDecodeRetry(b *testing.B) {
 		// The copy drops the broker's four dead-letter headers and writes
 		// six: the retry state (count, start, last delay, origin) and the
 		// first death's reason and queue.
-		if out := c.Retry(h, s, 2*time.Second); len(out) != len(h)-4+6 {
+		if out := c.Retry(h, s, 2*time.Second, time.Time{}); len(out) != len(h)-4+6 {
 			b.Fatalf("copy has %d headers, want %d", len(out), len(h)-4+6)
 		}
 	}

@@ -457,7 +457,7 @@ func TestDecodeCaptured(t *testing.T) {
 			}
 
 			before := fmt.Sprint(h)
-			out := c.Retry(h, s, time.Second)
+			out := c.Retry(h, s, time.Second, time.Time{})
 			checkCopy(t, h, out, before, now)
 			again, _ := c.Decode(out, time.Time{}, now, nil)
 			if again.Retries != 1 || again.Origin != s.Origin || !again.StartedAt.Equal(s.StartedAt) {

@@ -56,6 +56,18 @@ func (c Codec) Decode(h amqp.Table, timestamp, now time.Time, buf []Problem) (St
 		s.NonRetryable = d.flag(n.NonRetryable, v)
 	}
 
+	if v := h[n.Policy]; v != nil {
+		label, why := queueName(v) // same rules: a non-empty string of at most 255 bytes
+		if why != "" {
+			d.report(n.Policy, why, v)
+		}
+		s.Policy = label
+	}
+
+	if v := h[n.DueAt]; v != nil {
+		s.DueAt = d.dueAt(n.DueAt, v)
+	}
+
 	var claimed string
 	if v := h[n.OriginQueue]; v != nil {
 		q, why := queueName(v)
@@ -151,6 +163,19 @@ func (d *decoding) lastDelay(name string, v any) time.Duration {
 	}
 	d.report(name, why, v)
 	return 0
+}
+
+// dueAt reads when a delayed copy's delay ends: a time as instant reads
+// it, which may lie ahead by up to the longest delay rebound queues.
+func (d *decoding) dueAt(name string, v any) time.Time {
+	ahead := *d
+	ahead.skew += MaxLastDelay
+	t, why := ahead.instant(v)
+	if why != "" {
+		d.report(name, why, v)
+		return time.Time{}
+	}
+	return t.UTC()
 }
 
 // flag reads a boolean the way people and other languages' clients write

@@ -14,7 +14,7 @@ import (
 // tables are shared with h, and neither side may modify them. None of
 // them carries the headers the broker owns (x-death, x-first-death-*,
 // x-last-death-*, x-delivery-count, x-acquired-count, CC, BCC): see
-// brokerHeaders for why. What an operator needs of them, the first death's
+// brokerHeaders for why; nor the legacy routing header. What an operator needs of them, the first death's
 // reason and queue, is kept in rebound's own first-death headers.
 //
 // Numbers are written as int64 (an AMQP long), never as Go int, which
@@ -26,8 +26,11 @@ import (
 // new table with every header of h kept as is, plus count = s.Retries+1,
 // task start = s.StartedAt, last delay = delay (ms; the policy's
 // Decision.Drawn: the delay as chosen, before the delay queue's rounding,
-// which decorrelated jitter grows the next one from), origin = s.Origin. s
-// is what Decode returned for h.
+// which decorrelated jitter grows the next one from), origin = s.Origin,
+// policy = s.Policy (the policy that decided), and due = when the copy's
+// delay ends, for a copy that goes through a delay queue (zero for an
+// immediate retry, which carries none). s is what Decode returned for h,
+// with Policy set to the deciding policy.
 //
 // The delay is written in whole milliseconds, clamped to [0, MaxLastDelay],
 // and the count is capped at MaxRetryCount, so the next Decode accepts
@@ -36,32 +39,40 @@ import (
 // Parked reason and parked-at are dropped: a copy on its way back to its
 // queue is not parked. The first-death headers are written when s knows
 // them.
-func (c Codec) Retry(h amqp.Table, s State, delay time.Duration) amqp.Table {
+func (c Codec) Retry(h amqp.Table, s State, delay time.Duration, due time.Time) amqp.Table {
 	n := c.Names
 	out := clone(h)
-	stripBroker(out)
+	strip(out)
 	out[n.RetryCount] = retryCount(s.Retries + 1)
 	putInt64(out, n.TaskStartedAt, s.StartedAt.UnixMilli())
 	out[n.LastDelay] = clampDelay(delay).Milliseconds()
 	c.putOrigin(out, s.Origin)
 	c.putNonRetryable(out, s.NonRetryable)
 	c.putFirstDeath(out, s)
+	c.putPolicy(out, s.Policy)
+	if due.IsZero() {
+		delete(out, n.DueAt)
+	} else {
+		out[n.DueAt] = due.UnixMilli()
+	}
 	delete(out, n.ParkedReason)
 	delete(out, n.ParkedAt)
 	return out
 }
 
 // Park returns the headers for the parked copy: every header of h kept,
-// count = s.Retries, task start, origin (when known), parked reason and
-// parked-at (Unix ms). s is what Decode returned for h.
+// count = s.Retries, task start, origin (when known), policy = s.Policy,
+// parked reason and parked-at (Unix ms). s is what Decode returned for h,
+// with Policy set to the deciding policy.
 //
 // The origin is what `rebound parked` replays to, so it is written even
 // when it came from x-death. The last delay and non-retryable headers are
-// rewritten from s when h has them.
+// rewritten from s when h has them. A parked message is due nowhere: the
+// due header is dropped.
 func (c Codec) Park(h amqp.Table, s State, reason policy.Reason, at time.Time) amqp.Table {
 	n := c.Names
 	out := clone(h)
-	stripBroker(out)
+	strip(out)
 	out[n.RetryCount] = retryCount(s.Retries)
 	putInt64(out, n.TaskStartedAt, s.StartedAt.UnixMilli())
 	if _, ok := h[n.LastDelay]; ok || s.LastDelay > 0 {
@@ -70,24 +81,28 @@ func (c Codec) Park(h amqp.Table, s State, reason policy.Reason, at time.Time) a
 	c.putOrigin(out, s.Origin)
 	c.putNonRetryable(out, s.NonRetryable)
 	c.putFirstDeath(out, s)
+	c.putPolicy(out, s.Policy)
+	delete(out, n.DueAt)
 	out[n.ParkedReason] = string(reason)
 	out[n.ParkedAt] = at.UnixMilli()
 	return out
 }
 
 // Replay returns the headers for a parked message sent back to origin (a
-// queue name, not empty) by an operator: every application header kept, retry state reset (count
-// removed, task start = now, last delay, parked reason, parked at,
-// non-retryable and first death removed), origin = origin.
+// queue name, not empty) by an operator: every application header kept,
+// retry state reset (count removed, task start = now; last delay, parked
+// reason, parked at, non-retryable, first death, policy and due removed),
+// origin = origin.
 //
 // The message starts over as a new task: its retry budget is measured from
-// now, and its next failure is its first. x-retry-error is the
-// application's and is kept.
+// now, its next failure is its first, and the policy of its origin decides
+// it then, whatever policy parked it. x-retry-error is the application's
+// and is kept.
 func (c Codec) Replay(h amqp.Table, origin string, now time.Time) amqp.Table {
 	n := c.Names
 	out := clone(h)
-	stripBroker(out)
-	for _, name := range [...]string{n.RetryCount, n.LastDelay, n.ParkedReason, n.ParkedAt, n.NonRetryable, n.FirstDeathReason, n.FirstDeathQueue} {
+	strip(out)
+	for _, name := range [...]string{n.RetryCount, n.LastDelay, n.ParkedReason, n.ParkedAt, n.NonRetryable, n.FirstDeathReason, n.FirstDeathQueue, n.Policy, n.DueAt} {
 		delete(out, name)
 	}
 	out[n.TaskStartedAt] = now.UnixMilli()
@@ -140,14 +155,22 @@ func (c Codec) putFirstDeath(out amqp.Table, s State) {
 	}
 }
 
-// stripBroker deletes the headers the broker owns. Writers call it
-// before they add their own: the room the broker's headers leave in the
-// clone then takes rebound's, so the map does not grow (growing it made a
-// copy cost 2.6 times the memory).
-func stripBroker(out amqp.Table) {
+// putPolicy writes the deciding policy's label, when the caller set one.
+func (c Codec) putPolicy(out amqp.Table, label string) {
+	if label != "" {
+		putString(out, c.Names.Policy, label)
+	}
+}
+
+// strip deletes the headers the broker owns and the one rebound no longer
+// routes on. Writers call it before they add their own: the room the
+// broker's headers leave in the clone then takes rebound's, so the map
+// does not grow (growing it made a copy cost 2.6 times the memory).
+func strip(out amqp.Table) {
 	for _, name := range brokerHeaders {
 		delete(out, name)
 	}
+	delete(out, legacyDelayHeader)
 }
 
 // putNonRetryable rewrites the flag as an AMQP boolean when the message

@@ -104,7 +104,7 @@ func TestRetry(t *testing.T) {
 	before := fmt.Sprint(h)
 	s, _ := c.Decode(h, time.Time{}, testNow(), nil)
 
-	out := c.Retry(h, s, 2500*time.Millisecond+300*time.Microsecond)
+	out := c.Retry(h, s, 2500*time.Millisecond+300*time.Microsecond, time.Time{})
 	checkCopy(t, h, out, before, testNow())
 	want := amqp.Table{
 		"x-retry-count":              int64(1),
@@ -148,7 +148,7 @@ func TestRetryRewritesOwnHeaders(t *testing.T) {
 	if s.Origin != "orders" {
 		t.Fatalf("Origin = %q, want the x-first-death-queue", s.Origin)
 	}
-	out := c.Retry(h, s, time.Second)
+	out := c.Retry(h, s, time.Second, time.Time{})
 	checkCopy(t, h, out, before, testNow())
 	if out["x-retry-non-retryable"] != false {
 		t.Errorf("non-retryable = %T %v, want false", out["x-retry-non-retryable"], out["x-retry-non-retryable"])
@@ -219,7 +219,7 @@ func TestRetryEdges(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := fmt.Sprint(tt.h)
-			out := c.Retry(tt.h, tt.s, tt.delay)
+			out := c.Retry(tt.h, tt.s, tt.delay, time.Time{})
 			if fmt.Sprint(tt.h) != before {
 				t.Error("input modified")
 			}
@@ -319,7 +319,7 @@ func TestReplay(t *testing.T) {
 	s.Retries = 4
 	s.NonRetryable = true
 	s.LastDelay = time.Minute
-	parked := c.Park(c.Retry(h, s, time.Minute), s, policy.NonRetryable, testNow())
+	parked := c.Park(c.Retry(h, s, time.Minute, time.Time{}), s, policy.NonRetryable, testNow())
 	before := fmt.Sprint(parked)
 
 	later := testNow().Add(48 * time.Hour)
@@ -372,7 +372,7 @@ func TestWritersValidateWithJunk(t *testing.T) {
 	}
 	before := fmt.Sprint(h)
 	s, _ := c.Decode(h, time.Time{}, testNow(), nil)
-	checkCopy(t, h, c.Retry(h, s, time.Second), before, testNow())
+	checkCopy(t, h, c.Retry(h, s, time.Second, time.Time{}), before, testNow())
 	checkCopy(t, h, c.Park(h, s, policy.MaxDuration, testNow()), before, testNow())
 	checkCopy(t, h, c.Replay(h, "orders", testNow()), before, testNow())
 }

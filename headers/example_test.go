@@ -34,7 +34,7 @@ func Example() {
 	fmt.Printf("retries %d, origin %s, started %s, problems %d\n",
 		state.Retries, state.Origin, state.StartedAt.Format(time.RFC3339), len(problems))
 
-	retry := codec.Retry(delivered, state, 1500*time.Millisecond)
+	retry := codec.Retry(delivered, state, 1500*time.Millisecond, time.Time{})
 	for _, name := range []string{"x-retry-count", "x-task-started-at", "x-retry-last-delay-ms", "x-retry-origin-queue", "tenant"} {
 		fmt.Printf("%s: %T %v\n", name, retry[name], retry[name])
 	}
@@ -71,7 +71,7 @@ func ExampleCodec_Decode_problems() {
 	}
 	fmt.Println("retries", state.Retries, "started", state.StartedAt.Format(time.RFC3339))
 
-	retry := codec.Retry(delivered, state, time.Second)
+	retry := codec.Retry(delivered, state, time.Second, time.Time{})
 	fmt.Printf("written: %T %v\n", retry["x-retry-count"], retry["x-retry-count"])
 	// Output:
 	// x-retry-count: not a decimal number, got string "three"

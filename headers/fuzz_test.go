@@ -261,7 +261,7 @@ func FuzzRoundTrip(f *testing.F) {
 		retry := want
 		retry.Retries = min(s.Retries+1, MaxRetryCount)
 		retry.LastDelay = clampDelay(delay).Truncate(time.Millisecond)
-		if got := decodeCopy("Retry", c.Retry(h, s, delay)); got != retry {
+		if got := decodeCopy("Retry", c.Retry(h, s, delay, time.Time{})); got != retry {
 			t.Errorf("Retry read back as %+v, want %+v", got, retry)
 		}
 
@@ -304,7 +304,7 @@ func FuzzDecodeText(f *testing.F) {
 		if len(problems) == 0 {
 			t.Fatalf("%q read as valid x-death", s)
 		}
-		if out := c.Retry(h, got, time.Second); out.Validate() != nil {
+		if out := c.Retry(h, got, time.Second, time.Time{}); out.Validate() != nil {
 			t.Errorf("%q: Retry output does not validate", s)
 		}
 		// A count that reads as valid is written back as the same number.

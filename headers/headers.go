@@ -34,6 +34,13 @@ type Names struct {
 	// which do not carry the broker's dead-letter headers.
 	FirstDeathReason string // x-retry-first-death-reason
 	FirstDeathQueue  string // x-retry-first-death-queue
+	// Policy names the policy that made the last decision, as
+	// "<name>:<fingerprint>" (policy.Named.Label).
+	Policy string // x-retry-policy
+	// DueAt is when a delayed copy's delay ends, Unix ms: what lets
+	// `rebound delayed flush` move waiting copies without losing their
+	// place in time.
+	DueAt string // x-retry-due-at
 }
 
 // DefaultNames returns the header names of DESIGN.md.
@@ -50,7 +57,15 @@ func DefaultNames() Names {
 
 		FirstDeathReason: "x-retry-first-death-reason",
 		FirstDeathQueue:  "x-retry-first-death-queue",
+		Policy:           "x-retry-policy",
+		DueAt:            "x-retry-due-at",
 	}
+}
+
+// Read lists the headers Decode reads and reports problems with, under
+// their configured names: the label values of the invalid-header metric.
+func (n Names) Read() []string {
+	return []string{n.RetryCount, n.TaskStartedAt, n.LastDelay, n.OriginQueue, n.NonRetryable, n.Policy, n.DueAt, XDeath, XFirstDeathQueue}
 }
 
 // Headers RabbitMQ writes when it dead-letters a message. rebound reads
@@ -76,6 +91,11 @@ var brokerHeaders = [...]string{
 	"x-last-death-queue", "x-last-death-reason", "x-last-death-exchange",
 	"x-delivery-count", "x-acquired-count", "CC", "BCC",
 }
+
+// legacyDelayHeader is what rebound routed delayed copies on when they
+// went through one shared headers exchange: copies made then still carry
+// it, and the writers drop it.
+const legacyDelayHeader = "rebound-delay-ms"
 
 // BrokerOwned reports whether a header is one RabbitMQ owns (see
 // brokerHeaders): none of rebound's header names may be one.
@@ -136,6 +156,14 @@ type State struct {
 	// headers, else the broker's x-first-death-*, else the oldest x-death
 	// entry; "" when unknown.
 	FirstDeathReason, FirstDeathQueue string
+	// Policy is the policy header: "<name>:<fingerprint>" of the policy
+	// that made the last decision, "" when absent. Decode reads it as the
+	// message carries it; a writer writes what the caller put here (the
+	// policy that decided this time).
+	Policy string
+	// DueAt is when a delayed copy's delay ends; zero when the message
+	// carries none (it is not a delayed copy, or an older rebound made it).
+	DueAt time.Time
 }
 
 // Problem is one header that could not be read and was treated as absent.

@@ -11,7 +11,7 @@ import (
 	"github.com/rebound-mq/rebound/headers"
 	"github.com/rebound-mq/rebound/internal/brokertest"
 	"github.com/rebound-mq/rebound/policy"
-	"github.com/rebound-mq/rebound/republisher"
+	"github.com/rebound-mq/rebound/route"
 )
 
 // The harness of the package's broker tests: one test's parking queue,
@@ -22,46 +22,33 @@ import (
 // Queue the operations run on. Every queue and exchange it declares
 // starts with prefix and is deleted at cleanup.
 type env struct {
-	t      *testing.T
-	b      *brokertest.Broker
-	prefix string
-	ch     *amqp.Channel // the test's own, in confirm mode
-	q      Queue
-	app    string // an application queue
+	*brokertest.Deployment
+	t *testing.T
+	q Queue
 }
 
 func newEnv(t *testing.T, quorum bool) *env {
 	t.Helper()
 	b := brokertest.Require(t)
-	prefix := brokertest.Unique(t)
-	conn := b.Dial(t, b.URL)
-	ch, err := b.Dial(t, b.URL).Channel()
-	if err != nil {
+	d := brokertest.NewDeployment(t, b, nil, nil)
+	topo := d.Topology(quorum)
+	router := route.Router{Topology: topo, Policies: policy.Single(testPolicy), Codec: headers.NewCodec(headers.DefaultNames())}
+	e := &env{Deployment: d, t: t, q: Queue{Conn: b.Dial(t, b.URL), Router: router}}
+	if _, err := topo.Declare(e.q.Conn); err != nil {
 		t.Fatal(err)
 	}
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
-	topo := republisher.Topology{
-		InboxQueue: prefix + "inbox", DeadLetterExchange: prefix + "dlx", DelayExchange: prefix + "delay",
-		DelayQueuePrefix: prefix + "delay.", ParkingQueue: prefix + "parked", Quorum: quorum,
-	}.ForServer(conn.Properties)
-	e := &env{t: t, b: b, prefix: prefix, ch: ch, q: Queue{Conn: conn, Topology: topo, Codec: headers.NewCodec(headers.DefaultNames())}}
-	b.CleanupPrefix(t, b.URL, prefix)
-	if _, err := topo.Declare(conn); err != nil {
-		t.Fatal(err)
-	}
-	e.app = e.queue("app", nil)
 	return e
 }
+
+// testPolicy is the deployment's one policy, the one seeded messages say
+// parked them.
+var testPolicy = policy.Policy{Backoff: policy.Constant, MinDelay: time.Second, MaxDelay: time.Second, Jitter: policy.NoJitter, MaxRetries: 3, Deadline: policy.Clamp}
 
 // queue declares a durable queue named prefix + suffix with args.
 func (e *env) queue(suffix string, args amqp.Table) string {
 	e.t.Helper()
-	name := e.prefix + suffix
-	if _, err := e.ch.QueueDeclare(name, true, false, false, false, args); err != nil {
-		e.t.Fatal(err)
-	}
+	name := e.Prefix + suffix
+	e.Declare(name, args)
 	return name
 }
 
@@ -79,13 +66,14 @@ type parked struct {
 // Codec.Park, published to the parking queue and confirmed.
 func (e *env) seed(now time.Time, ps ...parked) {
 	e.t.Helper()
-	c := e.q.Codec
+	c := e.q.Router.Codec
 	msgs := make([]amqp.Publishing, 0, len(ps))
 	for _, p := range ps {
 		at := now.Add(-p.age)
 		s := headers.State{
 			State:  policy.State{Retries: p.retries, StartedAt: at.Add(-time.Hour), LastDelay: time.Second},
 			Origin: p.origin, FirstDeathReason: "rejected", FirstDeathQueue: p.origin,
+			Policy: e.q.Router.Policies.Default().Label(),
 		}
 		h := amqp.Table{"tenant": "acme"}
 		if p.errText != "" {
@@ -96,48 +84,18 @@ func (e *env) seed(now time.Time, ps ...parked) {
 			Headers: c.Park(h, s, p.reason, at), Body: []byte("body of " + p.id),
 		})
 	}
-	brokertest.PublishConfirmed(e.t, e.ch, e.q.Name(), msgs...)
-}
-
-// publish sends msg to queue and waits for the broker's confirm.
-func (e *env) publish(queue string, msg amqp.Publishing) {
-	e.t.Helper()
-	brokertest.PublishConfirmed(e.t, e.ch, queue, msg)
-}
-
-// queueLen returns how many ready messages queue holds; it must exist.
-func (e *env) queueLen(queue string) int {
-	e.t.Helper()
-	n, err := brokertest.QueueLen(e.b.URL, queue)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return n
-}
-
-// drain takes every message queue holds now.
-func (e *env) drain(queue string) []amqp.Delivery {
-	e.t.Helper()
-	return brokertest.Drain(e.t, e.ch, queue)
+	brokertest.PublishConfirmed(e.t, e.Ch, e.q.Name(), msgs...)
 }
 
 // settled waits up to 10s until the broker reports n messages in the
-// parking queue. The operations read as many messages as it reports when
-// they start, and a quorum queue reports the messages an operation
-// returned a few milliseconds late (see
+// parking queue. The operations read as many messages as the first read
+// says the queue holds, and a quorum queue hands the messages an operation
+// returned back a moment after it returns (see
 // TestOperationRightAfterAnotherReadsEveryMessage): a test waits for the
 // count before its next operation.
 func (e *env) settled(n int) {
 	e.t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		got := e.queueLen(e.q.Name())
-		if got == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("the parking queue holds %d messages, want %d", got, n)
-		}
-	}
+	e.WaitQueueLen(e.q.Name(), n, 10*time.Second)
 }
 
 // parkedIDs lists the ids in the parking queue, which must hold n

@@ -3,13 +3,10 @@ package parking
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/rebound-mq/rebound/headers"
 	"github.com/rebound-mq/rebound/republisher"
+	"github.com/rebound-mq/rebound/topology"
 )
 
 // Listing is what List found.
@@ -30,13 +27,9 @@ func (q Queue) List(ctx context.Context, f Filter, now time.Time) (l Listing, er
 	if err != nil {
 		return l, err
 	}
-	defer func() {
-		if cerr := r.close(); err == nil {
-			err = cerr
-		}
-	}()
+	defer func() { err = errors.Join(err, r.Close()) }()
 	for {
-		d, ok, err := r.next(ctx)
+		d, ok, err := r.Next(ctx)
 		if err != nil || !ok {
 			return l, errors.Join(err, ctx.Err())
 		}
@@ -61,13 +54,9 @@ func (q Queue) Purge(ctx context.Context, f Filter, now time.Time) (scanned, rem
 	if err != nil {
 		return 0, 0, err
 	}
-	defer func() {
-		if cerr := r.close(); err == nil {
-			err = cerr
-		}
-	}()
+	defer func() { err = errors.Join(err, r.Close()) }()
 	for f.Limit == 0 || removed < f.Limit {
-		d, ok, err := r.next(ctx)
+		d, ok, err := r.Next(ctx)
 		if err != nil || !ok {
 			return scanned, removed, errors.Join(err, ctx.Err())
 		}
@@ -75,7 +64,7 @@ func (q Queue) Purge(ctx context.Context, f Filter, now time.Time) (scanned, rem
 		if !f.Match(q.Decode(d, now), now) {
 			continue
 		}
-		if err := r.ack(d); err != nil {
+		if err := r.Remove(d); err != nil {
 			return scanned, removed, err
 		}
 		removed++
@@ -90,7 +79,7 @@ type Kept struct {
 }
 
 // Why a matching message was not replayed, besides what
-// republisher.Topology.CheckOrigin says of its origin.
+// route.Router.CheckOrigin says of its origin.
 const (
 	WhyOriginMissing = "origin queue does not exist"
 	WhyReturned      = "returned by the broker: origin queue not routable"
@@ -117,50 +106,24 @@ type ReplayResult struct {
 // their confirms.
 const replayBatch = 256
 
-type inFlight struct {
-	d  amqp.Delivery
-	m  Message
-	dc *amqp.DeferredConfirmation
-}
-
 // Replay sends each matching message back to its origin queue through the
 // default exchange (mandatory, with publisher confirms), with the retry
-// state reset by Codec.Replay as of now, and removes the parked copy only
-// once the broker has confirmed the new one and not returned it. A message
-// whose origin is unknown, one of rebound's own queues, not allowed by
-// OriginAllowed or missing stays parked and is reported in Kept: the
-// sidecar's rules. With dryRun nothing is published or removed; Replayed
-// counts what would be.
+// state reset as of now (route.Router.Replay), and removes the parked copy
+// only once the broker has confirmed the new one and not returned it. A
+// message whose origin is unknown, one of rebound's own queues, not
+// allowed by the allowlist or missing stays parked and is reported in
+// Kept: the sidecar's rules (route.Router.CheckOrigin). With dryRun
+// nothing is published or removed; Replayed counts what would be.
 func (q Queue) Replay(ctx context.Context, f Filter, now time.Time, dryRun bool) (res ReplayResult, err error) {
 	r, err := q.open()
 	if err != nil {
 		return res, err
 	}
-	defer func() {
-		if cerr := r.close(); err == nil {
-			err = cerr
-		}
-	}()
+	defer func() { err = errors.Join(err, r.Close()) }()
 	exists := map[string]bool{}    // origin queue -> whether it exists
 	unchecked := map[string]bool{} // origin queues the broker refused to check
-
-	var pub *amqp.Channel
-	var returns chan amqp.Return
-	if !dryRun {
-		if pub, err = q.Conn.Channel(); err != nil {
-			return res, fmt.Errorf("open publishing channel: %w", err)
-		}
-		defer pub.Close()
-		if err := pub.Confirm(false); err != nil {
-			return res, fmt.Errorf("enable publisher confirms: %w", err)
-		}
-		// Every copy in a batch can come back: room for all, so the
-		// library's reader never blocks on this channel.
-		returns = pub.NotifyReturn(make(chan amqp.Return, replayBatch))
-	}
-	var batch []inFlight
 	for f.Limit == 0 || res.Matched < f.Limit {
-		d, ok, err := r.next(ctx)
+		d, ok, err := r.Next(ctx)
 		if err != nil {
 			return res, err
 		}
@@ -173,14 +136,14 @@ func (q Queue) Replay(ctx context.Context, f Filter, now time.Time, dryRun bool)
 			continue
 		}
 		res.Matched++
-		if check := q.Topology.CheckOrigin(headers.State{Origin: m.Origin}, q.OriginAllowed); check.Refused != "" {
-			res.Kept = append(res.Kept, Kept{m, check.Why})
+		if o := q.Router.CheckOrigin(m.Origin, ""); o.Refused != "" {
+			res.Kept = append(res.Kept, Kept{m, o.Why})
 			continue
 		}
 		found, checked := exists[m.Origin]
 		if !checked {
-			found, err = republisher.QueueExists(q.Conn, m.Origin)
-			if errors.Is(err, republisher.ErrCheckRefused) {
+			found, err = topology.QueueExists(q.Conn, m.Origin)
+			if errors.Is(err, topology.ErrCheckRefused) {
 				// Replayed copies are mandatory: one for a queue that
 				// does not exist comes back, and its message is kept.
 				found, err = true, nil
@@ -202,98 +165,32 @@ func (q Queue) Replay(ctx context.Context, f Filter, now time.Time, dryRun bool)
 			}
 			continue
 		}
-		dc, err := pub.PublishWithDeferredConfirmWithContext(ctx, "", m.Origin, true, false, q.replayCopy(d, m.Origin, now))
-		if err != nil {
+		dest, msg := q.Router.Replay(d, m.Origin, now)
+		if err := r.Move(d, dest, msg, res.outcome(m)); err != nil {
 			res.Kept = append(res.Kept, Kept{m, WhyInterrupted})
 			break
-		}
-		batch = append(batch, inFlight{d: d, m: m, dc: dc})
-		if len(batch) == replayBatch {
-			if err := q.settle(r, batch, returns, &res); err != nil {
-				return res, err
-			}
-			batch = batch[:0]
 		}
 	}
 	// A cancelled ctx ends reading, but what was published is still
 	// settled, so an interrupted replay leaves few duplicates behind.
-	if len(batch) > 0 {
-		if err := q.settle(r, batch, returns, &res); err != nil {
-			return res, err
-		}
+	if err := r.Settle(); err != nil {
+		return res, err
 	}
 	return res, ctx.Err()
 }
 
-// settle waits for the batch's confirms and acks each parked delivery
-// whose copy was confirmed and not returned.
-func (q Queue) settle(r *reader, batch []inFlight, returns <-chan amqp.Return, res *ReplayResult) error {
-	timeout := q.ConfirmTimeout
-	if timeout <= 0 {
-		timeout = 30 * time.Second
-	}
-	// Not the caller's context: on interrupt, copies already sent are
-	// still confirmed and their parked originals removed.
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	acked := make([]bool, len(batch))
-	unknownFrom := len(batch) // copies from here on have an unknown fate
-	var waitErr error
-	for i, p := range batch {
-		ok, err := p.dc.WaitContext(ctx)
-		if err != nil {
-			waitErr, unknownFrom = err, i
-			break
-		}
-		acked[i] = ok
-	}
-	// amqp091-go hands a basic.return to the NotifyReturn channel before
-	// it reads the confirm that follows it, so once the batch is confirmed
-	// every return for it is waiting here. A return carries no publish
-	// sequence number: every copy of the batch to a returned routing key
-	// stays parked (a copy that got through is then a duplicate, never a
-	// loss).
-	returned := map[string]bool{}
-	for drained := false; !drained; {
-		select {
-		case ret, ok := <-returns:
-			if !ok {
-				// The channel died: the library closes its return
-				// listeners, and a closed channel is always ready. The
-				// confirms above failed with it, so nothing is acked.
-				drained = true
-				break
-			}
-			returned[ret.RoutingKey] = true
-		default:
-			drained = true
-		}
-	}
-	for i, p := range batch {
-		switch {
-		case i >= unknownFrom:
-			res.Kept = append(res.Kept, Kept{p.m, WhyUnconfirmed})
-		case !acked[i]:
-			res.Kept = append(res.Kept, Kept{p.m, WhyNacked})
-		case returned[p.m.Origin]:
-			res.Kept = append(res.Kept, Kept{p.m, WhyReturned})
-		default:
-			if err := r.ack(p.d); err != nil {
-				return err
-			}
+// outcome returns what records the outcome of m's copy in res.
+func (res *ReplayResult) outcome(m Message) func(republisher.Outcome) {
+	return func(o republisher.Outcome) {
+		switch o {
+		case republisher.Confirmed:
 			res.Replayed++
+		case republisher.Returned:
+			res.Kept = append(res.Kept, Kept{m, WhyReturned})
+		case republisher.Nacked:
+			res.Kept = append(res.Kept, Kept{m, WhyNacked})
+		default:
+			res.Kept = append(res.Kept, Kept{m, WhyUnconfirmed})
 		}
 	}
-	if waitErr != nil {
-		return fmt.Errorf("wait for confirms: %w", waitErr)
-	}
-	return nil
-}
-
-// replayCopy is the publishing sent back to origin: body and properties
-// kept, retry state reset, except the user id (the broker refuses one that
-// is not the connection's own user) and expiration (rebound never parks a
-// message with one).
-func (q Queue) replayCopy(d amqp.Delivery, origin string, now time.Time) amqp.Publishing {
-	return republisher.Copy(d, q.Codec.Replay(d.Headers, origin, now))
 }

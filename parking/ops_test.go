@@ -39,9 +39,9 @@ func queueTypes(t *testing.T, test func(t *testing.T, quorum bool)) {
 func (e *env) seedFive(now time.Time, other string) {
 	e.t.Helper()
 	e.seed(now,
-		parked{id: "a1", origin: e.app, reason: policy.MaxRetries, age: 10 * time.Minute, retries: 10, errText: "timeout"},
-		parked{id: "a2", origin: e.app, reason: policy.MaxRetries, age: 3 * time.Hour, retries: 10},
-		parked{id: "a3", origin: e.app, reason: policy.MaxDuration, age: 10 * time.Minute, retries: 4},
+		parked{id: "a1", origin: e.App, reason: policy.MaxRetries, age: 10 * time.Minute, retries: 10, errText: "timeout"},
+		parked{id: "a2", origin: e.App, reason: policy.MaxRetries, age: 3 * time.Hour, retries: 10},
+		parked{id: "a3", origin: e.App, reason: policy.MaxDuration, age: 10 * time.Minute, retries: 4},
 		parked{id: "o1", origin: other, reason: policy.NonRetryable, age: 3 * time.Hour},
 		parked{id: "u1", reason: policy.UnknownOrigin, age: 10 * time.Minute},
 	)
@@ -63,17 +63,17 @@ func TestList(t *testing.T) {
 		}{
 			{"every message", Filter{}, []string{"a1", "a2", "a3", "o1", "u1"},
 				map[string]int{"max-retries": 2, "max-duration": 1, "non-retryable": 1, "unknown-origin": 1},
-				map[string]int{e.app: 3, other: 1, "": 1}},
+				map[string]int{e.App: 3, other: 1, "": 1}},
 			{"reason", Filter{Reason: "max-retries"}, []string{"a1", "a2"},
-				map[string]int{"max-retries": 2}, map[string]int{e.app: 2}},
+				map[string]int{"max-retries": 2}, map[string]int{e.App: 2}},
 			{"origin", Filter{Origin: other}, []string{"o1"},
 				map[string]int{"non-retryable": 1}, map[string]int{other: 1}},
 			{"older than", Filter{OlderThan: time.Hour}, []string{"a2", "o1"},
-				map[string]int{"max-retries": 1, "non-retryable": 1}, map[string]int{e.app: 1, other: 1}},
+				map[string]int{"max-retries": 1, "non-retryable": 1}, map[string]int{e.App: 1, other: 1}},
 			{"id", Filter{ID: "a3"}, []string{"a3"},
-				map[string]int{"max-duration": 1}, map[string]int{e.app: 1}},
+				map[string]int{"max-duration": 1}, map[string]int{e.App: 1}},
 			{"reason and age", Filter{Reason: "max-retries", OlderThan: time.Hour}, []string{"a2"},
-				map[string]int{"max-retries": 1}, map[string]int{e.app: 1}},
+				map[string]int{"max-retries": 1}, map[string]int{e.App: 1}},
 			{"no match", Filter{Reason: "no-such-reason"}, []string{}, map[string]int{}, map[string]int{}},
 		} {
 			e.settled(5)
@@ -91,11 +91,11 @@ func TestList(t *testing.T) {
 
 		// A limit bounds what is listed, not what is counted.
 		e.settled(5)
-		l, err := e.q.List(ctx, Filter{Origin: e.app, Limit: 2}, now)
+		l, err := e.q.List(ctx, Filter{Origin: e.App, Limit: 2}, now)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(l.Messages) != 2 || l.Matched != 3 || l.ByOrigin[e.app] != 3 || l.ByReason["max-retries"]+l.ByReason["max-duration"] != 3 {
+		if len(l.Messages) != 2 || l.Matched != 3 || l.ByOrigin[e.App] != 3 || l.ByReason["max-retries"]+l.ByReason["max-duration"] != 3 {
 			t.Errorf("limit 2: listed %v, matched %d, by origin %v, by reason %v; want 2 listed of 3 counted", ids(l.Messages), l.Matched, l.ByOrigin, l.ByReason)
 		}
 
@@ -107,9 +107,9 @@ func TestList(t *testing.T) {
 		}
 		m := l.Messages[0]
 		parkedAt := time.UnixMilli(now.Add(-10 * time.Minute).UnixMilli())
-		if m.Reason != "max-retries" || m.Origin != e.app || m.Retries != 10 || m.Error != "timeout" ||
+		if m.Reason != "max-retries" || m.Origin != e.App || m.Retries != 10 || m.Error != "timeout" ||
 			!m.ParkedAt.Equal(parkedAt) || !m.StartedAt.Equal(parkedAt.Add(-time.Hour)) ||
-			m.FirstDeathReason != "rejected" || m.FirstDeathQueue != e.app ||
+			m.FirstDeathReason != "rejected" || m.FirstDeathQueue != e.App ||
 			string(m.Delivery.Body) != "body of a1" || m.Delivery.Headers["tenant"] != "acme" {
 			t.Errorf("a1 = %+v", m)
 		}
@@ -132,7 +132,7 @@ func TestPurge(t *testing.T) {
 			t.Errorf("after purging one max-retries message %v is parked, want a2 a3 o1 u1", got)
 		}
 		e.settled(4)
-		scanned, removed, err = e.q.Purge(ctx, Filter{Origin: e.app}, now)
+		scanned, removed, err = e.q.Purge(ctx, Filter{Origin: e.App}, now)
 		if err != nil || removed != 2 || scanned != 4 {
 			t.Errorf("purge origin app: scanned %d, removed %d, %v; want 4, 2", scanned, removed, err)
 		}
@@ -151,15 +151,16 @@ func TestReplay(t *testing.T) {
 	queueTypes(t, func(t *testing.T, quorum bool) {
 		e := newEnv(t, quorum)
 		denied := e.queue("denied", nil)
-		e.q.OriginAllowed = func(q string) bool { return q != denied }
+		// Every queue but denied.
+		e.q.Router.Topology.OriginQueues = regexp.MustCompile("^(" + regexp.QuoteMeta(e.App) + "|" + regexp.QuoteMeta(e.Prefix+"missing") + ")$")
 		now := time.Now()
 		e.seed(now,
-			parked{id: "r1", origin: e.app, reason: policy.MaxRetries, retries: 10, errText: "boom"},
-			parked{id: "r2", origin: e.app, reason: policy.MaxRetries, retries: 10},
+			parked{id: "r1", origin: e.App, reason: policy.MaxRetries, retries: 10, errText: "boom"},
+			parked{id: "r2", origin: e.App, reason: policy.MaxRetries, retries: 10},
 			parked{id: "unknown", reason: policy.UnknownOrigin},
-			parked{id: "own", origin: e.q.Topology.InboxQueue, reason: policy.UnknownOrigin},
+			parked{id: "own", origin: e.q.Router.Topology.InboxQueue, reason: policy.UnknownOrigin},
 			parked{id: "denied", origin: denied, reason: policy.OriginNotAllowed},
-			parked{id: "missing", origin: e.prefix + "missing", reason: policy.MaxRetries},
+			parked{id: "missing", origin: e.Prefix + "missing", reason: policy.MaxRetries},
 		)
 		wantKept := map[string]string{
 			"unknown": "no origin queue in x-death or the origin headers", "own": "origin is one of rebound's own queues",
@@ -172,7 +173,7 @@ func TestReplay(t *testing.T) {
 			t.Errorf("dry run: %+v, %v; want 2 of 6 replayable, kept %v", res, err, wantKept)
 		}
 		e.settled(6)
-		if n := e.queueLen(e.app); n != 0 {
+		if n := e.QueueLen(e.App); n != 0 {
 			t.Fatalf("after the dry run the origin holds %d, want 0", n)
 		}
 
@@ -181,7 +182,7 @@ func TestReplay(t *testing.T) {
 			t.Errorf("replay max-retries, limit 1: %+v, %v; want one replayed", res, err)
 		}
 		e.settled(5)
-		if n := e.queueLen(e.app); n != 1 {
+		if n := e.QueueLen(e.App); n != 1 {
 			t.Errorf("after replaying one the origin holds %d, want 1", n)
 		}
 
@@ -193,15 +194,15 @@ func TestReplay(t *testing.T) {
 		if got := e.parkedIDs(now, 4); !slices.Equal(got, []string{"denied", "missing", "own", "unknown"}) {
 			t.Errorf("%v stay parked, want denied missing own unknown", got)
 		}
-		if n := e.queueLen(denied); n != 0 {
+		if n := e.QueueLen(denied); n != 0 {
 			t.Errorf("the denied queue got %d messages", n)
 		}
 
-		back := e.drain(e.app)
+		back := e.Drain(e.App)
 		if len(back) != 2 {
 			t.Fatalf("the origin queue got %d messages, want r1 and r2", len(back))
 		}
-		n := e.q.Codec.Names
+		n := e.q.Router.Codec.Names
 		for _, d := range back {
 			at := now
 			if d.MessageId == "r2" {
@@ -211,8 +212,8 @@ func TestReplay(t *testing.T) {
 				t.Errorf("%s: body %q, content type %q, delivery mode %d; want the parked message's", d.MessageId, d.Body, d.ContentType, d.DeliveryMode)
 			}
 			h := d.Headers
-			if h[n.TaskStartedAt] != at.UnixMilli() || h[n.OriginQueue] != e.app || h["tenant"] != "acme" {
-				t.Errorf("%s: task start %v, origin %v, tenant %v; want %d, %s, acme", d.MessageId, h[n.TaskStartedAt], h[n.OriginQueue], h["tenant"], at.UnixMilli(), e.app)
+			if h[n.TaskStartedAt] != at.UnixMilli() || h[n.OriginQueue] != e.App || h["tenant"] != "acme" {
+				t.Errorf("%s: task start %v, origin %v, tenant %v; want %d, %s, acme", d.MessageId, h[n.TaskStartedAt], h[n.OriginQueue], h["tenant"], at.UnixMilli(), e.App)
 			}
 			for _, gone := range []string{n.RetryCount, n.LastDelay, n.ParkedReason, n.ParkedAt, n.FirstDeathReason, n.FirstDeathQueue} {
 				if v, ok := h[gone]; ok {
@@ -232,7 +233,7 @@ func TestReplayKeepsWhatTheBrokerRefuses(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, false)
 	full := e.queue("full", amqp.Table{"x-max-length": int64(1), "x-overflow": "reject-publish"})
-	e.publish(full, amqp.Publishing{MessageId: "filler"})
+	e.Publish(full, amqp.Publishing{MessageId: "filler"})
 	now := time.Now()
 	e.seed(now, parked{id: "r1", origin: full, reason: policy.MaxRetries})
 	res, err := e.q.Replay(context.Background(), Filter{}, now, false)
@@ -242,7 +243,7 @@ func TestReplayKeepsWhatTheBrokerRefuses(t *testing.T) {
 	if got := e.parkedIDs(now, 1); !slices.Equal(got, []string{"r1"}) {
 		t.Errorf("%v parked, want r1", got)
 	}
-	if n := e.queueLen(full); n != 1 {
+	if n := e.QueueLen(full); n != 1 {
 		t.Errorf("the full queue holds %d, want its filler alone", n)
 	}
 }
@@ -265,7 +266,7 @@ func TestReplayKeepsWhatTheBrokerReturns(t *testing.T) {
 	seeds = append(seeds, parked{id: "last", origin: gone, reason: policy.MaxRetries})
 	e.seed(now, seeds...)
 
-	ch, err := e.b.Dial(t, e.b.URL).Channel()
+	ch, err := e.Broker.Dial(t, e.Broker.URL).Channel()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +303,7 @@ func TestReplayKeepsWhatTheBrokerReturns(t *testing.T) {
 	if got := e.parkedIDs(now, 1); !slices.Equal(got, []string{"last"}) {
 		t.Errorf("%v parked, want last", got)
 	}
-	if n := e.queueLen(others); n != 1000 {
+	if n := e.QueueLen(others); n != 1000 {
 		t.Errorf("the other origin holds %d, want 1000", n)
 	}
 }
@@ -318,26 +319,26 @@ func TestReplayDryRunWithoutPermissionOnTheOrigin(t *testing.T) {
 	e := newEnv(t, false)
 	now := time.Now()
 	e.seed(now,
-		parked{id: "unchecked", origin: e.app, reason: policy.MaxRetries},
-		parked{id: "missing", origin: e.prefix + "missing", reason: policy.MaxRetries},
+		parked{id: "unchecked", origin: e.App, reason: policy.MaxRetries},
+		parked{id: "missing", origin: e.Prefix + "missing", reason: policy.MaxRetries},
 	)
 	// Reading the parking queue and publishing to the default exchange:
 	// nothing on the application queues.
-	_, url := e.b.User(t, e.b.URL, "pw", "^$", `^amq\.default$`, "^"+regexp.QuoteMeta(e.q.Name())+"$")
+	_, url := e.Broker.User(t, e.Broker.URL, "pw", "^$", `^amq\.default$`, "^"+regexp.QuoteMeta(e.q.Name())+"$")
 	q := e.q
-	q.Conn = e.b.Dial(t, url)
+	q.Conn = e.Broker.Dial(t, url)
 
 	res, err := q.Replay(context.Background(), Filter{}, now, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.b.AtLeast(4, 2) {
+	if e.Broker.AtLeast(4, 2) {
 		// Neither queue can be checked: both count, unchecked.
 		if res.Replayed != 2 || res.Unchecked != 2 || len(res.Kept) != 0 {
-			t.Errorf("dry run on RabbitMQ %s: %+v; want 2 replayable, both unchecked", e.b.Version(), res)
+			t.Errorf("dry run on RabbitMQ %s: %+v; want 2 replayable, both unchecked", e.Broker.Version(), res)
 		}
 	} else if res.Replayed != 1 || res.Unchecked != 0 || !maps.Equal(kept(res), map[string]string{"missing": WhyOriginMissing}) {
-		t.Errorf("dry run on RabbitMQ %s: %+v; want 1 replayable, none unchecked, missing kept", e.b.Version(), res)
+		t.Errorf("dry run on RabbitMQ %s: %+v; want 1 replayable, none unchecked, missing kept", e.Broker.Version(), res)
 	}
 	e.settled(2)
 }
@@ -350,24 +351,24 @@ func TestReplayDryRunWithoutPermissionOnTheOrigin(t *testing.T) {
 func TestDeliveryLimitParkedByTheBroker(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, true)
-	topo := e.q.Topology
+	topo := e.q.Router.Topology
 	// The inbox as rebound declares it, with a delivery limit of 1 (4.x's
 	// default is 20) so the test need not deliver it 21 times.
 	inbox := topo.Queues()[0]
-	if _, err := e.ch.QueueDelete(inbox.Name, false, false, false); err != nil {
+	if _, err := e.Ch.QueueDelete(inbox.Name, false, false, false); err != nil {
 		t.Fatal(err)
 	}
 	args := maps.Clone(inbox.Args)
 	args["x-delivery-limit"] = int64(1)
-	e.queue(inbox.Name[len(e.prefix):], args)
-	if err := e.ch.QueueBind(inbox.Name, "", topo.DeadLetterExchange, false, nil); err != nil {
+	e.queue(inbox.Name[len(e.Prefix):], args)
+	if err := e.Ch.QueueBind(inbox.Name, "", topo.DeadLetterExchange, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	orders := e.queue("orders", amqp.Table{"x-dead-letter-exchange": topo.DeadLetterExchange})
 
 	before := time.Now().Add(-time.Second)
-	e.publish(orders, amqp.Publishing{MessageId: "m1", Body: []byte("order")})
-	d, ok, err := e.ch.Get(orders, false)
+	e.Publish(orders, amqp.Publishing{MessageId: "m1", Body: []byte("order")})
+	d, ok, err := e.Ch.Get(orders, false)
 	if err != nil || !ok {
 		t.Fatalf("get from %s: %v, %v", orders, ok, err)
 	}
@@ -375,7 +376,7 @@ func TestDeliveryLimitParkedByTheBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	// rebound takes it and dies before settling it, twice.
-	for deadline := time.Now().Add(15 * time.Second); e.queueLen(e.q.Name()) == 0; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(15 * time.Second); e.QueueLen(e.q.Name()) == 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the broker did not move the message to the parking queue")
 		}
@@ -404,8 +405,8 @@ func TestDeliveryLimitParkedByTheBroker(t *testing.T) {
 	if err != nil || res.Replayed != 1 {
 		t.Fatalf("replay: %+v, %v", res, err)
 	}
-	back := e.drain(orders)
-	if len(back) != 1 || back[0].MessageId != "m1" || back[0].Headers[e.q.Codec.Names.OriginQueue] != orders {
+	back := e.Drain(orders)
+	if len(back) != 1 || back[0].MessageId != "m1" || back[0].Headers[e.q.Router.Codec.Names.OriginQueue] != orders {
 		t.Errorf("the application queue got %v, want m1 with its origin header", back)
 	}
 }
@@ -416,7 +417,7 @@ func TestErrNoQueue(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, false)
 	missing := e.q
-	missing.Topology.ParkingQueue = e.prefix + "no-such-queue"
+	missing.Router.Topology.ParkingQueue = e.Prefix + "no-such-queue"
 	ctx, now := context.Background(), time.Now()
 	if _, err := missing.List(ctx, Filter{}, now); !errors.Is(err, ErrNoQueue) {
 		t.Errorf("List: %v, want ErrNoQueue", err)
@@ -440,7 +441,7 @@ func TestCancelledOperationsLeaveTheQueue(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, false)
 	now := time.Now()
-	e.seedFive(now, e.app)
+	e.seedFive(now, e.App)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if l, err := e.q.List(ctx, Filter{}, now); !errors.Is(err, context.Canceled) || l.Scanned != 0 {
@@ -453,7 +454,7 @@ func TestCancelledOperationsLeaveTheQueue(t *testing.T) {
 		t.Errorf("Replay: %+v, %v; want nothing replayed, context.Canceled", res, err)
 	}
 	e.settled(5)
-	if n := e.queueLen(e.app); n != 0 {
+	if n := e.QueueLen(e.App); n != 0 {
 		t.Errorf("the origin holds %d, want 0", n)
 	}
 }
@@ -472,7 +473,7 @@ func TestOperationRightAfterAnotherReadsEveryMessage(t *testing.T) {
 	queueTypes(t, func(t *testing.T, quorum bool) {
 		e := newEnv(t, quorum)
 		now := time.Now()
-		e.seedFive(now, e.app)
+		e.seedFive(now, e.App)
 		e.settled(5)
 		for i := range 10 {
 			l, err := e.q.List(context.Background(), Filter{}, now)
@@ -481,63 +482,4 @@ func TestOperationRightAfterAnotherReadsEveryMessage(t *testing.T) {
 			}
 		}
 	})
-}
-
-// TestSettleReturnsWhenThePublishChannelDied: when the channel a replay
-// publishes on dies (a broker restart, the connection closed), amqp091-go
-// closes the return listener, and a closed channel is always ready to
-// receive from: settle must not spin on it. The parked originals of copies
-// whose confirms never came stay parked.
-func TestSettleReturnsWhenThePublishChannelDied(t *testing.T) {
-	e := newEnv(t, false)
-	now := time.Now()
-	e.seed(now, parked{id: "a", origin: e.app, reason: policy.MaxRetries}, parked{id: "b", origin: e.app, reason: policy.MaxRetries})
-	e.settled(2)
-	r, err := e.q.open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.close()
-	pub, err := e.q.Conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pub.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
-	returns := pub.NotifyReturn(make(chan amqp.Return, 2))
-	var batch []inFlight
-	for {
-		d, ok, err := r.next(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			break
-		}
-		batch = append(batch, inFlight{d: d, m: e.q.Decode(d, now), dc: nil})
-	}
-	// Copies published, then the channel closed before their confirms
-	// could be read.
-	for i := range batch {
-		dc, err := pub.PublishWithDeferredConfirmWithContext(context.Background(), "", e.app, true, false, amqp.Publishing{Body: []byte("x")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		batch[i].dc = dc
-	}
-	if err := pub.Close(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	var res ReplayResult
-	go func() { done <- e.q.settle(r, batch, returns, &res) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("settle still running 10s after its channel closed: it spins on the closed return listener")
-	}
-	if res.Replayed+len(res.Kept) != len(batch) {
-		t.Errorf("replayed %d, kept %v: want every copy of the batch accounted for", res.Replayed, res.Kept)
-	}
 }

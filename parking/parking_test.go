@@ -7,7 +7,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/rebound-mq/rebound/headers"
-	"github.com/rebound-mq/rebound/republisher"
+	"github.com/rebound-mq/rebound/route"
+	"github.com/rebound-mq/rebound/topology"
 )
 
 // Tests of what needs no broker: filters and decoding. The operations
@@ -49,7 +50,7 @@ func TestParkedFilterMatch(t *testing.T) {
 func TestParkedDecode(t *testing.T) {
 	now := time.Now()
 	parkedAt := now.Add(-time.Minute).Truncate(time.Millisecond)
-	q := Queue{Codec: headers.NewCodec(headers.DefaultNames())}
+	q := Queue{Router: route.Router{Codec: headers.NewCodec(headers.DefaultNames())}}
 	m := q.Decode(amqp.Delivery{MessageId: "m1", Headers: amqp.Table{
 		"x-retry-count": int64(7), "x-retry-origin-queue": "orders", "x-retry-error": []byte("boom"),
 		"x-retry-parked-reason": "max-retries", "x-retry-parked-at": parkedAt.UnixMilli(),
@@ -68,11 +69,11 @@ func TestParkedDecode(t *testing.T) {
 // rebound's quorum inbox to the parking queue after their delivery limit,
 // with x-death entries as RabbitMQ writes them, newest first.
 func TestDecodeDeliveryLimit(t *testing.T) {
-	q := Queue{
-		Topology: republisher.Topology{InboxQueue: "rebound.inbox", DelayQueuePrefix: "rebound.delay.", ParkingQueue: "rebound.parked", Quorum: true},
+	q := Queue{Router: route.Router{
+		Topology: topology.Topology{InboxQueue: "rebound.inbox", DelayQueuePrefix: "rebound.delay.", ParkingQueue: "rebound.parked", Quorum: true},
 		Codec:    headers.NewCodec(headers.DefaultNames()),
-	}
-	n := q.Codec.Names
+	}}
+	n := q.Router.Codec.Names
 	limitAt := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	rejectedAt := limitAt.Add(-time.Minute)
 	death := func(queue, reason string, at time.Time) amqp.Table {

@@ -115,6 +115,10 @@ type Policy struct {
 	MaxRetries       int           // 0 = no limit by count
 	MaxDuration      time.Duration // budget from the task start; 0 = none
 	Deadline         Deadline
+	// RetryRate is the most copies a second sent back to one origin queue,
+	// all replicas together; 0 = no cap. Decide does not read it: the
+	// sidecar's retry calendar applies it to what Decide returns.
+	RetryRate float64
 }
 
 // State is the retry state of one message, as decoded from its headers.

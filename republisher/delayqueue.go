@@ -6,6 +6,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/rebound-mq/rebound/topology"
 )
 
 // ensureDelayQueue declares the delay queue for d once per Publisher and
@@ -59,7 +61,7 @@ func (p *Publisher) declareDelayQueue(d time.Duration) (time.Duration, error) {
 	var err error
 	for range maxDetours + 1 {
 		q, b := p.topo.DelayQueue(d)
-		err = p.withDeclareChannel(func(ch *amqp.Channel) error { return declareExchange(ch, p.topo.DelayExchangeFor(d)) })
+		err = p.withDeclareChannel(func(ch *amqp.Channel) error { return p.topo.DelayExchangeFor(d).Declare(ch) })
 		if err == nil {
 			err = p.declareOrRepair(q)
 		}
@@ -67,7 +69,7 @@ func (p *Publisher) declareDelayQueue(d time.Duration) (time.Duration, error) {
 			if err != nil {
 				return 0, err
 			}
-			return d, p.withDeclareChannel(func(ch *amqp.Channel) error { return bind(ch, b) })
+			return d, p.withDeclareChannel(func(ch *amqp.Channel) error { return b.Declare(ch) })
 		}
 		p.notice(fmt.Sprintf("delay queue %s is unusable (%v): copies for it go through the next millisecond's delay queue", q.Name, err))
 		d += time.Millisecond
@@ -93,8 +95,8 @@ func unusable(err error) bool {
 // that holds a message, so no waiting copy can be lost) and declaring it
 // again repairs it (seen on 4.3.6). A quorum queue is left as it is: the
 // broker answers an if-empty delete of one by closing the connection.
-func (p *Publisher) declareOrRepair(q Queue) error {
-	declare := func(ch *amqp.Channel) error { return declareQueue(ch, q) }
+func (p *Publisher) declareOrRepair(q topology.Queue) error {
+	declare := q.Declare
 	err := p.withDeclareChannel(declare)
 	var amqpErr *amqp.Error
 	if !errors.As(err, &amqpErr) || amqpErr.Code != amqp.NotFound || p.topo.Quorum {

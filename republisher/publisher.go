@@ -33,6 +33,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/rebound-mq/rebound/topology"
 )
 
 // Outcome is what became of one publish.
@@ -63,33 +65,12 @@ func (o Outcome) String() string {
 	return fmt.Sprintf("outcome(%d)", int(o))
 }
 
-// Destination says where a copy goes.
-type Destination struct {
-	Exchange   string
-	RoutingKey string // for a delayed copy, the origin queue it goes back to
-	// Delay is the delay queue the copy goes through, 0 for none. The
-	// queue is declared on first use.
-	Delay time.Duration
-}
-
-// Direct is the destination of a copy sent straight to queue through the
-// default exchange.
-func Direct(queue string) Destination {
-	return Destination{RoutingKey: queue}
-}
-
-// Delayed is the destination of a copy that waits d in its delay queue
-// and then goes back to origin.
-func (t Topology) Delayed(d time.Duration, origin string) Destination {
-	return Destination{Exchange: t.DelayExchangeFor(d).Name, RoutingKey: origin, Delay: d}
-}
-
 // routeKey identifies a destination as a basic.return describes it.
 type routeKey struct {
 	exchange, routingKey string
 }
 
-func (d Destination) key() routeKey {
+func keyOf(d topology.Destination) routeKey {
 	return routeKey{d.Exchange, d.RoutingKey}
 }
 
@@ -105,7 +86,7 @@ type pending struct {
 type Publisher struct {
 	conn    *amqp.Connection
 	ch      *amqp.Channel
-	topo    Topology
+	topo    topology.Topology
 	timeout time.Duration
 	now     func() time.Time
 
@@ -136,13 +117,13 @@ type Publisher struct {
 // buffer is sized from it so the library never waits on rebound. notice
 // receives, for the log, what the Publisher worked around (a delay queue
 // it could not use, an origin queue it could not check); nil drops it.
-func New(conn *amqp.Connection, topo Topology, window int, confirmTimeout time.Duration, notice func(msg string)) (*Publisher, error) {
+func New(conn *amqp.Connection, topo topology.Topology, window int, confirmTimeout time.Duration, notice func(msg string)) (*Publisher, error) {
 	return newPublisher(conn, topo, window, confirmTimeout, notice, time.Now)
 }
 
 // newPublisher is New with the Publisher's clock, which its loop reads
 // from the start: tests pass one they move.
-func newPublisher(conn *amqp.Connection, topo Topology, window int, confirmTimeout time.Duration, notice func(msg string), now func() time.Time) (*Publisher, error) {
+func newPublisher(conn *amqp.Connection, topo topology.Topology, window int, confirmTimeout time.Duration, notice func(msg string), now func() time.Time) (*Publisher, error) {
 	ch, err := conn.Channel()
 	if err != nil {
 		return nil, fmt.Errorf("open publish channel: %w", err)
@@ -174,6 +155,16 @@ func newPublisher(conn *amqp.Connection, topo Topology, window int, confirmTimeo
 	return p, nil
 }
 
+// Close closes the Publisher's channels and waits for its goroutine to
+// end; publishes still pending are reported Closed.
+func (p *Publisher) Close() {
+	_ = p.ch.Close()
+	p.declMu.Lock()
+	_ = p.declCh.Close()
+	p.declMu.Unlock()
+	<-p.done
+}
+
 // Done is closed when the Publisher can no longer publish; Err says why.
 func (p *Publisher) Done() <-chan struct{} { return p.done }
 
@@ -192,7 +183,7 @@ func (p *Publisher) Blocked() bool {
 // from the Publisher's goroutine, with the outcome and the time from
 // publish to outcome; it must not block. When Publish returns an error,
 // done is not called and nothing was sent.
-func (p *Publisher) Publish(ctx context.Context, dest Destination, msg amqp.Publishing, done func(Outcome, time.Duration)) error {
+func (p *Publisher) Publish(ctx context.Context, dest topology.Destination, msg amqp.Publishing, done func(Outcome, time.Duration)) error {
 	if dest.Delay > 0 {
 		d, err := p.ensureDelayQueue(dest.Delay)
 		if err != nil {
@@ -202,7 +193,7 @@ func (p *Publisher) Publish(ctx context.Context, dest Destination, msg amqp.Publ
 			dest = p.topo.Delayed(d, dest.RoutingKey)
 		}
 	}
-	entry := &pending{route: dest.key(), sent: p.now(), done: done}
+	entry := &pending{route: keyOf(dest), sent: p.now(), done: done}
 	// The sequence number is read and registered before the frame is sent:
 	// the confirm may otherwise arrive before the entry exists. Publish is
 	// not called concurrently, so nothing else takes the number meanwhile.
@@ -287,7 +278,7 @@ func (p *Publisher) markReturned(r amqp.Return) {
 	key := routeKey{exchange: r.Exchange, routingKey: r.RoutingKey}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if ms, ok := p.topo.delayOfExchange(r.Exchange); ok {
+	if ms, ok := p.topo.DelayOfExchange(r.Exchange); ok {
 		// The delay queue or its binding is gone: declare it again next
 		// time (ensureDelayQueue reads this).
 		p.stale[ms] = true

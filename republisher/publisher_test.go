@@ -3,6 +3,7 @@ package republisher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -12,17 +13,19 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/rebound-mq/rebound/internal/brokertest"
+	"github.com/rebound-mq/rebound/topology"
 )
 
 // Tests of the Publisher and Declare against the broker under test.
 
 // testEnv is one test's topology on the broker, deleted at cleanup.
 type testEnv struct {
+	*brokertest.Deployment
 	t      *testing.T
 	broker *brokertest.Broker
 	conn   *amqp.Connection // the publisher's
-	admin  *amqp.Channel    // the test's own
-	topo   Topology
+	admin  *amqp.Channel    // the test's own, in confirm mode
+	topo   topology.Topology
 	origin string // an application queue
 	clock  clock  // the time e's publishers see
 
@@ -54,23 +57,8 @@ func (e *testEnv) noticed() []string {
 func newTestEnv(t *testing.T, quorum bool) *testEnv {
 	t.Helper()
 	b := brokertest.Require(t)
-	prefix := brokertest.Unique(t)
-	conn := b.Dial(t, b.URL)
-	adminConn := b.Dial(t, b.URL)
-	admin, err := adminConn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &testEnv{t: t, broker: b, conn: conn, admin: admin, origin: prefix + "app",
-		topo: Topology{
-			InboxQueue: prefix + "inbox", DeadLetterExchange: prefix + "dlx", DelayExchange: prefix + "delay",
-			DelayQueuePrefix: prefix + "delay.", ParkingQueue: prefix + "parked", Quorum: quorum,
-		}.ForServer(conn.Properties)}
-	if _, err := admin.QueueDeclare(e.origin, true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	b.CleanupPrefix(t, b.URL, prefix)
-	return e
+	d := brokertest.NewDeployment(t, b, nil, nil)
+	return &testEnv{Deployment: d, t: t, broker: b, conn: b.Dial(t, b.URL), admin: d.Ch, origin: d.App, topo: d.Topology(quorum)}
 }
 
 // publisher declares the topology and returns a Publisher on e's
@@ -163,11 +151,11 @@ func TestPublishOutcomes(t *testing.T) {
 	if err := e.admin.ExchangeDeclare(swept.Name, swept.Kind, true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	for id, dest := range map[string]Destination{
-		"direct":     Direct(e.origin),
-		"parked":     Direct(e.topo.ParkingQueue),
+	for id, dest := range map[string]topology.Destination{
+		"direct":     topology.Direct(e.origin),
+		"parked":     topology.Direct(e.topo.ParkingQueue),
 		"delayed":    delayed,
-		"nowhere":    Direct(brokertest.Unique(t) + "missing"),
+		"nowhere":    topology.Direct(brokertest.Unique(t) + "missing"),
 		"no-binding": {Exchange: swept.Name, RoutingKey: e.origin},
 	} {
 		if err := p.Publish(ctx, dest, msg(id), o.callback(id)); err != nil {
@@ -211,7 +199,7 @@ func TestUnusableDelayQueueIsDetoured(t *testing.T) {
 	o := newOutcomes()
 	for _, id := range []string{"first", "second"} {
 		dest := e.topo.Delayed(delay, e.origin)
-		if err := p.Publish(context.Background(), dest, Copy(amqp.Delivery{MessageId: id, Body: []byte(id)}, amqp.Table{}), o.callback(id)); err != nil {
+		if err := p.Publish(context.Background(), dest, amqp.Publishing{MessageId: id, Body: []byte(id), Headers: amqp.Table{}}, o.callback(id)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -249,7 +237,7 @@ func TestUnusableDelayQueueIsDetoured(t *testing.T) {
 	p.mu.Unlock()
 	for _, id := range []string{"third", "fourth"} {
 		dest := e.topo.Delayed(delay, e.origin)
-		if err := p.Publish(context.Background(), dest, Copy(amqp.Delivery{MessageId: id, Body: []byte(id)}, amqp.Table{}), o.callback(id)); err != nil {
+		if err := p.Publish(context.Background(), dest, amqp.Publishing{MessageId: id, Body: []byte(id), Headers: amqp.Table{}}, o.callback(id)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -296,16 +284,16 @@ func TestReturnIsNeverLostBehindADeclaration(t *testing.T) {
 	// Publish would wait for the lock (it checks the delay queue first):
 	// send the delayed copy as it does once the queue is known.
 	delayed := e.topo.Delayed(gone, e.origin)
-	entry := &pending{route: delayed.key(), sent: p.now(), done: o.callback("delayed")}
+	entry := &pending{route: keyOf(delayed), sent: p.now(), done: o.callback("delayed")}
 	seq := p.ch.GetNextPublishSeqNo()
 	p.mu.Lock()
 	p.pending[seq] = entry
 	p.mu.Unlock()
 	if err := p.ch.PublishWithContext(context.Background(), delayed.Exchange, delayed.RoutingKey, true, false,
-		Copy(amqp.Delivery{MessageId: "delayed"}, amqp.Table{})); err != nil {
+		amqp.Publishing{MessageId: "delayed", Headers: amqp.Table{}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Publish(context.Background(), Direct(brokertest.Unique(t)+"missing"), msg("direct"), o.callback("direct")); err != nil {
+	if err := p.Publish(context.Background(), topology.Direct(brokertest.Unique(t)+"missing"), msg("direct"), o.callback("direct")); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(6 * time.Second)
@@ -318,7 +306,7 @@ func TestReturnIsNeverLostBehindADeclaration(t *testing.T) {
 	}
 	// And the publisher declares the delay queue again on next use.
 	done := make(chan Outcome, 1)
-	if err := p.Publish(context.Background(), delayed, Copy(amqp.Delivery{MessageId: "again"}, amqp.Table{}),
+	if err := p.Publish(context.Background(), delayed, amqp.Publishing{MessageId: "again", Headers: amqp.Table{}},
 		func(out Outcome, _ time.Duration) { done <- out }); err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +323,7 @@ func TestReturnsOfAWholeWindow(t *testing.T) {
 	const window = 200
 	p := e.publisher(window)
 	o := newOutcomes()
-	dest := Direct(brokertest.Unique(t) + "missing")
+	dest := topology.Direct(brokertest.Unique(t) + "missing")
 	for i := range window {
 		id := string(rune('a'+i%26)) + time.Duration(i).String()
 		if err := p.Publish(context.Background(), dest, msg(id), o.callback(id)); err != nil {
@@ -353,9 +341,9 @@ func TestQueueExists(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, false)
 	for queue, want := range map[string]bool{e.origin: true, brokertest.Unique(t) + "missing": false} {
-		got, err := QueueExists(e.conn, queue)
+		got, err := topology.QueueExists(e.conn, queue)
 		if err != nil || got != want {
-			t.Errorf("QueueExists(%s) = %v, %v; want %v", queue, got, err, want)
+			t.Errorf("topology.QueueExists(%s) = %v, %v; want %v", queue, got, err, want)
 		}
 	}
 	p := e.publisher(4)
@@ -387,10 +375,10 @@ func TestOriginExistsWithoutPermission(t *testing.T) {
 	_, url := e.broker.User(t, e.broker.URL, "pw", "^x$", `^amq\.default$`, "^x$")
 	conn := e.broker.Dial(t, url)
 
-	exists, err := QueueExists(conn, e.origin)
+	exists, err := topology.QueueExists(conn, e.origin)
 	if e.broker.AtLeast(4, 2) {
-		if !errors.Is(err, ErrCheckRefused) {
-			t.Fatalf("QueueExists without permission on RabbitMQ %s = %v, %v; want ErrCheckRefused", e.broker.Version(), exists, err)
+		if !errors.Is(err, topology.ErrCheckRefused) {
+			t.Fatalf("QueueExists without permission on RabbitMQ %s = %v, %v; want topology.ErrCheckRefused", e.broker.Version(), exists, err)
 		}
 	} else if !exists || err != nil {
 		t.Fatalf("QueueExists without permission on RabbitMQ %s = %v, %v; want true", e.broker.Version(), exists, err)
@@ -413,7 +401,7 @@ func TestOriginExistsWithoutPermission(t *testing.T) {
 	// the broker's own word, which OriginExists then goes by.
 	gone := brokertest.Unique(t) + "gone"
 	o := newOutcomes()
-	if err := p.Publish(context.Background(), Direct(gone), msg("straight"), o.callback("straight")); err != nil {
+	if err := p.Publish(context.Background(), topology.Direct(gone), msg("straight"), o.callback("straight")); err != nil {
 		t.Fatal(err)
 	}
 	if got := o.wait(t, 1, 10*time.Second); got["straight"] != Returned {
@@ -482,8 +470,32 @@ func TestPublisherReportsClosedChannel(t *testing.T) {
 	if p.Err() == nil {
 		t.Error("Err is nil after the channel closed")
 	}
-	err := p.Publish(context.Background(), Direct(e.origin), msg("late"), o.callback("late"))
+	err := p.Publish(context.Background(), topology.Direct(e.origin), msg("late"), o.callback("late"))
 	if !errors.Is(err, amqp.ErrClosed) {
 		t.Errorf("Publish on a closed channel: %v, want amqp.ErrClosed", err)
+	}
+}
+
+// Only a refusal for good detours a delay: a declaration that exists with
+// other arguments or of another type (PRECONDITION_FAILED), or a broken
+// queue (NOT_FOUND). A refused permission or a connection error is not
+// the delay queue's fault, and another delay would not fare better.
+func TestUnusable(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{&amqp.Error{Code: amqp.PreconditionFailed, Recover: true}, true},
+		{fmt.Errorf("declare queue q: %w", &amqp.Error{Code: amqp.NotFound, Recover: true}), true},
+		{&amqp.Error{Code: amqp.AccessRefused, Recover: true}, false},
+		{&amqp.Error{Code: amqp.ResourceLocked, Recover: true}, false},
+		{&amqp.Error{Code: amqp.InternalError}, false},
+		{amqp.ErrClosed, false},
+		{errors.New("timeout"), false},
+		{nil, false},
+	} {
+		if got := unusable(tc.err); got != tc.want {
+			t.Errorf("unusable(%v) = %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }

@@ -21,7 +21,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/rebound-mq/rebound/headers"
 	"github.com/rebound-mq/rebound/parking"
 )
 
@@ -56,10 +55,7 @@ func openParking(ctx context.Context, in invocation, role string) (parking.Queue
 	if err != nil {
 		return parking.Queue{}, nil, err
 	}
-	q := parking.Queue{
-		Conn: conn, Topology: cfg.Topology(), Codec: headers.NewCodec(cfg.HeaderNames()),
-		OriginAllowed: cfg.OriginAllowed(), ConfirmTimeout: cfg.ConfirmTimeout,
-	}
+	q := parking.Queue{Conn: conn, Router: cfg.Router(), ConfirmTimeout: cfg.ConfirmTimeout}
 	return q, conn, nil
 }
 

@@ -18,7 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/rebound-mq/rebound/config"
-	"github.com/rebound-mq/rebound/consumer"
+	"github.com/rebound-mq/rebound/sidecar"
 )
 
 // Version is stamped at build time: -ldflags "-X github.com/rebound-mq/rebound/internal/cli.Version=...".
@@ -49,17 +49,19 @@ func runSidecar(ctx context.Context, args []string, in invocation) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	opt, err := consumer.OptionsFrom(cfg, log, consumer.NewMetrics(reg, consumer.ReadHeaders(cfg.HeaderNames())...))
+	d, err := dialer(cfg)
 	if err != nil {
 		return err
 	}
-	sidecar := consumer.New(opt)
+	opt := sidecar.OptionsFrom(cfg, d, log, nil)
+	opt.Metrics = sidecar.NewMetrics(reg, opt.Router)
+	sc := sidecar.New(opt)
 
 	listener, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen on REBOUND_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 	}
-	server := &http.Server{Handler: httpHandler(sidecar, reg), ReadHeaderTimeout: 5 * time.Second}
+	server := &http.Server{Handler: httpHandler(sc, reg), ReadHeaderTimeout: 5 * time.Second}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -72,7 +74,7 @@ func runSidecar(ctx context.Context, args []string, in invocation) error {
 		zap.String("http", listener.Addr().String()), zap.String("inbox", cfg.InboxQueue),
 		zap.String("origin_queues", originQueues(cfg)))
 
-	runErr := sidecar.Run(ctx)
+	runErr := sc.Run(ctx)
 
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -84,17 +86,17 @@ func runSidecar(ctx context.Context, args []string, in invocation) error {
 // httpHandler serves the probes and metrics. Nothing it serves holds a
 // secret or a message: the probes say only ready or not, the metrics carry
 // counts whose labels come from fixed sets and configured header names.
-func httpHandler(sidecar *consumer.Sidecar, gatherer prometheus.Gatherer) http.Handler {
+func httpHandler(sc *sidecar.Sidecar, gatherer prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		if err := sidecar.Healthy(); err != nil {
+		if err := sc.Healthy(); err != nil {
 			http.Error(w, "wedged: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !sidecar.Ready() {
+		if !sc.Ready() {
 			http.Error(w, "not ready: not connected, not consuming, or blocked by a resource alarm", http.StatusServiceUnavailable)
 			return
 		}

@@ -191,31 +191,51 @@ func runSimulateBurst(ctx context.Context, args []string, in invocation) error {
 		}
 		runs = append(runs, s)
 	}
+	return playAll(ctx, in.stdout, playback[simulate.BurstStrategy, simulate.BurstResult, simulate.BurstSummary]{
+		model: "burst", seed: c.Seed, format: *format, svg: *svg,
+		play:    func(s simulate.BurstStrategy) (simulate.BurstResult, error) { return simulate.Burst(c, s) },
+		summary: func(r simulate.BurstResult) simulate.BurstSummary { return r.Summary },
+		plot:    func(w io.Writer, rs []simulate.BurstResult) error { return simulate.WriteBurstSVG(w, c, rs) },
+		table:   func(w io.Writer, rows []simulate.BurstSummary) error { return writeBurstTable(w, c, rows) },
+	}, runs)
+}
 
-	var results []simulate.BurstResult
-	for _, s := range runs {
+// playback is what a simulate subcommand plays and how it reports: one
+// result per strategy, summarized in a table or JSON, and plotted.
+type playback[S, R, Sum any] struct {
+	model, format, svg string
+	seed               uint64
+	play               func(S) (R, error)
+	summary            func(R) Sum
+	plot               func(io.Writer, []R) error
+	table              func(io.Writer, []Sum) error
+}
+
+// playAll plays every strategy, writes the plot if one was asked for, and
+// prints the summaries as the table or JSON.
+func playAll[S, R, Sum any](ctx context.Context, stdout io.Writer, p playback[S, R, Sum], strategies []S) error {
+	var results []R
+	out := simulateOutput[Sum]{Model: p.model, Seed: p.seed}
+	for _, s := range strategies {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		r, err := simulate.Burst(c, s)
+		r, err := p.play(s)
 		if err != nil {
 			return err
 		}
 		results = append(results, r)
+		out.Results = append(out.Results, p.summary(r))
 	}
-	if *svg != "" {
-		if err := writeFile(*svg, func(w io.Writer) error { return simulate.WriteBurstSVG(w, c, results) }); err != nil {
+	if p.svg != "" {
+		if err := writeFile(p.svg, func(w io.Writer) error { return p.plot(w, results) }); err != nil {
 			return err
 		}
 	}
-	out := simulateOutput[simulate.BurstSummary]{Model: "burst", Seed: c.Seed}
-	for _, r := range results {
-		out.Results = append(out.Results, r.Summary)
+	if p.format == "json" {
+		return writeSimulateJSON(stdout, out)
 	}
-	if *format == "json" {
-		return writeSimulateJSON(in.stdout, out)
-	}
-	return writeBurstTable(in.stdout, c, out.Results)
+	return p.table(stdout, out.Results)
 }
 
 func writeBurstTable(w io.Writer, c simulate.BurstConfig, rows []simulate.BurstSummary) error {
@@ -311,31 +331,13 @@ func runSimulateOutage(ctx context.Context, args []string, in invocation) error 
 		}
 		runs = append(runs, simulate.OutageStrategy{Name: name, Policy: cmp.Policy()})
 	}
-
-	var results []simulate.OutageResult
-	for _, s := range runs {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		r, err := simulate.Outage(c, s)
-		if err != nil {
-			return err
-		}
-		results = append(results, r)
-	}
-	if *svg != "" {
-		if err := writeFile(*svg, func(w io.Writer) error { return simulate.WriteOutageSVG(w, c, results) }); err != nil {
-			return err
-		}
-	}
-	out := simulateOutput[simulate.OutageSummary]{Model: "outage", Seed: c.Seed}
-	for _, r := range results {
-		out.Results = append(out.Results, r.Summary)
-	}
-	if *format == "json" {
-		return writeSimulateJSON(in.stdout, out)
-	}
-	return writeOutageTable(in.stdout, c, out.Results)
+	return playAll(ctx, in.stdout, playback[simulate.OutageStrategy, simulate.OutageResult, simulate.OutageSummary]{
+		model: "outage", seed: c.Seed, format: *format, svg: *svg,
+		play:    func(s simulate.OutageStrategy) (simulate.OutageResult, error) { return simulate.Outage(c, s) },
+		summary: func(r simulate.OutageResult) simulate.OutageSummary { return r.Summary },
+		plot:    func(w io.Writer, rs []simulate.OutageResult) error { return simulate.WriteOutageSVG(w, c, rs) },
+		table:   func(w io.Writer, rows []simulate.OutageSummary) error { return writeOutageTable(w, c, rows) },
+	}, runs)
 }
 
 func writeOutageTable(w io.Writer, c simulate.OutageConfig, rows []simulate.OutageSummary) error {

@@ -1,7 +1,7 @@
 package cli
 
 // `rebound topology`: print what rebound needs on the broker as RabbitMQ
-// definitions JSON, or declare it now. Both work from republisher.Topology,
+// definitions JSON, or declare it now. Both work from topology.Topology,
 // the description the sidecar itself declares from.
 
 import (
@@ -13,7 +13,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/rebound-mq/rebound/republisher"
+	"github.com/rebound-mq/rebound/topology"
 )
 
 // deadLetterPolicyName is the example policy `topology print` writes for
@@ -50,7 +50,7 @@ func runTopologyPrint(ctx context.Context, args []string, in invocation) error {
 	if done, err := parseFlags(fs, args, topologyPrintUsage, 0, in); done || err != nil {
 		return err
 	}
-	if *version != "" && !republisher.VersionAtLeast(*version, 0, 0) {
+	if *version != "" && !topology.VersionAtLeast(*version, 0, 0) {
 		return usageError{fmt.Sprintf("--rabbitmq %q: want a version such as 3.10 or 4.3", *version)}
 	}
 	cfg, err := loadConfig(in)

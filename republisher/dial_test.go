@@ -1,0 +1,140 @@
+package republisher
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rebound-mq/rebound/internal/brokertest"
+)
+
+// refusingURL is an AMQP URL whose port nothing listens on, with a
+// password that must never show up in an error.
+func refusingURL(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return "amqp://guest:Pw9zq7@" + addr + "/"
+}
+
+// hangUp listens on a port and closes every connection at once, counting
+// them: a broker that is there but will not talk.
+func hangUp(t *testing.T) (url string, accepted *atomic.Int64) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	accepted = new(atomic.Int64)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	return "amqp://guest:guest@" + l.Addr().String() + "/", accepted
+}
+
+func TestDialSkipsBrokersThatFailAndStartsWithTheLastThatWorked(t *testing.T) {
+	live := brokertest.Require(t).URL
+	first, firstCalls := hangUp(t)
+	s := NewDialer([]string{first, refusingURL(t), live}, nil, "rebound test")
+	s.next.Store(0) // NewDialer starts at a random one
+	conn, err := s.Dial(context.Background(), "test")
+	if err != nil {
+		t.Fatalf("dial with the live broker third: %v", err)
+	}
+	conn.Close()
+	if got := s.next.Load(); got != 2 {
+		t.Errorf("after dialling, the preferred broker is %d, want 2 (the live one)", got)
+	}
+	if n := firstCalls.Load(); n != 1 {
+		t.Errorf("the first dial reached the first broker %d times, want 1", n)
+	}
+	conn, err = s.Dial(context.Background(), "test")
+	if err != nil {
+		t.Fatalf("second dial: %v", err)
+	}
+	conn.Close()
+	if n := firstCalls.Load(); n != 1 {
+		t.Errorf("the second dial went to the first broker again (%d connections), want straight to the live one", n-1)
+	}
+}
+
+func TestDialErrorNamesEveryBrokerButNoPassword(t *testing.T) {
+	s := NewDialer([]string{refusingURL(t), refusingURL(t)}, nil, "rebound")
+	_, err := s.Dial(context.Background(), "consume")
+	if err == nil {
+		t.Fatal("dial succeeded with every broker refusing")
+	}
+	msg := err.Error()
+	for _, want := range []string{"connect: ", "broker 1 of 2", "broker 2 of 2", "connection refused"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q does not say %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "Pw9zq7") {
+		t.Errorf("error %q holds the password", msg)
+	}
+}
+
+func TestDialStopsTryingOnceCancelled(t *testing.T) {
+	s := NewDialer([]string{refusingURL(t), refusingURL(t), refusingURL(t)}, nil, "rebound")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.Dial(ctx, "consume")
+	if err == nil {
+		t.Fatal("dial succeeded with a cancelled context")
+	}
+	if n := strings.Count(err.Error(), "broker "); n != 1 {
+		t.Errorf("a cancelled dial tried %d brokers, want 1: %v", n, err)
+	}
+}
+
+// TestDialAbandonsAHandshakeWhenCancelled: a server that accepts the
+// connection and never answers holds the AMQP handshake for up to 30s;
+// cancelling the context ends it at once.
+func TestDialAbandonsAHandshakeWhenCancelled(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 1)
+	t.Cleanup(func() {
+		l.Close()
+		select {
+		case c := <-accepted:
+			c.Close()
+		default:
+		}
+	})
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			accepted <- c // held open, silent
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	conn, err := NewDialer([]string{"amqp://guest:guest@" + l.Addr().String() + "/"}, nil, "rebound").Dial(ctx, "test")
+	if err == nil {
+		conn.Close()
+		t.Fatal("Dial succeeded against a server that never answers")
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Dial returned after %s, want soon after the context's 200ms deadline", took.Round(time.Millisecond))
+	}
+}

@@ -1,0 +1,141 @@
+package republisher
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/rebound-mq/rebound/topology"
+)
+
+// source declares a queue of e's with n messages, ids "0".."n-1", and
+// waits until the broker counts them all.
+func (e *testEnv) source(suffix string, n int) string {
+	e.t.Helper()
+	queue := e.Prefix + suffix
+	e.Declare(queue, nil)
+	msgs := make([]amqp.Publishing, n)
+	for i := range msgs {
+		msgs[i] = msg(string(rune('0' + i)))
+	}
+	e.Publish(queue, msgs...)
+	e.WaitQueueLen(queue, n, 10*time.Second)
+	return queue
+}
+
+// TestMoverRemovesOnlyWhatWasConfirmed: a message moved to a queue that
+// takes it is removed; one moved where nothing routes is returned and
+// stays, as does one read and left alone.
+func TestMoverRemovesOnlyWhatWasConfirmed(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, false)
+	from := e.source("from", 3)
+	m, err := OpenMover(e.conn, e.topo, from, 2, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outcomes []Outcome
+	report := func(o Outcome) { outcomes = append(outcomes, o) }
+	for i := 0; ; i++ {
+		d, ok, err := m.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		switch i {
+		case 0:
+			err = m.Move(d, topology.Direct(e.origin), amqp.Publishing{MessageId: d.MessageId, Body: d.Body}, report)
+		case 1:
+			err = m.Move(d, topology.Direct(e.Prefix+"nowhere"), amqp.Publishing{MessageId: d.MessageId, Body: d.Body}, report)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(outcomes)
+	if !slices.Equal(outcomes, []Outcome{Confirmed, Returned}) {
+		t.Errorf("outcomes %v, want one confirmed and one returned", outcomes)
+	}
+	e.WaitQueueLen(from, 2, 10*time.Second)
+	e.WaitQueueLen(e.origin, 1, 10*time.Second)
+}
+
+// TestMoverSettlesWhenThePublishChannelDies: when the channel the copies
+// go out on dies (a broker restart, the connection closed), every copy in
+// flight is reported, Settle returns, and the messages whose copies were
+// not confirmed stay.
+func TestMoverSettlesWhenThePublishChannelDies(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, false)
+	from := e.source("from", 2)
+	m, err := OpenMover(e.conn, e.topo, from, 8, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reads []amqp.Delivery
+	for {
+		d, ok, err := m.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		reads = append(reads, d)
+	}
+	// The first copy opens the publisher; its channels then close under
+	// it before the second copy's confirm can be read.
+	if err := m.Move(reads[0], topology.Direct(e.origin), amqp.Publishing{Body: []byte("x")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Settle(); err != nil {
+		t.Fatal(err)
+	}
+	var outcome Outcome = -1
+	if err := m.Move(reads[1], topology.Direct(e.origin), amqp.Publishing{Body: []byte("x")}, func(o Outcome) { outcome = o }); err != nil {
+		t.Fatal(err)
+	}
+	_ = m.pub.ch.Close()
+	done := make(chan error, 1)
+	go func() { done <- m.Settle() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Settle still waiting 10s after its channel closed")
+	}
+	if outcome != Closed && outcome != Confirmed {
+		t.Errorf("the second copy's outcome is %v, want closed (or confirmed, had the confirm come first)", outcome)
+	}
+	if err := m.Move(reads[1], topology.Direct(e.origin), amqp.Publishing{}, nil); err == nil {
+		t.Error("Move after the publishing channel died succeeded")
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := 1
+	if outcome == Confirmed {
+		want = 0
+	}
+	e.WaitQueueLen(from, want, 10*time.Second)
+}
+
+// TestMoverOnAMissingQueue says so.
+func TestMoverOnAMissingQueue(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, false)
+	if _, err := OpenMover(e.conn, e.topo, e.Prefix+"missing", 1, time.Second); !errors.Is(err, ErrNoQueue) {
+		t.Errorf("OpenMover on a missing queue: %v, want ErrNoQueue", err)
+	}
+}

@@ -1,0 +1,24 @@
+package sidecar
+
+import (
+	"go.uber.org/zap"
+
+	"github.com/rebound-mq/rebound/config"
+	"github.com/rebound-mq/rebound/republisher"
+)
+
+// OptionsFrom returns the Options a validated configuration describes,
+// with dialer, log and m. `rebound run` and the bench both build their
+// sidecar with it.
+func OptionsFrom(cfg config.Config, dialer *republisher.Dialer, log *zap.Logger, m *Metrics) Options {
+	return Options{
+		Dialer:         dialer,
+		Router:         cfg.Router(),
+		Prefetch:       cfg.Prefetch,
+		ConfirmTimeout: cfg.ConfirmTimeout,
+		ShutdownGrace:  cfg.ShutdownGrace,
+		DelayQueueIdle: cfg.DelayQueueIdle,
+		Logger:         log,
+		Metrics:        m,
+	}
+}

@@ -1,0 +1,180 @@
+package topology
+
+import (
+	"regexp"
+	"strings"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Definitions is a RabbitMQ definitions document, the JSON that
+// `rabbitmqctl import_definitions` and the management API load. It holds
+// only the parts rebound needs; RabbitMQ imports it into the virtual host
+// named in each entry.
+type Definitions struct {
+	Exchanges []ExchangeDefinition `json:"exchanges"`
+	Queues    []QueueDefinition    `json:"queues"`
+	Bindings  []BindingDefinition  `json:"bindings"`
+	Policies  []PolicyDefinition   `json:"policies"`
+}
+
+// ExchangeDefinition is one exchange in a definitions document.
+type ExchangeDefinition struct {
+	Name       string     `json:"name"`
+	VHost      string     `json:"vhost"`
+	Type       string     `json:"type"`
+	Durable    bool       `json:"durable"`
+	AutoDelete bool       `json:"auto_delete"`
+	Internal   bool       `json:"internal"`
+	Arguments  amqp.Table `json:"arguments"`
+}
+
+// QueueDefinition is one queue in a definitions document.
+type QueueDefinition struct {
+	Name       string     `json:"name"`
+	VHost      string     `json:"vhost"`
+	Durable    bool       `json:"durable"`
+	AutoDelete bool       `json:"auto_delete"`
+	Arguments  amqp.Table `json:"arguments"`
+}
+
+// BindingDefinition is one binding of a queue to an exchange.
+type BindingDefinition struct {
+	Source          string     `json:"source"`
+	VHost           string     `json:"vhost"`
+	Destination     string     `json:"destination"`
+	DestinationType string     `json:"destination_type"`
+	RoutingKey      string     `json:"routing_key"`
+	Arguments       amqp.Table `json:"arguments"`
+}
+
+// PolicyDefinition is one policy in a definitions document.
+type PolicyDefinition struct {
+	VHost      string     `json:"vhost"`
+	Name       string     `json:"name"`
+	Pattern    string     `json:"pattern"`
+	ApplyTo    string     `json:"apply-to"`
+	Definition amqp.Table `json:"definition"`
+	Priority   int        `json:"priority"`
+}
+
+// Definitions describes the topology in vhost as a definitions document:
+// the exchanges, fixed queues and bindings Declare declares (all durable,
+// same arguments). Delay queues are declared by the sidecar on first use,
+// since with jitter the set of delays is not known in advance.
+//
+// Policies is empty: see DeadLetterPolicy for the application queues,
+// which are the operator's, and Policies for rebound's own.
+func (t Topology) Definitions(vhost string) Definitions {
+	defs := Definitions{
+		Exchanges: []ExchangeDefinition{},
+		Queues:    []QueueDefinition{},
+		Bindings:  []BindingDefinition{},
+		Policies:  []PolicyDefinition{},
+	}
+	for _, e := range t.Exchanges() {
+		defs.Exchanges = append(defs.Exchanges, ExchangeDefinition{
+			Name: e.Name, VHost: vhost, Type: e.Kind, Durable: true, Arguments: amqp.Table{},
+		})
+	}
+	queue := func(q Queue) {
+		defs.Queues = append(defs.Queues, QueueDefinition{Name: q.Name, VHost: vhost, Durable: true, Arguments: nonNil(q.Args)})
+	}
+	binding := func(b Binding) {
+		defs.Bindings = append(defs.Bindings, BindingDefinition{
+			Source: b.Exchange, VHost: vhost, Destination: b.Queue, DestinationType: "queue",
+			RoutingKey: b.Key, Arguments: nonNil(b.Args),
+		})
+	}
+	for _, q := range t.Queues() {
+		queue(q)
+	}
+	for _, b := range t.Bindings() {
+		binding(b)
+	}
+	return defs
+}
+
+// DeadLetterPolicy returns a policy that makes every queue of vhost whose
+// name matches pattern dead-letter to the topology's dead-letter exchange:
+// the one setting application queues need to use rebound, without
+// redeclaring them with an x-dead-letter-exchange argument (an argument
+// set on the queue takes precedence over the policy).
+func (t Topology) DeadLetterPolicy(vhost, name, pattern string) PolicyDefinition {
+	return PolicyDefinition{
+		VHost: vhost, Name: name, Pattern: pattern, ApplyTo: "queues",
+		Definition: amqp.Table{"dead-letter-exchange": t.DeadLetterExchange}, Priority: policyPriority,
+	}
+}
+
+// policyPriority is the priority of rebound's policies, as
+// deploy/rabbitmq/setup.sh sets them: only the matching policy with the
+// highest priority applies to a queue, and loading these after running the
+// script must not lower it.
+const policyPriority = 10
+
+// LazyDelayQueuePolicy returns a policy that runs the topology's delay
+// queues in lazy mode. Before RabbitMQ 3.12 a classic queue keeps its
+// messages in memory unless it is lazy, and a delay queue holds every
+// message for its whole delay: a large one stalls now and then, and the
+// retries in it come back late. 3.12 and later ignore the mode, as quorum
+// queues do. It is a policy because declaring an existing queue again with
+// other arguments fails: the delay queues a deployment already has could
+// not be changed.
+func (t Topology) LazyDelayQueuePolicy(vhost, name string) PolicyDefinition {
+	return PolicyDefinition{
+		VHost: vhost, Name: name, Pattern: "^" + regexp.QuoteMeta(t.DelayQueuePrefix) + "[0-9]+$", ApplyTo: "queues",
+		Definition: amqp.Table{"queue-mode": "lazy"}, Priority: policyPriority,
+	}
+}
+
+// Names of rebound's own policies, as deploy/rabbitmq/setup.sh sets them.
+const (
+	LazyDelayQueuePolicyName         = "rebound-delay-queues-lazy"
+	InboxDeadLetterPolicyName        = "rebound-inbox-dead-letter"
+	ParkingNoDeliveryLimitPolicyName = "rebound-parked-no-delivery-limit"
+)
+
+// Policies returns the policies rebound's own queues need in vhost:
+//
+//   - with classic queues, LazyDelayQueuePolicy;
+//   - with quorum queues, one that makes the inbox dead-letter to the
+//     parking queue, and on RabbitMQ 4.0 and later one that lifts the
+//     parking queue's delivery limit: what Queues declares as arguments,
+//     for the queues an earlier rebound declared without them (arguments
+//     cannot be added to an existing queue, policies can; an argument
+//     wins over a policy, so they change nothing for queues declared with
+//     them). RabbitMQ 3.x refuses a delivery limit of -1 in a policy.
+func (t Topology) Policies(vhost string) []PolicyDefinition {
+	if !t.Quorum {
+		return []PolicyDefinition{t.LazyDelayQueuePolicy(vhost, LazyDelayQueuePolicyName)}
+	}
+	queues := t.Queues()
+	policies := []PolicyDefinition{t.argumentPolicy(vhost, InboxDeadLetterPolicyName, queues[0])}
+	if t.DeliveryLimits {
+		policies = append(policies, t.argumentPolicy(vhost, ParkingNoDeliveryLimitPolicyName, queues[1]))
+	}
+	return policies
+}
+
+// argumentPolicy is a policy for exactly queue q that sets what its
+// declaration's added arguments set.
+func (t Topology) argumentPolicy(vhost, name string, q Queue) PolicyDefinition {
+	def := amqp.Table{}
+	for _, arg := range addedArgs {
+		if v, ok := q.Args[arg]; ok {
+			def[strings.TrimPrefix(arg, "x-")] = v
+		}
+	}
+	return PolicyDefinition{
+		VHost: vhost, Name: name, Pattern: "^" + regexp.QuoteMeta(q.Name) + "$", ApplyTo: "queues",
+		Definition: def, Priority: policyPriority,
+	}
+}
+
+func nonNil(t amqp.Table) amqp.Table {
+	if t == nil {
+		return amqp.Table{}
+	}
+	return t
+}

@@ -1,0 +1,220 @@
+package topology
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Topology names everything rebound declares on the broker. It is the one
+// description the sidecar, `rebound topology` and `rebound parked` work
+// from.
+//
+// Delay routing costs O(1) per copy, whatever the number of delay queues:
+// each delay queue has a fanout exchange of its own (DelayExchange + "." +
+// the delay in milliseconds, bound to that queue alone), and a copy is
+// published there with its origin queue as routing key. When the TTL
+// fires, the delay queue dead-letters the copy to the default exchange
+// under that key: back into the origin queue. No exchange ever holds more
+// than one binding, so routing never grows with the delay queues. A
+// shared exchange does: a headers exchange evaluates every delay queue's
+// binding for every copy, and a direct exchange routing the delay key
+// with the origin in CC or BCC matches several routing keys, which
+// RabbitMQ 3.10 does by scanning all of the exchange's bindings; full
+// jitter spreads copies over hundreds of delay queues. No CC or BCC
+// header is involved, so a consumer that republishes a retry with its
+// headers sends it nowhere else.
+type Topology struct {
+	InboxQueue         string
+	DeadLetterExchange string // fanout, bound to InboxQueue
+	DelayExchange      string // prefix of the delay queues' exchanges; see DelayExchangeFor
+	DelayQueuePrefix   string
+	ParkingQueue       string
+	Quorum             bool // declare quorum queues instead of classic ones
+	// DeliveryLimits says the broker limits deliveries of a quorum queue
+	// by default (RabbitMQ 4.0 and later, 20), dropping a message past
+	// the limit unless the queue dead-letters it; see ForServer.
+	DeliveryLimits bool
+	// OriginQueues is the allowlist of the queues rebound may send
+	// messages back to (REBOUND_ORIGIN_QUEUES, unanchored); nil allows
+	// any. See Allows.
+	OriginQueues *regexp.Regexp
+}
+
+// Allows reports whether rebound may send a message back to queue: the
+// allowlist, when there is one, matches it. rebound's own queues are
+// refused apart (Owns).
+func (t Topology) Allows(queue string) bool {
+	return t.OriginQueues == nil || t.OriginQueues.MatchString(queue)
+}
+
+// ForServer returns t for the broker that announced these connection
+// properties: on RabbitMQ 4.0 and later, quorum queues have a delivery
+// limit by default, and the parking queue is declared without one.
+func (t Topology) ForServer(properties amqp.Table) Topology {
+	v, _ := properties["version"].(string)
+	t.DeliveryLimits = VersionAtLeast(v, 4, 0)
+	return t
+}
+
+// VersionAtLeast reports whether version ("4.3.6") is major.minor or later.
+func VersionAtLeast(version string, major, minor int) bool {
+	parts := strings.SplitN(version, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(parts[1])
+	return err1 == nil && err2 == nil && (ma > major || (ma == major && mi >= minor))
+}
+
+// Exchange is one exchange rebound declares.
+type Exchange struct {
+	Name string
+	Kind string
+}
+
+// Queue is one queue rebound declares, with its arguments.
+type Queue struct {
+	Name string
+	Args amqp.Table
+}
+
+// Binding binds a queue to an exchange.
+type Binding struct {
+	Exchange string
+	Queue    string
+	Key      string
+	Args     amqp.Table
+}
+
+// Exchanges returns the fixed exchanges rebound needs, all durable. Each
+// delay queue's exchange is declared with it; see DelayExchangeFor.
+func (t Topology) Exchanges() []Exchange {
+	return []Exchange{{Name: t.DeadLetterExchange, Kind: amqp.ExchangeFanout}}
+}
+
+// Queues returns the fixed queues rebound needs, all durable. Delay queues
+// are declared on first use; see DelayQueue.
+//
+// Quorum queues that rebound consumes must never drop a message (RabbitMQ
+// 4.x drops one past the delivery limit of a queue that does not
+// dead-letter). The inbox dead-letters to the parking queue, at least
+// once: a message rebound could not settle in 20 deliveries (rebound
+// killed each time with it unacked) is parked by the broker, its x-death
+// reason delivery_limit. The parking queue has no delivery limit on a
+// broker that would impose one: `rebound parked` killed while it holds
+// messages must not count against them.
+func (t Topology) Queues() []Queue {
+	inbox, parking := t.queueArgs(), t.queueArgs()
+	if t.Quorum {
+		inbox["x-dead-letter-exchange"] = ""
+		inbox["x-dead-letter-routing-key"] = t.ParkingQueue
+		inbox["x-dead-letter-strategy"] = "at-least-once"
+		inbox[amqp.QueueOverflowArg] = amqp.QueueOverflowRejectPublish
+		if t.DeliveryLimits {
+			parking["x-delivery-limit"] = int64(-1)
+		}
+	}
+	return []Queue{
+		{Name: t.InboxQueue, Args: inbox},
+		{Name: t.ParkingQueue, Args: parking},
+	}
+}
+
+// Bindings returns the fixed bindings: the dead-letter exchange to the inbox.
+func (t Topology) Bindings() []Binding {
+	return []Binding{{Exchange: t.DeadLetterExchange, Queue: t.InboxQueue}}
+}
+
+func (t Topology) queueArgs() amqp.Table {
+	if t.Quorum {
+		return amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}
+	}
+	return amqp.Table{}
+}
+
+func (t Topology) delayQueueName(ms int64) string {
+	return t.DelayQueuePrefix + strconv.FormatInt(ms, 10)
+}
+
+// DelayOfExchange is the delay, in milliseconds, whose exchange is name:
+// false when name is not a delay queue's exchange.
+func (t Topology) DelayOfExchange(name string) (int64, bool) {
+	digits, ok := strings.CutPrefix(name, t.DelayExchange+".")
+	if !ok {
+		return 0, false
+	}
+	ms, err := strconv.ParseInt(digits, 10, 64)
+	return ms, err == nil && ms > 0
+}
+
+// DelayExchangeFor returns the exchange of the delay queue for d: a
+// fanout exchange named DelayExchange + "." + the delay in milliseconds.
+func (t Topology) DelayExchangeFor(d time.Duration) Exchange {
+	return Exchange{Name: t.DelayExchange + "." + strconv.FormatInt(d.Milliseconds(), 10), Kind: amqp.ExchangeFanout}
+}
+
+// DelayQueue returns the queue that holds messages for delay d and its
+// binding to its exchange (DelayExchangeFor). Messages expire after d and
+// are dead-lettered to the default exchange under the routing key they
+// were published with: the origin queue's name. There is deliberately no
+// x-expires: a queue that expires is deleted with the messages it still
+// holds.
+func (t Topology) DelayQueue(d time.Duration) (Queue, Binding) {
+	ms := d.Milliseconds()
+	args := t.queueArgs()
+	args[amqp.QueueMessageTTLArg] = ms
+	args["x-dead-letter-exchange"] = ""
+	if t.Quorum {
+		// The hop back to the origin queue is confirmed inside the broker,
+		// and a full delay queue refuses the publish (rebound sees a nack)
+		// instead of dropping the oldest message.
+		args["x-dead-letter-strategy"] = "at-least-once"
+		args[amqp.QueueOverflowArg] = amqp.QueueOverflowRejectPublish
+	}
+	q := Queue{Name: t.delayQueueName(ms), Args: args}
+	b := Binding{Exchange: t.DelayExchangeFor(d).Name, Queue: q.Name}
+	return q, b
+}
+
+// Owns reports whether queue is one of rebound's own: the inbox, the
+// parking queue or a delay queue. None of them is ever an origin: a
+// message sent "back" to one would loop through rebound or slip into the
+// parking queue unmarked.
+func (t Topology) Owns(queue string) bool {
+	return queue == t.InboxQueue || queue == t.ParkingQueue || t.IsDelayQueue(queue)
+}
+
+// IsDelayQueue reports whether queue is one of the topology's delay queues.
+func (t Topology) IsDelayQueue(queue string) bool {
+	digits, ok := strings.CutPrefix(queue, t.DelayQueuePrefix)
+	if !ok || digits == "" {
+		return false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// Describe lists what t declares, one line each, for people.
+func (t Topology) Describe() []string {
+	var lines []string
+	for _, e := range t.Exchanges() {
+		lines = append(lines, fmt.Sprintf("exchange %s (%s, durable)", e.Name, e.Kind))
+	}
+	for _, q := range t.Queues() {
+		lines = append(lines, fmt.Sprintf("queue %s (durable%s)", q.Name, formatArgs(q.Args)))
+	}
+	for _, b := range t.Bindings() {
+		lines = append(lines, fmt.Sprintf("binding %s -> %s", b.Exchange, b.Queue))
+	}
+	return lines
+}

@@ -1,0 +1,193 @@
+package topology
+
+import (
+	"encoding/json"
+	"regexp"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+func testTopology(quorum, deliveryLimits bool) Topology {
+	return Topology{
+		InboxQueue: "in", DeadLetterExchange: "dlx", DelayExchange: "delay",
+		DelayQueuePrefix: "delay.", ParkingQueue: "parked", Quorum: quorum, DeliveryLimits: deliveryLimits,
+	}
+}
+
+func TestDelayQueueAndExchange(t *testing.T) {
+	for _, quorum := range []bool{false, true} {
+		topo := testTopology(quorum, false)
+		q, b := topo.DelayQueue(1500 * time.Millisecond)
+		if q.Name != "delay.1500" || b.Queue != q.Name || b.Exchange != "delay.1500" || b.Key != "" || b.Args != nil {
+			t.Errorf("quorum=%v: queue %+v binding %+v", quorum, q, b)
+		}
+		want := amqp.Table{"x-message-ttl": int64(1500), "x-dead-letter-exchange": ""}
+		if quorum {
+			want["x-queue-type"] = "quorum"
+			want["x-dead-letter-strategy"] = "at-least-once"
+			want["x-overflow"] = "reject-publish"
+		}
+		if got, _ := json.Marshal(q.Args); string(got) != mustJSON(t, want) {
+			t.Errorf("quorum=%v: delay queue arguments %s, want %s", quorum, got, mustJSON(t, want))
+		}
+		if x := topo.DelayExchangeFor(1500 * time.Millisecond); x != (Exchange{Name: "delay.1500", Kind: "fanout"}) {
+			t.Errorf("DelayExchangeFor = %+v", x)
+		}
+		if d := topo.Delayed(1500*time.Millisecond, "orders"); d != (Destination{Exchange: "delay.1500", RoutingKey: "orders", Delay: 1500 * time.Millisecond}) {
+			t.Errorf("Delayed = %+v", d)
+		}
+	}
+	topo := testTopology(false, false)
+	for name, want := range map[string]int64{"delay.1500": 1500, "delay.": 0, "delay.15x": 0, "delay": 0, "delay.0": 0, "other.1500": 0, "delayx1500": 0} {
+		ms, ok := topo.DelayOfExchange(name)
+		if ms != want || ok != (want > 0) {
+			t.Errorf("DelayOfExchange(%q) = %d, %v; want %d", name, ms, ok, want)
+		}
+	}
+}
+
+func TestFixedQueues(t *testing.T) {
+	for _, tc := range []struct {
+		quorum, limits bool
+		inbox, parked  string
+	}{
+		{false, false, `{}`, `{}`},
+		{false, true, `{}`, `{}`},
+		{true, false,
+			`{"x-dead-letter-exchange":"","x-dead-letter-routing-key":"parked","x-dead-letter-strategy":"at-least-once","x-overflow":"reject-publish","x-queue-type":"quorum"}`,
+			`{"x-queue-type":"quorum"}`},
+		{true, true,
+			`{"x-dead-letter-exchange":"","x-dead-letter-routing-key":"parked","x-dead-letter-strategy":"at-least-once","x-overflow":"reject-publish","x-queue-type":"quorum"}`,
+			`{"x-delivery-limit":-1,"x-queue-type":"quorum"}`},
+	} {
+		qs := testTopology(tc.quorum, tc.limits).Queues()
+		if qs[0].Name != "in" || mustJSON(t, qs[0].Args) != tc.inbox || qs[1].Name != "parked" || mustJSON(t, qs[1].Args) != tc.parked {
+			t.Errorf("quorum=%v limits=%v: %s %s, %s %s; want %s, %s", tc.quorum, tc.limits,
+				qs[0].Name, mustJSON(t, qs[0].Args), qs[1].Name, mustJSON(t, qs[1].Args), tc.inbox, tc.parked)
+		}
+	}
+}
+
+func TestForServer(t *testing.T) {
+	for version, want := range map[string]bool{"3.10.8": false, "3.13.7": false, "4.0.5": true, "4.3.6": true, "10.0.0": true, "": false, "x.y": false} {
+		if got := testTopology(true, false).ForServer(amqp.Table{"version": version}).DeliveryLimits; got != want {
+			t.Errorf("version %q: DeliveryLimits %v, want %v", version, got, want)
+		}
+	}
+}
+
+func TestOwns(t *testing.T) {
+	topo := testTopology(false, false)
+	for queue, want := range map[string]bool{
+		"in": true, "parked": true, "delay.1500": true, "delay.1": true,
+		"delay.": false, "delay.15x": false, "delay.-1": false, "orders": false, "in.x": false, "xdelay.15": false,
+	} {
+		if got := topo.Owns(queue); got != want {
+			t.Errorf("Owns(%q) = %v, want %v", queue, got, want)
+		}
+	}
+}
+
+func TestTopologyDefinitions(t *testing.T) {
+	for _, quorum := range []bool{false, true} {
+		topo := testTopology(quorum, true)
+		defs := topo.Definitions("v1")
+		defs.Policies = append(defs.Policies, topo.DeadLetterPolicy("v1", "rebound-dead-letter", `^app\.`))
+		defs.Policies = append(defs.Policies, topo.Policies("v1")...)
+		b, err := json.Marshal(defs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Decode generically: this is the shape RabbitMQ reads.
+		var doc map[string][]map[string]any
+		if err := json.Unmarshal(b, &doc); err != nil {
+			t.Fatal(err)
+		}
+		names := func(key, field string) map[string]map[string]any {
+			out := map[string]map[string]any{}
+			for _, e := range doc[key] {
+				if e["vhost"] != "v1" {
+					t.Errorf("%s %v: vhost %v, want v1", key, e[field], e["vhost"])
+				}
+				out[e[field].(string)] = e
+			}
+			return out
+		}
+		xs := names("exchanges", "name")
+		if xs["dlx"]["type"] != "fanout" || xs["dlx"]["durable"] != true || len(xs) != 1 {
+			t.Errorf("exchanges: %v", doc["exchanges"])
+		}
+		qs := names("queues", "name")
+		if len(qs) != 2 || qs["in"] == nil || qs["parked"] == nil {
+			t.Fatalf("queues: %v", doc["queues"])
+		}
+		for name, q := range qs {
+			args := q["arguments"].(map[string]any)
+			if q["durable"] != true || (args["x-queue-type"] == "quorum") != quorum {
+				t.Errorf("quorum=%v queue %s: %v", quorum, name, q)
+			}
+		}
+		if bs := names("bindings", "destination"); bs["in"]["source"] != "dlx" || len(bs) != 1 {
+			t.Errorf("bindings: %v", doc["bindings"])
+		}
+		ps := names("policies", "name")
+		p := ps["rebound-dead-letter"]
+		if p["apply-to"] != "queues" || p["pattern"] != `^app\.` || p["definition"].(map[string]any)["dead-letter-exchange"] != "dlx" || p["priority"] != 10.0 {
+			t.Errorf("policy: %v", p)
+		}
+		if !quorum {
+			lazy := ps[LazyDelayQueuePolicyName]
+			if lazy["apply-to"] != "queues" || lazy["definition"].(map[string]any)["queue-mode"] != "lazy" || lazy["priority"] != 10.0 || len(ps) != 2 {
+				t.Errorf("classic policies: %v", ps)
+			}
+			pattern := regexp.MustCompile(lazy["pattern"].(string))
+			for name, want := range map[string]bool{"delay.1500": true, "delay.3600000": true, "delay.": false, "delay.15x": false,
+				"delayx1500": false, "in": false, "parked": false, "app.delay.1500": false} {
+				if got := pattern.MatchString(name); got != want {
+					t.Errorf("lazy policy pattern %s matches %q: %v, want %v", pattern, name, got, want)
+				}
+			}
+			continue
+		}
+		inbox, parked := ps[InboxDeadLetterPolicyName], ps[ParkingNoDeliveryLimitPolicyName]
+		if inbox["pattern"] != `^in$` || mustJSON(t, inbox["definition"]) !=
+			`{"dead-letter-exchange":"","dead-letter-routing-key":"parked","dead-letter-strategy":"at-least-once","overflow":"reject-publish"}` {
+			t.Errorf("inbox policy: %v", inbox)
+		}
+		if parked["pattern"] != `^parked$` || mustJSON(t, parked["definition"]) != `{"delivery-limit":-1}` || len(ps) != 3 {
+			t.Errorf("parking policy: %v (policies %v)", parked, ps)
+		}
+	}
+	// RabbitMQ 3.x refuses a delivery limit of -1 in a policy.
+	for _, p := range testTopology(true, false).Policies("v1") {
+		if p.Name == ParkingNoDeliveryLimitPolicyName {
+			t.Errorf("the parking policy is for RabbitMQ 4.0 and later only: %+v", p)
+		}
+	}
+}
+
+func TestTopologyDefinitionsEmptyListsAreArrays(t *testing.T) {
+	// RabbitMQ wants lists, not nulls, for sections with nothing in them.
+	b, err := json.Marshal(Topology{}.Definitions("/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if string(doc["policies"]) != "[]" {
+		t.Errorf("policies = %s, want []", doc["policies"])
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
