@@ -12,7 +12,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"net/url"
 	"os"
@@ -62,17 +61,12 @@ type Config struct {
 	// messages back to, "" for any (RabbitMQ's policy syntax: unanchored).
 	OriginQueues string `env:"ORIGIN_QUEUES"`
 
-	Backoff          policy.Backoff  `env:"BACKOFF" envDefault:"exponential"`
-	MinDelay         time.Duration   `env:"MIN_DELAY" envDefault:"1s"`
-	MaxDelay         time.Duration   `env:"MAX_DELAY" envDefault:"1h"`
-	Multiplier       float64         `env:"MULTIPLIER" envDefault:"2"`
-	Jitter           policy.Jitter   `env:"JITTER" envDefault:"full"`
-	JitterFactor     float64         `env:"JITTER_FACTOR" envDefault:"0.5"`
-	JitterMax        time.Duration   `env:"JITTER_MAX" envDefault:"1s"`
-	ImmediateRetries int             `env:"IMMEDIATE_RETRIES" envDefault:"0"`
-	MaxRetries       int             `env:"MAX_RETRIES" envDefault:"10"`
-	MaxDuration      time.Duration   `env:"MAX_DURATION" envDefault:"24h"`
-	Deadline         policy.Deadline `env:"DEADLINE" envDefault:"clamp"`
+	// PolicyConfig holds the default policy's variables: the policy of
+	// every origin no named policy selects.
+	PolicyConfig
+	// Policies is REBOUND_POLICIES: the named policies, in order of
+	// precedence, comma-separated; each is read into Named.
+	Policies string `env:"POLICIES"`
 
 	Prefetch       int           `env:"PREFETCH" envDefault:"256"`
 	DelayQueueIdle time.Duration `env:"DELAY_QUEUE_IDLE" envDefault:"15m"`
@@ -95,6 +89,14 @@ type Config struct {
 	HeaderFirstDeathQueue  string `env:"HEADER_FIRST_DEATH_QUEUE" envDefault:"x-retry-first-death-queue"`
 	HeaderPolicy           string `env:"HEADER_POLICY" envDefault:"x-retry-policy"`
 	HeaderDueAt            string `env:"HEADER_DUE_AT" envDefault:"x-retry-due-at"`
+
+	// Named holds the policies REBOUND_POLICIES lists, in its order, each
+	// read from its REBOUND_POLICY_<NAME>_* variables.
+	Named []NamedPolicy `env:"-"`
+	// Warnings name the REBOUND_ variables rebound does not read, each
+	// with the nearest one it does: for the log at start and `rebound
+	// config check`.
+	Warnings []string `env:"-"`
 }
 
 // FieldError is one invalid variable: its full name, the value found and
@@ -155,13 +157,18 @@ func Load(environ []string) (Config, error) {
 		}
 	}
 	problems = append(problems, c.validate(failed)...)
+	named, ps := loadPolicies(vars, c.Policies, failed)
+	c.Named = named
+	problems = append(problems, ps...)
+	c.Warnings = unknownVariables(vars)
 	if len(problems) > 0 {
 		return c, &Error{Problems: problems}
 	}
 	return c, nil
 }
 
-// fieldVariable maps a Config field name to its variable name (no prefix).
+// fieldVariable maps a Config field name, the default policy's included,
+// to its variable name (no prefix).
 func fieldVariable(field string) string {
 	f, ok := reflect.TypeFor[Config]().FieldByName(field)
 	if !ok {
@@ -193,22 +200,11 @@ func (c Config) validate(failed map[string]bool) []FieldError {
 			ps = append(ps, FieldError{Variable: Prefix + variable, Value: fmt.Sprint(value), Allowed: allowed})
 		}
 	}
-	parsed := func(variables ...string) bool {
-		for _, v := range variables {
-			if failed[Prefix+v] {
-				return false
-			}
-		}
-		return true
-	}
 	oneOf := func(variable string, value string, allowed []string) {
 		if !slices.Contains(allowed, value) {
 			add(variable, value, "one of "+strings.Join(allowed, ", "))
 		}
 	}
-	oneOf("BACKOFF", string(c.Backoff), names(policy.Backoffs))
-	oneOf("JITTER", string(c.Jitter), names(policy.Jitters))
-	oneOf("DEADLINE", string(c.Deadline), names(policy.Deadlines))
 	oneOf("QUEUE_TYPE", string(c.QueueType), []string{string(Classic), string(Quorum)})
 	oneOf("LOG_LEVEL", c.LogLevel, []string{"debug", "info", "warn", "error"})
 	oneOf("LOG_FORMAT", c.LogFormat, []string{"json", "console"})
@@ -231,47 +227,8 @@ func (c Config) validate(failed map[string]bool) []FieldError {
 		add("TLS_CERT_FILE", c.TLSCertFile, "set together with REBOUND_TLS_KEY_FILE (both or neither)")
 	}
 
-	// Delay queues count whole milliseconds (x-message-ttl): a shorter
-	// delay would be queued as 0 or 1ms, not as configured.
-	if c.MinDelay < time.Millisecond {
-		add("MIN_DELAY", c.MinDelay, "a duration of at least 1ms")
-	}
-	if c.MaxDelay < time.Millisecond || c.MaxDelay > headers.MaxLastDelay {
-		add("MAX_DELAY", c.MaxDelay, fmt.Sprintf("a duration from 1ms to %s (what the last-delay header carries)", headers.MaxLastDelay))
-	}
-	if c.MinDelay >= time.Millisecond && c.MaxDelay >= time.Millisecond && c.MinDelay > c.MaxDelay && parsed("MAX_DELAY") {
-		add("MIN_DELAY", c.MinDelay, fmt.Sprintf("at most REBOUND_MAX_DELAY (%s)", c.MaxDelay))
-	}
-	if c.Backoff == policy.Exponential && !(c.Multiplier > 1 && !math.IsInf(c.Multiplier, 1)) {
-		add("MULTIPLIER", c.Multiplier, "a finite number above 1")
-	}
-	if c.Jitter == policy.ProportionalJitter && !(c.JitterFactor >= 0 && c.JitterFactor <= 1) {
-		add("JITTER_FACTOR", c.JitterFactor, "a number from 0 to 1 with proportional jitter")
-	}
-	if c.Jitter == policy.GaussianJitter && !(c.JitterFactor >= 0 && c.JitterFactor <= 1) {
-		add("JITTER_FACTOR", c.JitterFactor, "a number from 0 to 1 with gaussian jitter")
-	}
-	if c.JitterMax < 0 {
-		add("JITTER_MAX", c.JitterMax, "a duration of 0 or more")
-	}
-	if c.ImmediateRetries < 0 {
-		add("IMMEDIATE_RETRIES", c.ImmediateRetries, "a whole number of 0 or more")
-	}
-	if c.MaxRetries < 0 || c.MaxRetries > headers.MaxRetryCount {
-		add("MAX_RETRIES", c.MaxRetries, fmt.Sprintf("a whole number from 0 (no limit by count) to %d (the largest count the header carries)", headers.MaxRetryCount))
-	}
-	if c.MaxDuration < 0 {
-		add("MAX_DURATION", c.MaxDuration, "a duration of 0 or more (0 = no budget)")
-	}
-	if c.MaxRetries == 0 && c.MaxDuration == 0 && parsed("MAX_DURATION") {
-		add("MAX_RETRIES", c.MaxRetries, "above 0 when REBOUND_MAX_DURATION is 0: one limit is needed or retrying never ends")
-	}
-	// A fitted curve runs from MIN_DELAY at the first delayed retry to
-	// MAX_DELAY at the last: it needs two delayed retries to fit.
-	if c.Backoff.Fitted() && c.MaxRetries >= 0 && c.ImmediateRetries >= 0 && c.MaxRetries-c.ImmediateRetries < 2 && parsed("IMMEDIATE_RETRIES") {
-		add("MAX_RETRIES", c.MaxRetries, fmt.Sprintf(
-			"at least REBOUND_IMMEDIATE_RETRIES (%d) + 2 with REBOUND_BACKOFF=%s: the curve is fitted over the delayed retries, REBOUND_MAX_RETRIES - REBOUND_IMMEDIATE_RETRIES",
-			c.ImmediateRetries, c.Backoff))
+	for _, p := range c.PolicyConfig.validate(Prefix, failed) {
+		ps = append(ps, p.FieldError)
 	}
 	if c.Prefetch < 1 || c.Prefetch > 65535 {
 		add("PREFETCH", c.Prefetch, "a whole number from 1 to 65535")
@@ -333,23 +290,6 @@ func names[T ~string](values []T) []string {
 		out[i] = string(v)
 	}
 	return out
-}
-
-// Policy returns the retry policy the configuration describes.
-func (c Config) Policy() policy.Policy {
-	return policy.Policy{
-		Backoff:          c.Backoff,
-		MinDelay:         c.MinDelay,
-		MaxDelay:         c.MaxDelay,
-		Multiplier:       c.Multiplier,
-		Jitter:           c.Jitter,
-		JitterFactor:     c.JitterFactor,
-		JitterMax:        c.JitterMax,
-		ImmediateRetries: c.ImmediateRetries,
-		MaxRetries:       c.MaxRetries,
-		MaxDuration:      c.MaxDuration,
-		Deadline:         c.Deadline,
-	}
 }
 
 // HeaderNames returns the header names the configuration selects.
@@ -422,13 +362,18 @@ func (c Config) Topology() topology.Topology {
 // configuration describes: the topology (with the allowlist), the
 // policies and the header names. Only for a Config that Load accepted.
 func (c Config) Router() route.Router {
-	return route.Router{Topology: c.Topology(), Policies: c.Policies(), Codec: headers.NewCodec(c.HeaderNames())}
+	return route.Router{Topology: c.Topology(), Policies: c.PolicySet(), Codec: headers.NewCodec(c.HeaderNames())}
 }
 
-// Policies returns the policies the configuration describes, chosen by
-// origin queue.
-func (c Config) Policies() policy.Set {
-	return policy.Single(c.Policy())
+// PolicySet returns the policies the configuration describes, chosen by
+// origin queue: the named ones in order, then the default. Only for a
+// Config that Load accepted.
+func (c Config) PolicySet() policy.Set {
+	named := make([]policy.Named, len(c.Named))
+	for i, p := range c.Named {
+		named[i] = policy.Named{Name: p.Name, Queues: regexp.MustCompile(p.Queues), Policy: p.Policy()}
+	}
+	return policy.NewSet(c.Policy(), named...)
 }
 
 // TLS builds the TLS configuration for amqps:// from the CA, certificate

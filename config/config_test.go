@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -29,18 +30,20 @@ func TestLoadDefaults(t *testing.T) {
 		DelayQueuePrefix:   "rebound.delay.",
 		ParkingQueue:       "rebound.parked",
 		QueueType:          Classic,
-		Backoff:            policy.Exponential,
-		MinDelay:           time.Second,
-		MaxDelay:           time.Hour,
-		Multiplier:         2,
-		Jitter:             policy.FullJitter,
-		JitterFactor:       0.5,
-		JitterMax:          time.Second,
-		ImmediateRetries:   0,
-		MaxRetries:         10,
-		MaxDuration:        24 * time.Hour,
-		Deadline:           policy.Clamp,
-		Prefetch:           256, DelayQueueIdle: 15 * time.Minute,
+		PolicyConfig: PolicyConfig{
+			Backoff:          policy.Exponential,
+			MinDelay:         time.Second,
+			MaxDelay:         time.Hour,
+			Multiplier:       2,
+			Jitter:           policy.FullJitter,
+			JitterFactor:     0.5,
+			JitterMax:        time.Second,
+			ImmediateRetries: 0,
+			MaxRetries:       10,
+			MaxDuration:      24 * time.Hour,
+			Deadline:         policy.Clamp,
+		},
+		Prefetch: 256, DelayQueueIdle: 15 * time.Minute,
 		ConfirmTimeout: 30 * time.Second,
 		ShutdownGrace:  20 * time.Second,
 		HTTPAddr:       ":9464",
@@ -61,7 +64,7 @@ func TestLoadDefaults(t *testing.T) {
 		HeaderPolicy:           "x-retry-policy",
 		HeaderDueAt:            "x-retry-due-at",
 	}
-	if c != want {
+	if !reflect.DeepEqual(c, want) {
 		t.Errorf("Load(no REBOUND_*) =\n%+v\nwant\n%+v", c, want)
 	}
 	if c.HeaderNames() != headers.DefaultNames() {

@@ -594,3 +594,51 @@ func TestDecodeCostDoesNotGrowWithSize(t *testing.T) {
 		t.Errorf("decoding allocates %v times for 10 000 x-death entries, %v for 100: it grows with the size", allocs[10_000], allocs[100])
 	}
 }
+
+func TestDecodePolicyAndDueAt(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		h       amqp.Table
+		policy  string
+		due     time.Time
+		problem string // the header with a problem; "" for none
+	}{
+		{"absent", amqp.Table{}, "", time.Time{}, ""},
+		{"as written", amqp.Table{"x-retry-policy": "payments:1234abcd", "x-retry-due-at": testNowMs + 60_000},
+			"payments:1234abcd", testNow().Add(time.Minute), ""},
+		{"bytes and text", amqp.Table{"x-retry-policy": []byte("p:1"), "x-retry-due-at": "2025-06-01T12:30:00Z"},
+			"p:1", testNow().Add(30 * time.Minute), ""},
+		{"due in the past", amqp.Table{"x-retry-due-at": testNowMs - 60_000}, "", testNow().Add(-time.Minute), ""},
+		{"due a month ahead", amqp.Table{"x-retry-due-at": testNowMs + (30*24*time.Hour + time.Minute).Milliseconds()}, "", testNow().Add(30*24*time.Hour + time.Minute), ""},
+		{"due too far ahead", amqp.Table{"x-retry-due-at": testNowMs + (31 * 24 * time.Hour).Milliseconds()}, "", time.Time{}, "x-retry-due-at"},
+		{"due garbage", amqp.Table{"x-retry-due-at": "tomorrow"}, "", time.Time{}, "x-retry-due-at"},
+		{"policy not text", amqp.Table{"x-retry-policy": int64(7)}, "", time.Time{}, "x-retry-policy"},
+		{"policy too long", amqp.Table{"x-retry-policy": strings.Repeat("p", 256)}, "", time.Time{}, "x-retry-policy"},
+	} {
+		s, problems := decode(tc.h)
+		if s.Policy != tc.policy || !s.DueAt.Equal(tc.due) {
+			t.Errorf("%s: policy %q, due %v; want %q, %v", tc.name, s.Policy, s.DueAt, tc.policy, tc.due)
+		}
+		if tc.problem == "" {
+			wantProblem(t, problems, "", "")
+		} else if len(problems) != 1 || problems[0].Header != tc.problem {
+			t.Errorf("%s: problems %v, want one for %s", tc.name, problems, tc.problem)
+		}
+	}
+}
+
+func TestNamesRead(t *testing.T) {
+	n := DefaultNames()
+	n.Policy = "policy-header"
+	read := n.Read()
+	for _, want := range []string{"x-retry-count", "x-task-started-at", "x-retry-last-delay-ms", "x-retry-origin-queue",
+		"x-retry-non-retryable", "policy-header", "x-retry-due-at", XDeath, XFirstDeathQueue} {
+		found := false
+		for _, r := range read {
+			found = found || r == want
+		}
+		if !found {
+			t.Errorf("Read() = %v lacks %s", read, want)
+		}
+	}
+}

@@ -39,7 +39,7 @@ func rebounds() map[string]bool {
 	return map[string]bool{
 		n.RetryCount: true, n.TaskStartedAt: true, n.LastDelay: true, n.OriginQueue: true,
 		n.NonRetryable: true, n.ParkedReason: true, n.ParkedAt: true,
-		n.FirstDeathReason: true, n.FirstDeathQueue: true,
+		n.FirstDeathReason: true, n.FirstDeathQueue: true, n.Policy: true, n.DueAt: true,
 	}
 }
 
@@ -319,14 +319,16 @@ func TestReplay(t *testing.T) {
 	s.Retries = 4
 	s.NonRetryable = true
 	s.LastDelay = time.Minute
-	parked := c.Park(c.Retry(h, s, time.Minute, time.Time{}), s, policy.NonRetryable, testNow())
+	s.Policy = "orders:0badcafe"
+	parked := c.Park(c.Retry(h, s, time.Minute, testNow().Add(time.Minute)), s, policy.NonRetryable, testNow())
 	before := fmt.Sprint(parked)
 
 	later := testNow().Add(48 * time.Hour)
 	out := c.Replay(parked, "orders", later)
 	checkCopy(t, parked, out, before, later)
 	for _, k := range []string{"x-retry-count", "x-retry-last-delay-ms", "x-retry-parked-reason", "x-retry-parked-at",
-		"x-retry-non-retryable", "x-retry-first-death-reason", "x-retry-first-death-queue", "x-death", "x-first-death-queue"} {
+		"x-retry-non-retryable", "x-retry-first-death-reason", "x-retry-first-death-queue", "x-death", "x-first-death-queue",
+		"x-retry-policy", "x-retry-due-at"} {
 		if _, ok := out[k]; ok {
 			t.Errorf("%s kept: %v", k, out[k])
 		}
@@ -375,4 +377,42 @@ func TestWritersValidateWithJunk(t *testing.T) {
 	checkCopy(t, h, c.Retry(h, s, time.Second, time.Time{}), before, testNow())
 	checkCopy(t, h, c.Park(h, s, policy.MaxDuration, testNow()), before, testNow())
 	checkCopy(t, h, c.Replay(h, "orders", testNow()), before, testNow())
+}
+
+// TestPolicyAndDueAt: a delayed copy says which policy decided and when
+// its delay ends; an immediate retry carries no due time, a parked copy
+// neither, and none of them the legacy routing header.
+func TestPolicyAndDueAt(t *testing.T) {
+	c := NewCodec(DefaultNames())
+	h := amqp.Table{"rebound-delay-ms": int64(1000), "x-retry-due-at": int64(1), "x-retry-policy": "older:00000000", "tenant": "acme"}
+	s, _ := c.Decode(h, time.Time{}, testNow(), nil)
+	if s.Policy != "older:00000000" {
+		t.Errorf("decoded policy %q", s.Policy)
+	}
+	s.Policy = "payments:1234abcd"
+	due := testNow().Add(1500 * time.Millisecond)
+	for _, tc := range []struct {
+		name   string
+		out    amqp.Table
+		policy any
+		due    any // nil: absent
+	}{
+		{"delayed", c.Retry(h, s, 1500*time.Millisecond, due), "payments:1234abcd", due.UnixMilli()},
+		{"immediate", c.Retry(h, s, 0, time.Time{}), "payments:1234abcd", nil},
+		{"parked", c.Park(h, s, policy.MaxRetries, testNow()), "payments:1234abcd", nil},
+	} {
+		if tc.out["x-retry-policy"] != tc.policy || tc.out["x-retry-due-at"] != tc.due {
+			t.Errorf("%s: policy %#v, due %#v; want %#v, %#v", tc.name, tc.out["x-retry-policy"], tc.out["x-retry-due-at"], tc.policy, tc.due)
+		}
+		if _, ok := tc.out["rebound-delay-ms"]; ok {
+			t.Errorf("%s: the legacy routing header is kept", tc.name)
+		}
+		back, problems := c.Decode(tc.out, time.Time{}, testNow(), nil)
+		if len(problems) != 0 || back.Policy != tc.policy {
+			t.Errorf("%s: decoded back as policy %q, %v", tc.name, back.Policy, problems)
+		}
+		if tc.due != nil && !back.DueAt.Equal(due.Truncate(time.Millisecond)) {
+			t.Errorf("%s: due decoded back as %v, want %v", tc.name, back.DueAt, due)
+		}
+	}
 }

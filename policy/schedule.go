@@ -1,7 +1,10 @@
 package policy
 
 import (
+	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -78,4 +81,54 @@ func addSaturating(a, b time.Duration) time.Duration {
 		return math.MaxInt64
 	}
 	return a + b
+}
+
+// Summary describes the policy and its schedule in one line, for the log
+// at start and `rebound config check`: "exponential 1s to 1h ×2, full
+// jitter: 10 retries over 17m3s (1s, 2s, 4s … 8m32s), then parked
+// max-retries". The delays are the nominal ones, as queued.
+func (p Policy) Summary() string {
+	var b strings.Builder
+	b.WriteString(string(p.Backoff))
+	switch {
+	case p.Backoff == Constant:
+		b.WriteString(" " + FormatDuration(p.MinDelay))
+	case p.Backoff == Exponential:
+		fmt.Fprintf(&b, " %s to %s ×%s", FormatDuration(p.MinDelay), FormatDuration(p.MaxDelay), strconv.FormatFloat(p.Multiplier, 'g', -1, 64))
+	default:
+		fmt.Fprintf(&b, " %s to %s", FormatDuration(p.MinDelay), FormatDuration(p.MaxDelay))
+	}
+	fmt.Fprintf(&b, ", %s jitter", p.Jitter)
+	if p.ImmediateRetries > 0 {
+		fmt.Fprintf(&b, ", %d immediate", p.ImmediateRetries)
+	}
+	if p.RetryRate > 0 {
+		fmt.Fprintf(&b, ", at most %s/s per origin", strconv.FormatFloat(p.RetryRate, 'g', -1, 64))
+	}
+	const limit = 1000
+	steps, stop := p.Schedule(limit)
+	if len(steps) == 0 {
+		fmt.Fprintf(&b, ": parked %s at the first failure", stop.Reason)
+		return b.String()
+	}
+	delays := make([]string, 0, 5)
+	for i, s := range steps {
+		if len(steps) > 5 && i == 3 {
+			delays = append(delays, "…")
+		}
+		if len(steps) <= 5 || i < 3 || i == len(steps)-1 {
+			delays = append(delays, FormatDuration(s.Delay))
+		}
+	}
+	total := FormatDuration(steps[len(steps)-1].Elapsed)
+	if stop.Retry {
+		fmt.Fprintf(&b, ": more than %d retries, the first %d over %s (%s)", limit, limit, total, strings.Join(delays, ", "))
+		return b.String()
+	}
+	retries := "retries"
+	if len(steps) == 1 {
+		retries = "retry"
+	}
+	fmt.Fprintf(&b, ": %d %s over %s (%s), then parked %s", len(steps), retries, total, strings.Join(delays, ", "), stop.Reason)
+	return b.String()
 }

@@ -81,26 +81,24 @@ func (s Set) Lookup(name string) (*Named, bool) {
 // All returns every policy in order of precedence, the default last.
 func (s Set) All() []*Named { return s.named }
 
-// Conflict says whether a message's policy header, label, disagrees with
-// the policy chosen for it: it names that policy with another
-// fingerprint, or a policy s does not have. That is how two replicas
-// configured differently find each other. It returns "" when label is
-// empty (a message from an earlier rebound, or a first failure), agrees,
-// or names another policy of s with its own fingerprint (a message that
-// moved to a queue another policy serves).
+// Conflict says how a message's policy header, label, disagrees with the
+// policy chosen for it, or "" when it agrees (or is empty: a message from
+// an earlier rebound, or a first failure). It disagrees when it names
+// that policy with another fingerprint (the replica that wrote it has other
+// parameters for it), a policy s does not have, or another policy of s
+// (the replica that wrote it chooses policies by other queues, or has no
+// named policies; or, rarely, the message moved to another queue). That
+// is how two replicas configured differently find each other.
 func (s Set) Conflict(label string, chosen *Named) string {
 	if label == "" || label == chosen.Label() {
 		return ""
 	}
-	name, fingerprint, _ := strings.Cut(label, ":")
+	name, _, _ := strings.Cut(label, ":")
 	switch other, ok := s.Lookup(name); {
 	case !ok:
 		return "names a policy this replica does not have"
 	case other != chosen:
-		if other.Fingerprint == fingerprint {
-			return ""
-		}
-		return "names policy " + name + " with another fingerprint than this replica's (" + other.Fingerprint + ")"
+		return "names policy " + name + ", where this replica chooses " + chosen.Name + " for the message's origin queue"
 	}
 	return "names the chosen policy with another fingerprint than this replica's (" + chosen.Fingerprint + ")"
 }

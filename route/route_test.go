@@ -222,8 +222,8 @@ func TestDecide(t *testing.T) {
 			policy: "payments", decision: policy.Decision{Retry: true, Delay: time.Minute, Drawn: time.Minute}, conflict: true},
 		{name: "a policy this replica lacks", origin: "payments.capture", label: "refunds:1234abcd", exists: true,
 			policy: "payments", decision: policy.Decision{Retry: true, Delay: time.Minute, Drawn: time.Minute}, conflict: true},
-		{name: "moved to a queue another policy serves", origin: "orders.created", label: payments.Label(), exists: true,
-			policy: "everything", decision: policy.Decision{Retry: true, Delay: 2 * time.Second, Drawn: 2 * time.Second}},
+		{name: "another policy of this replica's", origin: "orders.created", label: payments.Label(), exists: true,
+			policy: "everything", decision: policy.Decision{Retry: true, Delay: 2 * time.Second, Drawn: 2 * time.Second}, conflict: true},
 		{name: "a forged label decides nothing", origin: "orders.created", label: strings.Repeat("x", 255), exists: true,
 			policy: "everything", decision: policy.Decision{Retry: true, Delay: 2 * time.Second, Drawn: 2 * time.Second}, conflict: true},
 	} {

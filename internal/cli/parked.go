@@ -75,6 +75,9 @@ type ParkedJSON struct {
 	// first dead-lettered (rejected, expired, maxlen, delivery_limit).
 	FirstDeathReason string `json:"first_death_reason,omitempty"`
 	FirstDeathQueue  string `json:"first_death_queue,omitempty"`
+	// Policy is "<name>:<fingerprint>" of the policy that parked it;
+	// absent when unknown (an earlier rebound's, or the broker's).
+	Policy string `json:"policy,omitempty"`
 }
 
 // ListJSON is the whole `parked list --format json` document. ByReason
@@ -124,7 +127,7 @@ func runParkedList(ctx context.Context, args []string, in invocation) error {
 			ID: m.ID(), Origin: m.Origin, Reason: m.Reason, RetryCount: m.Retries,
 			TaskStartedAt: m.StartedAt, TaskAgeMs: now.Sub(m.StartedAt).Milliseconds(),
 			Error: m.Error, BodyBytes: len(m.Delivery.Body),
-			FirstDeathReason: m.FirstDeathReason, FirstDeathQueue: m.FirstDeathQueue,
+			FirstDeathReason: m.FirstDeathReason, FirstDeathQueue: m.FirstDeathQueue, Policy: m.Policy,
 		}
 		if !m.ParkedAt.IsZero() {
 			j.ParkedAt = &m.ParkedAt
@@ -137,14 +140,14 @@ func runParkedList(ctx context.Context, args []string, in invocation) error {
 		return enc.Encode(doc)
 	}
 	tw := tabwriter.NewWriter(in.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tORIGIN\tREASON\tFIRST DEATH\tRETRIES\tPARKED AT\tTASK AGE\tERROR\tBYTES")
+	fmt.Fprintln(tw, "ID\tORIGIN\tREASON\tPOLICY\tFIRST DEATH\tRETRIES\tPARKED AT\tTASK AGE\tERROR\tBYTES")
 	for _, j := range doc.Messages {
 		parkedAt := "-"
 		if j.ParkedAt != nil {
 			parkedAt = j.ParkedAt.UTC().Format(time.RFC3339)
 		}
 		age := (time.Duration(j.TaskAgeMs) * time.Millisecond).Round(time.Second)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\n", orDash(j.ID), orDash(j.Origin), orDash(j.Reason),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\n", orDash(j.ID), orDash(j.Origin), orDash(j.Reason), orDash(j.Policy),
 			firstDeath(j.FirstDeathReason, j.FirstDeathQueue), j.RetryCount, parkedAt, age, orDash(oneLine(j.Error, 60)), j.BodyBytes)
 	}
 	if err := tw.Flush(); err != nil {
@@ -222,6 +225,7 @@ func printMessage(w io.Writer, m parking.Message) {
 	prop("message id", d.MessageId, true)
 	prop("origin", orDash(m.Origin), true)
 	prop("reason", orDash(m.Reason), true)
+	prop("policy", orDash(m.Policy), true)
 	if !m.ParkedAt.IsZero() {
 		prop("parked at", m.ParkedAt.UTC().Format(time.RFC3339Nano), true)
 	}

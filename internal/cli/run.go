@@ -73,6 +73,13 @@ func runSidecar(ctx context.Context, args []string, in invocation) error {
 	log.Info("starting", zap.String("version", Version), zap.String("broker", config.Redact(cfg.AMQPURL)),
 		zap.String("http", listener.Addr().String()), zap.String("inbox", cfg.InboxQueue),
 		zap.String("origin_queues", originQueues(cfg)))
+	for _, p := range opt.Router.Policies.All() {
+		log.Info("policy", zap.String("name", p.Name), zap.String("queues", policyQueues(p)),
+			zap.String("fingerprint", p.Fingerprint), zap.String("schedule", p.Summary()))
+	}
+	for _, w := range cfg.Warnings {
+		log.Warn("configuration", zap.String("warning", w))
+	}
 
 	runErr := sc.Run(ctx)
 

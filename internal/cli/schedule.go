@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -16,11 +17,13 @@ import (
 // schedule millions of short retries, and nobody reads past a thousand.
 const scheduleRows = 1000
 
-const scheduleUsage = `usage: rebound schedule [-format table|json]
+const scheduleUsage = `usage: rebound schedule [--policy NAME | --origin QUEUE] [--format table|json]
 
-Prints the delay schedule the policy configured by the REBOUND_* variables
+Prints the delay schedule a policy configured by the REBOUND_* variables
 produces for a message that fails every time, at once, and is always given
-its nominal delay, retry by retry until the policy parks it.
+its nominal delay, retry by retry until the policy parks it: the default
+policy, the one --policy names, or the one the sidecar chooses for
+messages from the --origin queue.
 
 Columns (table) and fields (json):
   retry       the retry number, counted from 1 (x-retry-count is one less
@@ -45,6 +48,7 @@ retries are printed.`
 func runSchedule(ctx context.Context, args []string, in invocation) error {
 	fs := flag.NewFlagSet("schedule", flag.ContinueOnError)
 	format := fs.String("format", "table", "output `format`: table or json")
+	which := addPolicyFlags(fs, true)
 	if done, err := parseFlags(fs, args, scheduleUsage, 0, in); done || err != nil {
 		return err
 	}
@@ -55,9 +59,16 @@ func runSchedule(ctx context.Context, args []string, in invocation) error {
 	if err != nil {
 		return err
 	}
-	p := cfg.Policy()
+	named, err := which.choose(cfg.PolicySet())
+	if err != nil {
+		return err
+	}
+	p := named.Policy
 	steps, stop := p.Schedule(scheduleRows)
-	why := stopLine(p, steps, stop)
+	why := stopLine(named, steps, stop)
+	if *format == "table" && named.Queues != nil {
+		fmt.Fprintf(in.stdout, "policy %s, for origin queues matching %s\n", named.Label(), named.Queues)
+	}
 	if *format == "json" {
 		if err := writeScheduleJSON(in.stdout, steps); err != nil {
 			return err
@@ -117,7 +128,11 @@ func writeScheduleJSON(w io.Writer, steps []policy.Step) error {
 
 // stopLine says in one sentence why the schedule ends, naming the variable
 // to change for a longer or shorter one.
-func stopLine(p policy.Policy, steps []policy.Step, stop policy.Decision) string {
+func stopLine(named *policy.Named, steps []policy.Step, stop policy.Decision) string {
+	p, v := named.Policy, "REBOUND_"
+	if named.Queues != nil {
+		v = "REBOUND_POLICY_" + strings.ToUpper(strings.ReplaceAll(named.Name, "-", "_")) + "_"
+	}
 	after := "at the first failure"
 	var elapsed time.Duration
 	if len(steps) > 0 {
@@ -128,10 +143,10 @@ func stopLine(p policy.Policy, steps []policy.Step, stop policy.Decision) string
 	case stop.Retry:
 		return fmt.Sprintf("printout capped at %d retries; the policy goes on", len(steps))
 	case stop.Reason == policy.MaxRetries:
-		return fmt.Sprintf("parked %s: max retries %d reached (REBOUND_MAX_RETRIES)", after, p.MaxRetries)
+		return fmt.Sprintf("parked %s: max retries %d reached (%sMAX_RETRIES)", after, p.MaxRetries, v)
 	case p.Deadline == policy.Strict && elapsed < p.MaxDuration:
-		return fmt.Sprintf("parked %s: the next delay, %s, would end past the %s budget (REBOUND_MAX_DURATION, REBOUND_DEADLINE=strict)",
-			after, policy.FormatDuration(p.Nominal(len(steps))), policy.FormatDuration(p.MaxDuration))
+		return fmt.Sprintf("parked %s: the next delay, %s, would end past the %s budget (%sMAX_DURATION, %sDEADLINE=strict)",
+			after, policy.FormatDuration(p.Nominal(len(steps))), policy.FormatDuration(p.MaxDuration), v, v)
 	}
-	return fmt.Sprintf("parked %s: budget %s reached (REBOUND_MAX_DURATION)", after, policy.FormatDuration(p.MaxDuration))
+	return fmt.Sprintf("parked %s: budget %s reached (%sMAX_DURATION)", after, policy.FormatDuration(p.MaxDuration), v)
 }

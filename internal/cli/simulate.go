@@ -50,7 +50,8 @@ Strategies (-strategies, comma-separated):
           less than 30 ticks, contradicting the text's own results, so 30
           is taken as a cap.
   REB     random exponential backoff: U(0, EB's delay) ticks
-  policy  the configured REBOUND_* policy, one tick being -tick (1s): each
+  policy  the configured REBOUND_* policy (the default one, or the one
+          --policy names), one tick being -tick (1s): each
           failure asks policy.Decide (retries so far, first request as the
           task start, last delay); a park decision means the client gives
           up (column "gave up")
@@ -103,14 +104,17 @@ text): calls made then fail at -timeout, not at once, as the text's
 client saw; they never reach it. It then resumes.
 
 Strategies (-strategies, comma-separated, plus each -compare):
-  policy     the configured policy
+  policy     the configured policy (the default one, or the one --policy
+             names)
   fixed      retry after -interval (100ms, the text's), no jitter, with the
              configured policy's budget (max retries, duration, deadline)
   immediate  retry at once, with the configured policy's budget
   -compare 'ASSIGNMENTS'  another policy: REBOUND_* assignments laid over
              the environment, e.g. -compare 'REBOUND_BACKOFF=constant
              REBOUND_MIN_DELAY=5s'; prefix a name and a colon to name it
-             ('slow: REBOUND_MIN_DELAY=5s'). Repeatable.
+             ('slow: REBOUND_MIN_DELAY=5s'); with --policy, the compared
+             configuration's policy of that name, if it has one.
+             Repeatable.
 
 Recovered: every second from some point to -horizon is healthy, for at
 least -sustain: the dependency ran, a call made then would have been
@@ -165,6 +169,7 @@ func runSimulateBurst(ctx context.Context, args []string, in invocation) error {
 	strategies := fs.String("strategies", strings.Join(simulate.BurstStrategyNames(), ","), "comma-separated strategies to run")
 	format := fs.String("format", "table", "output `format`: table or json")
 	svg := fs.String("svg", "", "also write the plot to this `file`")
+	which := addPolicyFlags(fs, false)
 	if done, err := parseFlags(fs, args, burstUsage, 0, in); done || err != nil {
 		return err
 	}
@@ -178,7 +183,11 @@ func runSimulateBurst(ctx context.Context, args []string, in invocation) error {
 	if err != nil {
 		return err
 	}
-	b.Policy = cfg.Policy()
+	named, err := which.choose(cfg.PolicySet())
+	if err != nil {
+		return err
+	}
+	b.Policy = named.Policy
 	names, err := splitList(*strategies)
 	if err != nil {
 		return usageError{"-strategies: " + err.Error()}
@@ -281,6 +290,7 @@ func runSimulateOutage(ctx context.Context, args []string, in invocation) error 
 	})
 	format := fs.String("format", "table", "output `format`: table or json")
 	svg := fs.String("svg", "", "also write the plot to this `file`")
+	which := addPolicyFlags(fs, false)
 	if done, err := parseFlags(fs, args, outageUsage, 0, in); done || err != nil {
 		return err
 	}
@@ -297,7 +307,11 @@ func runSimulateOutage(ctx context.Context, args []string, in invocation) error 
 	if err != nil {
 		return err
 	}
-	p := cfg.Policy()
+	named, err := which.choose(cfg.PolicySet())
+	if err != nil {
+		return err
+	}
+	p := named.Policy
 	var names []string
 	if strings.TrimSpace(*strategies) != "" || len(compares) == 0 {
 		if names, err = splitList(*strategies); err != nil {
@@ -329,7 +343,12 @@ func runSimulateOutage(ctx context.Context, args []string, in invocation) error 
 		if err != nil {
 			return fmt.Errorf("-compare %q: %w", raw, err)
 		}
-		runs = append(runs, simulate.OutageStrategy{Name: name, Policy: cmp.Policy()})
+		// The policy of the same name, when the comparison has one.
+		cmpPolicy, ok := cmp.PolicySet().Lookup(named.Name)
+		if !ok {
+			cmpPolicy = cmp.PolicySet().Default()
+		}
+		runs = append(runs, simulate.OutageStrategy{Name: name, Policy: cmpPolicy.Policy})
 	}
 	return playAll(ctx, in.stdout, playback[simulate.OutageStrategy, simulate.OutageResult, simulate.OutageSummary]{
 		model: "outage", seed: c.Seed, format: *format, svg: *svg,

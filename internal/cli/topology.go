@@ -10,14 +10,16 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/topology"
 )
 
-// deadLetterPolicyName is the example policy `topology print` writes for
-// application queues, named as deploy/rabbitmq/setup.sh names it.
+// deadLetterPolicyName is the policy `topology print` writes for
+// application queues.
 const deadLetterPolicyName = "rebound-dead-letter"
 
 const topologyPrintUsage = `usage: rebound topology print [flags]
@@ -25,7 +27,11 @@ const topologyPrintUsage = `usage: rebound topology print [flags]
 Writes RabbitMQ definitions JSON for the virtual host of REBOUND_AMQP_URL:
 load it with ` + "`rabbitmqctl import_definitions`" + ` or the management UI. It
 holds the exchanges, queues and bindings rebound declares, rebound's own
-policies and an example dead-letter policy for application queues:
+policies, and the dead-letter policy that sends the application queues'
+failed messages to rebound: for the queues REBOUND_ORIGIN_QUEUES allows
+(rebound sends messages back to those only), else for the queues the
+named policies serve (REBOUND_POLICY_<NAME>_QUEUES), else none; --app-pattern
+overrides it. Rebound's own policies:
 
   - classic queues: rebound-delay-queues-lazy runs the delay queues lazy,
     which keeps retries on time on RabbitMQ before 3.12 (later versions
@@ -45,7 +51,7 @@ included: rebound declares each pair the first time it needs that delay.`
 
 func runTopologyPrint(ctx context.Context, args []string, in invocation) error {
 	fs := flag.NewFlagSet("topology print", flag.ContinueOnError)
-	pattern := fs.String("app-pattern", `^app\.`, "`regexp` of the application queues the example dead-letter policy applies to (empty: no policy)")
+	pattern := fs.String("app-pattern", "", "`regexp` of the application queues the dead-letter policy applies to (default: REBOUND_ORIGIN_QUEUES, else the named policies' queues)")
 	version := fs.String("rabbitmq", "", "the broker's `version` (such as 3.10 or 4.3), for quorum queues; empty: ask the broker")
 	if done, err := parseFlags(fs, args, topologyPrintUsage, 0, in); done || err != nil {
 		return err
@@ -72,8 +78,14 @@ func runTopologyPrint(ctx context.Context, args []string, in invocation) error {
 	vhost := cfg.Vhost()
 	defs := topo.Definitions(vhost)
 	defs.Policies = append(defs.Policies, topo.Policies(vhost)...)
+	app := appQueues(cfg)
 	if *pattern != "" {
-		defs.Policies = append(defs.Policies, topo.DeadLetterPolicy(vhost, deadLetterPolicyName, *pattern))
+		app = *pattern
+	}
+	if app != "" {
+		defs.Policies = append(defs.Policies, topo.DeadLetterPolicy(vhost, deadLetterPolicyName, app))
+	} else {
+		fmt.Fprintln(in.stderr, "rebound topology print: no dead-letter policy for application queues: set REBOUND_ORIGIN_QUEUES (or pass --app-pattern)")
 	}
 	enc := json.NewEncoder(in.stdout)
 	enc.SetIndent("", "  ")
@@ -123,4 +135,19 @@ func runTopologyDeclare(ctx context.Context, args []string, in invocation) error
 		fmt.Fprintln(in.stdout, "  "+line)
 	}
 	return nil
+}
+
+// appQueues is the pattern of the queues that dead-letter to rebound, as
+// the configuration implies it: REBOUND_ORIGIN_QUEUES, the queues rebound
+// may send messages back to, else the queues the named policies serve,
+// else "" (any queue: no pattern to give a policy).
+func appQueues(cfg config.Config) string {
+	if cfg.OriginQueues != "" {
+		return cfg.OriginQueues
+	}
+	var parts []string
+	for _, p := range cfg.Named {
+		parts = append(parts, "(?:"+p.Queues+")")
+	}
+	return strings.Join(parts, "|")
 }

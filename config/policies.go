@@ -1,0 +1,322 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+
+	"github.com/rebound-mq/rebound/headers"
+	"github.com/rebound-mq/rebound/policy"
+)
+
+// PolicyConfig is the variables of one retry policy: REBOUND_<FIELD> for
+// the default policy, REBOUND_POLICY_<NAME>_<FIELD> for a named one. Field
+// tags name the variable without its prefix.
+type PolicyConfig struct {
+	Backoff          policy.Backoff  `env:"BACKOFF" envDefault:"exponential"`
+	MinDelay         time.Duration   `env:"MIN_DELAY" envDefault:"1s"`
+	MaxDelay         time.Duration   `env:"MAX_DELAY" envDefault:"1h"`
+	Multiplier       float64         `env:"MULTIPLIER" envDefault:"2"`
+	Jitter           policy.Jitter   `env:"JITTER" envDefault:"full"`
+	JitterFactor     float64         `env:"JITTER_FACTOR" envDefault:"0.5"`
+	JitterMax        time.Duration   `env:"JITTER_MAX" envDefault:"1s"`
+	ImmediateRetries int             `env:"IMMEDIATE_RETRIES" envDefault:"0"`
+	MaxRetries       int             `env:"MAX_RETRIES" envDefault:"10"`
+	MaxDuration      time.Duration   `env:"MAX_DURATION" envDefault:"24h"`
+	Deadline         policy.Deadline `env:"DEADLINE" envDefault:"clamp"`
+	RetryRate        float64         `env:"RETRY_RATE" envDefault:"0"`
+}
+
+// Policy returns the retry policy pc describes.
+func (pc PolicyConfig) Policy() policy.Policy {
+	return policy.Policy{
+		Backoff:          pc.Backoff,
+		MinDelay:         pc.MinDelay,
+		MaxDelay:         pc.MaxDelay,
+		Multiplier:       pc.Multiplier,
+		Jitter:           pc.Jitter,
+		JitterFactor:     pc.JitterFactor,
+		JitterMax:        pc.JitterMax,
+		ImmediateRetries: pc.ImmediateRetries,
+		MaxRetries:       pc.MaxRetries,
+		MaxDuration:      pc.MaxDuration,
+		Deadline:         pc.Deadline,
+		RetryRate:        pc.RetryRate,
+	}
+}
+
+// NamedPolicy is one policy of REBOUND_POLICIES.
+type NamedPolicy struct {
+	Name string
+	// Queues is REBOUND_POLICY_<NAME>_QUEUES: a regular expression of the
+	// origin queues the policy serves, unanchored.
+	Queues string
+	PolicyConfig
+}
+
+// MaxRetryRate is the highest REBOUND_RETRY_RATE accepted: far above what
+// a dependency that needs protecting answers, low enough that a typo
+// (an extra digit or three) is caught.
+const MaxRetryRate = 100_000
+
+// policyFields lists the variables of a policy, without prefix, in the
+// order they are declared.
+func policyFields() []string {
+	t := reflect.TypeFor[PolicyConfig]()
+	out := make([]string, t.NumField())
+	for i := range out {
+		out[i] = t.Field(i).Tag.Get("env")
+	}
+	return out
+}
+
+// policyVariable is the prefix of a named policy's variables:
+// REBOUND_POLICY_PAYMENTS_ for payments, REBOUND_POLICY_E_MAIL_ for e-mail.
+func policyVariable(name string) string {
+	return Prefix + "POLICY_" + strings.ReplaceAll(strings.ToUpper(name), "-", "_") + "_"
+}
+
+var policyName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,39}$`)
+
+// loadPolicies reads REBOUND_POLICIES and every REBOUND_POLICY_* variable
+// of vars. def is the default policy as parsed, defFailed its variables
+// that did not parse. It returns the named policies in order, and every
+// problem, each naming the variable, the value and what is allowed. A
+// field a named policy leaves unset inherits the default policy's value,
+// and a problem only inherited is the default policy's, reported once.
+func loadPolicies(vars map[string]string, listed string, failed map[string]bool) ([]NamedPolicy, []FieldError) {
+	var problems []FieldError
+	add := func(variable, value, allowed string) {
+		problems = append(problems, FieldError{Variable: variable, Value: value, Allowed: allowed})
+	}
+	var named []NamedPolicy
+	seen := map[string]bool{}
+	for _, name := range strings.Split(listed, ",") {
+		name = strings.TrimSpace(name)
+		switch {
+		case name == "" && strings.TrimSpace(listed) == "":
+			continue
+		case name == policy.DefaultName:
+			add(Prefix+"POLICIES", listed, "names other than default, which is the policy of REBOUND_BACKOFF, REBOUND_MIN_DELAY and the rest, for every origin no named policy selects")
+			continue
+		case !policyName.MatchString(name):
+			add(Prefix+"POLICIES", listed, fmt.Sprintf("comma-separated policy names of 1 to 40 lowercase letters, digits and '-', starting with a letter or digit (%q is not)", name))
+			continue
+		case seen[name]:
+			add(Prefix+"POLICIES", listed, fmt.Sprintf("each name once (%s is listed twice)", name))
+			continue
+		}
+		seen[name] = true
+		p, ps := loadPolicy(vars, name, failed)
+		problems = append(problems, ps...)
+		named = append(named, p)
+	}
+	problems = append(problems, strayPolicyVariables(vars, named)...)
+	return named, problems
+}
+
+// loadPolicy reads the variables of the policy name: its QUEUES, and each
+// field, inherited from the default policy when unset.
+func loadPolicy(vars map[string]string, name string, defFailed map[string]bool) (NamedPolicy, []FieldError) {
+	prefix := policyVariable(name)
+	p := NamedPolicy{Name: name, Queues: vars[prefix+"QUEUES"]}
+	var problems []FieldError
+	switch queues, set := vars[prefix+"QUEUES"]; {
+	case !set || strings.TrimSpace(queues) == "":
+		problems = append(problems, FieldError{Variable: prefix + "QUEUES", Value: queues,
+			Allowed: "a regular expression of the origin queues policy " + name + " serves, such as ^" + name + `\. (required for every name in REBOUND_POLICIES)`})
+	default:
+		if _, err := regexp.Compile(queues); err != nil {
+			problems = append(problems, FieldError{Variable: prefix + "QUEUES", Value: queues,
+				Allowed: "a regular expression (Go's RE2 syntax) of the origin queues policy " + name + " serves (" + err.Error() + ")"})
+		}
+	}
+	// The policy's environment: the default policy's variables, each
+	// replaced by the policy's own where it sets one.
+	merged := map[string]string{}
+	own := map[string]bool{}
+	for _, field := range policyFields() {
+		if v, ok := vars[prefix+field]; ok {
+			merged[Prefix+field] = v
+			own[field] = true
+		} else if v, ok := vars[Prefix+field]; ok {
+			merged[Prefix+field] = v
+		}
+	}
+	failed := map[string]bool{}
+	err := env.ParseWithOptions(&p.PolicyConfig, env.Options{Environment: merged, Prefix: Prefix})
+	var agg env.AggregateError
+	if errors.As(err, &agg) {
+		for _, e := range agg.Errors {
+			var pe env.ParseError
+			if !errors.As(e, &pe) {
+				problems = append(problems, FieldError{Variable: prefix + "*", Allowed: e.Error()})
+				continue
+			}
+			field := policyField(pe.Name)
+			failed[prefix+field] = true
+			if own[field] {
+				problems = append(problems, FieldError{Variable: prefix + field, Value: vars[prefix+field], Allowed: allowedForType(pe.Type)})
+			}
+		}
+	} else if err != nil {
+		problems = append(problems, FieldError{Variable: prefix + "*", Allowed: err.Error()})
+	}
+	for field := range defFailed {
+		if f, ok := strings.CutPrefix(field, Prefix); ok && !own[f] {
+			failed[prefix+f] = true // the default's problem, reported there
+		}
+	}
+	// A problem is this policy's when one of the variables it involves is
+	// the policy's own; one in inherited values alone is the default
+	// policy's, reported for it.
+	for _, fe := range p.validate(prefix, failed) {
+		if slices.ContainsFunc(fe.involves, func(field string) bool { return own[field] }) {
+			problems = append(problems, fe.FieldError)
+		}
+	}
+	return p, problems
+}
+
+// policyField maps a PolicyConfig field name to its variable (no prefix).
+func policyField(field string) string {
+	f, ok := reflect.TypeFor[PolicyConfig]().FieldByName(field)
+	if !ok {
+		return field
+	}
+	return f.Tag.Get("env")
+}
+
+// strayPolicyVariables reports the REBOUND_POLICY_* variables no listed
+// policy reads: a name missing from REBOUND_POLICIES, or a field that does
+// not exist. Either is usually a typo, and ignoring it would apply a
+// policy other than the one meant.
+func strayPolicyVariables(vars map[string]string, named []NamedPolicy) []FieldError {
+	known := map[string]bool{}
+	for _, p := range named {
+		prefix := policyVariable(p.Name)
+		known[prefix+"QUEUES"] = true
+		for _, f := range policyFields() {
+			known[prefix+f] = true
+		}
+	}
+	fields := append([]string{"QUEUES"}, policyFields()...)
+	var problems []FieldError
+	for _, variable := range slices.Sorted(maps.Keys(vars)) {
+		rest, ok := strings.CutPrefix(variable, Prefix+"POLICY_")
+		if !ok || known[variable] {
+			continue
+		}
+		allowed := "a variable of a policy listed in REBOUND_POLICIES"
+		for _, p := range named {
+			if field, ok := strings.CutPrefix(variable, policyVariable(p.Name)); ok {
+				allowed = fmt.Sprintf("REBOUND_POLICY_<NAME>_ and one of %s", strings.Join(fields, ", "))
+				if near := nearest(field, fields); near != "" {
+					allowed += fmt.Sprintf(" (did you mean %s%s?)", policyVariable(p.Name), near)
+				}
+				break
+			}
+		}
+		if strings.HasPrefix(allowed, "a variable of a policy") {
+			name := rest
+			for _, f := range fields {
+				if n, ok := strings.CutSuffix(rest, "_"+f); ok {
+					name = n
+					break
+				}
+			}
+			allowed += fmt.Sprintf(" (no policy %q is listed: REBOUND_POLICIES names the policies, as lowercase names with '-' for '_')",
+				strings.ReplaceAll(strings.ToLower(name), "_", "-"))
+		}
+		problems = append(problems, FieldError{Variable: variable, Value: vars[variable], Allowed: allowed})
+	}
+	return problems
+}
+
+// policyProblem is a problem with a policy's values, with the fields it
+// involves: a named policy reports it only when one of them is its own.
+type policyProblem struct {
+	FieldError
+	involves []string
+}
+
+// validate checks the policy's values and combinations; prefix names its
+// variables (REBOUND_ or REBOUND_POLICY_<NAME>_). failed holds the
+// variables (full names) that did not parse: no rule reports on them or
+// judges another variable against them.
+func (pc PolicyConfig) validate(prefix string, failed map[string]bool) []policyProblem {
+	var ps []policyProblem
+	add := func(field string, value any, allowed string, others ...string) {
+		if !failed[prefix+field] {
+			ps = append(ps, policyProblem{FieldError{Variable: prefix + field, Value: fmt.Sprint(value), Allowed: allowed}, append(others, field)})
+		}
+	}
+	parsed := func(fields ...string) bool {
+		for _, f := range fields {
+			if failed[prefix+f] {
+				return false
+			}
+		}
+		return true
+	}
+	oneOf := func(field string, value string, allowed []string) {
+		if !slices.Contains(allowed, value) {
+			add(field, value, "one of "+strings.Join(allowed, ", "))
+		}
+	}
+	oneOf("BACKOFF", string(pc.Backoff), names(policy.Backoffs))
+	oneOf("JITTER", string(pc.Jitter), names(policy.Jitters))
+	oneOf("DEADLINE", string(pc.Deadline), names(policy.Deadlines))
+
+	// Delay queues count whole milliseconds (x-message-ttl): a shorter
+	// delay would be queued as 0 or 1ms, not as configured.
+	if pc.MinDelay < time.Millisecond {
+		add("MIN_DELAY", pc.MinDelay, "a duration of at least 1ms")
+	}
+	if pc.MaxDelay < time.Millisecond || pc.MaxDelay > headers.MaxLastDelay {
+		add("MAX_DELAY", pc.MaxDelay, fmt.Sprintf("a duration from 1ms to %s (what the last-delay header carries)", headers.MaxLastDelay))
+	}
+	if pc.MinDelay >= time.Millisecond && pc.MaxDelay >= time.Millisecond && pc.MinDelay > pc.MaxDelay && parsed("MAX_DELAY") {
+		add("MIN_DELAY", pc.MinDelay, fmt.Sprintf("at most %sMAX_DELAY (%s)", prefix, pc.MaxDelay), "MAX_DELAY")
+	}
+	if pc.Backoff == policy.Exponential && !(pc.Multiplier > 1 && !math.IsInf(pc.Multiplier, 1)) {
+		add("MULTIPLIER", pc.Multiplier, "a finite number above 1", "BACKOFF")
+	}
+	if (pc.Jitter == policy.ProportionalJitter || pc.Jitter == policy.GaussianJitter) && !(pc.JitterFactor >= 0 && pc.JitterFactor <= 1) {
+		add("JITTER_FACTOR", pc.JitterFactor, fmt.Sprintf("a number from 0 to 1 with %s jitter", pc.Jitter), "JITTER")
+	}
+	if pc.JitterMax < 0 {
+		add("JITTER_MAX", pc.JitterMax, "a duration of 0 or more")
+	}
+	if pc.ImmediateRetries < 0 {
+		add("IMMEDIATE_RETRIES", pc.ImmediateRetries, "a whole number of 0 or more")
+	}
+	if pc.MaxRetries < 0 || pc.MaxRetries > headers.MaxRetryCount {
+		add("MAX_RETRIES", pc.MaxRetries, fmt.Sprintf("a whole number from 0 (no limit by count) to %d (the largest count the header carries)", headers.MaxRetryCount))
+	}
+	if pc.MaxDuration < 0 {
+		add("MAX_DURATION", pc.MaxDuration, "a duration of 0 or more (0 = no budget)")
+	}
+	if pc.MaxRetries == 0 && pc.MaxDuration == 0 && parsed("MAX_DURATION") {
+		add("MAX_RETRIES", pc.MaxRetries, fmt.Sprintf("above 0 when %sMAX_DURATION is 0: one limit is needed or retrying never ends", prefix), "MAX_DURATION")
+	}
+	// A fitted curve runs from MIN_DELAY at the first delayed retry to
+	// MAX_DELAY at the last: it needs two delayed retries to fit.
+	if pc.Backoff.Fitted() && pc.MaxRetries >= 0 && pc.ImmediateRetries >= 0 && pc.MaxRetries-pc.ImmediateRetries < 2 && parsed("IMMEDIATE_RETRIES") {
+		add("MAX_RETRIES", pc.MaxRetries, fmt.Sprintf(
+			"at least %[1]sIMMEDIATE_RETRIES (%[2]d) + 2 with %[1]sBACKOFF=%[3]s: the curve is fitted over the delayed retries, %[1]sMAX_RETRIES - %[1]sIMMEDIATE_RETRIES",
+			prefix, pc.ImmediateRetries, pc.Backoff), "IMMEDIATE_RETRIES", "BACKOFF")
+	}
+	if !(pc.RetryRate >= 0 && pc.RetryRate <= MaxRetryRate) {
+		add("RETRY_RATE", pc.RetryRate, fmt.Sprintf("copies per second to one origin queue, from 0 (no cap) to %d", MaxRetryRate))
+	}
+	return ps
+}
