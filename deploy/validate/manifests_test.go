@@ -183,7 +183,7 @@ func exampleInput(t *testing.T) (*appsv1.Deployment, PodInput) {
 	return d, PodInput{Layout: NativeSidecar, ConfigMap: cm, Secret: secret, Config: cfg, Deployable: true}
 }
 
-func sidecar(d *appsv1.Deployment) *corev1.Container {
+func reboundContainer(d *appsv1.Deployment) *corev1.Container {
 	return &d.Spec.Template.Spec.InitContainers[0]
 }
 
@@ -199,44 +199,48 @@ func TestCheckPodCatches(t *testing.T) {
 		mutate func(d *appsv1.Deployment, in *PodInput)
 		want   string
 	}{
-		{"no restartPolicy", func(d *appsv1.Deployment, _ *PodInput) { sidecar(d).RestartPolicy = nil }, "restartPolicy: Always"},
+		{"no restartPolicy", func(d *appsv1.Deployment, _ *PodInput) { reboundContainer(d).RestartPolicy = nil }, "restartPolicy: Always"},
 		{"wrong layout", func(_ *appsv1.Deployment, in *PodInput) { in.Layout = TwoContainers }, `no container "rebound"`},
 		{"writable root", func(d *appsv1.Deployment, _ *PodInput) {
-			sidecar(d).SecurityContext.ReadOnlyRootFilesystem = ptr.To(false)
+			reboundContainer(d).SecurityContext.ReadOnlyRootFilesystem = ptr.To(false)
 		}, "readOnlyRootFilesystem"},
-		{"escalation", func(d *appsv1.Deployment, _ *PodInput) { sidecar(d).SecurityContext.AllowPrivilegeEscalation = nil }, "allowPrivilegeEscalation"},
-		{"capabilities kept", func(d *appsv1.Deployment, _ *PodInput) { sidecar(d).SecurityContext.Capabilities = nil }, "drop ALL"},
+		{"escalation", func(d *appsv1.Deployment, _ *PodInput) {
+			reboundContainer(d).SecurityContext.AllowPrivilegeEscalation = nil
+		}, "allowPrivilegeEscalation"},
+		{"capabilities kept", func(d *appsv1.Deployment, _ *PodInput) { reboundContainer(d).SecurityContext.Capabilities = nil }, "drop ALL"},
 		{"app escalation", func(d *appsv1.Deployment, _ *PodInput) {
 			d.Spec.Template.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation = ptr.To(true)
 		}, "app: allowPrivilegeEscalation"},
-		{"readiness on healthz", func(d *appsv1.Deployment, _ *PodInput) { sidecar(d).ReadinessProbe.HTTPGet.Path = "/healthz" }, "readiness probe path"},
-		{"liveness on readyz", func(d *appsv1.Deployment, _ *PodInput) { sidecar(d).LivenessProbe.HTTPGet.Path = "/readyz" }, "liveness probe path"},
-		{"impatient liveness", func(d *appsv1.Deployment, _ *PodInput) { sidecar(d).LivenessProbe.FailureThreshold = 1 }, "liveness probe gives up"},
+		{"readiness on healthz", func(d *appsv1.Deployment, _ *PodInput) { reboundContainer(d).ReadinessProbe.HTTPGet.Path = "/healthz" }, "readiness probe path"},
+		{"liveness on readyz", func(d *appsv1.Deployment, _ *PodInput) { reboundContainer(d).LivenessProbe.HTTPGet.Path = "/readyz" }, "liveness probe path"},
+		{"impatient liveness", func(d *appsv1.Deployment, _ *PodInput) { reboundContainer(d).LivenessProbe.FailureThreshold = 1 }, "liveness probe gives up"},
 		{"probe port", func(d *appsv1.Deployment, _ *PodInput) {
-			sidecar(d).ReadinessProbe.HTTPGet.Port.StrVal = "http"
+			reboundContainer(d).ReadinessProbe.HTTPGet.Port.StrVal = "http"
 		}, "readiness probe port"},
 		{"http addr", func(_ *appsv1.Deployment, in *PodInput) { in.Config.HTTPAddr = ":8080" }, "no containerPort 8080"},
-		{"no startup probe", func(d *appsv1.Deployment, _ *PodInput) { sidecar(d).StartupProbe = nil }, "no startup probe"},
-		{"no envFrom", func(d *appsv1.Deployment, _ *PodInput) { sidecar(d).EnvFrom = nil }, "envFrom"},
+		{"no startup probe", func(d *appsv1.Deployment, _ *PodInput) { reboundContainer(d).StartupProbe = nil }, "no startup probe"},
+		{"no envFrom", func(d *appsv1.Deployment, _ *PodInput) { reboundContainer(d).EnvFrom = nil }, "envFrom"},
 		{"url in env", func(d *appsv1.Deployment, _ *PodInput) {
-			sidecar(d).Env = append(sidecar(d).Env, corev1.EnvVar{Name: "REBOUND_AMQP_URL", Value: placeholderURL})
+			reboundContainer(d).Env = append(reboundContainer(d).Env, corev1.EnvVar{Name: "REBOUND_AMQP_URL", Value: placeholderURL})
 		}, "password"},
-		{"url file elsewhere", func(d *appsv1.Deployment, _ *PodInput) { sidecar(d).Env[0].Value = "/tmp/url" }, "under no volume mount"},
+		{"url file elsewhere", func(d *appsv1.Deployment, _ *PodInput) { reboundContainer(d).Env[0].Value = "/tmp/url" }, "under no volume mount"},
 		{"unreadable url", func(d *appsv1.Deployment, _ *PodInput) {
 			d.Spec.Template.Spec.Volumes[0].Secret.DefaultMode = ptr.To[int32](0o400)
 		}, "not readable"},
-		{"writable url mount", func(d *appsv1.Deployment, _ *PodInput) { sidecar(d).VolumeMounts[0].ReadOnly = false }, "readOnly"},
+		{"writable url mount", func(d *appsv1.Deployment, _ *PodInput) { reboundContainer(d).VolumeMounts[0].ReadOnly = false }, "readOnly"},
 		{"cpu limit", func(d *appsv1.Deployment, _ *PodInput) {
-			sidecar(d).Resources.Limits[corev1.ResourceCPU] = resource.MustParse("100m")
+			reboundContainer(d).Resources.Limits[corev1.ResourceCPU] = resource.MustParse("100m")
 		}, "CPU limit"},
 		{"memlimit above limit", func(d *appsv1.Deployment, _ *PodInput) {
-			sidecar(d).Resources.Limits[corev1.ResourceMemory] = resource.MustParse("64Mi")
+			reboundContainer(d).Resources.Limits[corev1.ResourceMemory] = resource.MustParse("64Mi")
 		}, "GOMEMLIMIT"},
 		{"short grace", func(d *appsv1.Deployment, _ *PodInput) {
 			d.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](20)
 		}, "terminationGracePeriodSeconds"},
-		{"latest image", func(d *appsv1.Deployment, _ *PodInput) { sidecar(d).Image = "rebound:latest" }, "pin a tag"},
-		{"root user", func(d *appsv1.Deployment, _ *PodInput) { sidecar(d).SecurityContext.RunAsUser = ptr.To[int64](0) }, "runs as root"},
+		{"latest image", func(d *appsv1.Deployment, _ *PodInput) { reboundContainer(d).Image = "rebound:latest" }, "pin a tag"},
+		{"root user", func(d *appsv1.Deployment, _ *PodInput) {
+			reboundContainer(d).SecurityContext.RunAsUser = ptr.To[int64](0)
+		}, "runs as root"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

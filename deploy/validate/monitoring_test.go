@@ -9,7 +9,8 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/rebound-mq/rebound/consumer"
+	"github.com/rebound-mq/rebound/config"
+	"github.com/rebound-mq/rebound/sidecar"
 )
 
 const (
@@ -126,7 +127,11 @@ func TestCheckDashboardCatches(t *testing.T) {
 // fixed label values alike.
 func TestMetricsAreTheSidecars(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	consumer.NewMetrics(reg, "x-retry-count")
+	cfg, err := config.Load(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sidecar.NewMetrics(reg, cfg.Router())
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"net"
 	"os"
 	"path"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,29 +43,14 @@ func (l Layout) String() string {
 	return "two containers"
 }
 
-// KnownVariables returns every REBOUND_* variable config.Load reads, from
-// the env tags of config.Config, so a misspelt key in a ConfigMap (which
-// config.Load would silently ignore) is caught.
-func KnownVariables() []string {
-	t := reflect.TypeFor[config.Config]()
-	var vars []string
-	for i := range t.NumField() {
-		if tag := t.Field(i).Tag.Get("env"); tag != "" {
-			vars = append(vars, config.Prefix+tag)
-		}
-	}
-	return vars
-}
-
 // LoadConfigMap runs config.Load on the ConfigMap's data, as envFrom hands
 // it to rebound, with REBOUND_AMQP_URL_FILE naming a file in dir that holds
 // url (the manifests mount the real one from a Secret). It also reports
-// keys that are not REBOUND_* variables config.Load knows, and a broker URL
-// in the ConfigMap, where it would be readable by anyone who can read
-// ConfigMaps.
+// keys that are not REBOUND_* variables config.Load reads (its warnings: a
+// misspelt key would leave a default in force), and a broker URL in the
+// ConfigMap, where it would be readable by anyone who can read ConfigMaps.
 func LoadConfigMap(cm *corev1.ConfigMap, dir, url string) (config.Config, []string) {
 	var problems []string
-	known := KnownVariables()
 	keys := make([]string, 0, len(cm.Data))
 	for k := range cm.Data {
 		keys = append(keys, k)
@@ -75,7 +59,7 @@ func LoadConfigMap(cm *corev1.ConfigMap, dir, url string) (config.Config, []stri
 	environ := make([]string, 0, len(keys)+1)
 	for _, k := range keys {
 		switch {
-		case !slices.Contains(known, k):
+		case !strings.HasPrefix(k, config.Prefix):
 			problems = append(problems, fmt.Sprintf("ConfigMap %s: key %s is not a variable rebound reads", cm.Name, k))
 		case k == config.Prefix+"AMQP_URL" || k == config.Prefix+"AMQP_URL_FILE":
 			problems = append(problems, fmt.Sprintf("ConfigMap %s: %s belongs in the Secret-mounted file, not in a ConfigMap", cm.Name, k))
@@ -93,6 +77,9 @@ func LoadConfigMap(cm *corev1.ConfigMap, dir, url string) (config.Config, []stri
 	c, err := config.Load(environ)
 	if err != nil {
 		problems = append(problems, fmt.Sprintf("ConfigMap %s: config.Load: %v", cm.Name, err))
+	}
+	for _, w := range c.Warnings {
+		problems = append(problems, fmt.Sprintf("ConfigMap %s: %s", cm.Name, w))
 	}
 	return c, problems
 }

@@ -21,14 +21,15 @@ type Metric struct {
 
 // Metrics are the metrics rebound's sidecar exports, the contract the
 // dashboard and the alerts are built on. TestMetricsAreTheSidecars checks
-// them against what consumer.NewMetrics registers.
+// them against what sidecar.NewMetrics registers.
 var Metrics = []Metric{
 	{Name: "rebound_messages_received_total"},
-	{Name: "rebound_messages_retried_total", Labels: map[string][]string{"kind": {"delayed", "immediate"}}},
+	{Name: "rebound_messages_retried_total", Labels: map[string][]string{"kind": {"delayed", "immediate"}, "policy": nil}},
 	{Name: "rebound_retry_delay_seconds", Histogram: true},
-	{Name: "rebound_messages_parked_total", Labels: map[string][]string{"reason": {"max-retries", "max-duration", "non-retryable", "unknown-origin", "origin-not-allowed"}}},
+	{Name: "rebound_messages_parked_total", Labels: map[string][]string{"reason": {"max-retries", "max-duration", "non-retryable", "unknown-origin", "origin-not-allowed"}, "policy": nil}},
 	{Name: "rebound_invalid_headers_total", Labels: map[string][]string{"header": nil}},
 	{Name: "rebound_origin_mismatch_total"},
+	{Name: "rebound_policy_conflicts_total"},
 	{Name: "rebound_publish_failures_total", Labels: map[string][]string{"kind": {"nack", "return", "timeout", "closed"}}},
 	{Name: "rebound_confirm_latency_seconds", Histogram: true},
 	{Name: "rebound_inflight_deliveries"},

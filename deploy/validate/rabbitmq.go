@@ -65,9 +65,9 @@ func CheckOriginQueues(c config.Config, appQueues string) []string {
 	if c.OriginQueues != appQueues {
 		problems = append(problems, fmt.Sprintf("REBOUND_ORIGIN_QUEUES=%q, but setup.sh's dead-letter policy applies to %q: set both to the same pattern", c.OriginQueues, appQueues))
 	}
-	allowed := c.OriginAllowed()
+	topo := c.Topology()
 	for _, own := range []string{c.InboxQueue, c.ParkingQueue, c.DelayQueuePrefix + "1000"} {
-		if allowed(own) {
+		if topo.Allows(own) {
 			problems = append(problems, fmt.Sprintf("REBOUND_ORIGIN_QUEUES=%q matches rebound's own queue %s", c.OriginQueues, own))
 		}
 	}
