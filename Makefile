@@ -3,7 +3,10 @@ SHELL := /bin/bash
 export PATH := $(PATH):/usr/local/go/bin:$(HOME)/go/bin
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
 GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
-VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+# The release version (VERSION, kept with CHANGELOG.md) and the revision
+# it is built from, stamped into the binary (internal/buildinfo).
+VERSION ?= $(shell cat VERSION 2>/dev/null || echo dev)
+REVISION ?= $(shell git describe --always --dirty --abbrev=12 --exclude='*' 2>/dev/null || echo unknown)
 # The broker test matrix (internal/brokertest): Debian 12's RabbitMQ 3.10
 # on 5672 and Debian sid's RabbitMQ 4.3 in a chroot on 5674.
 BROKERS := 3.10 4.3
@@ -44,7 +47,7 @@ test: brokers lint
 
 build:
 	@./scripts/ensure-go.sh
-	CGO_ENABLED=0 go build -trimpath -ldflags "-X github.com/rebound-mq/rebound/internal/cli.Version=$(VERSION)" -o bin/rebound .
+	CGO_ENABLED=0 go build -trimpath -ldflags "-X github.com/rebound-mq/rebound/internal/buildinfo.version=$(VERSION) -X github.com/rebound-mq/rebound/internal/buildinfo.revision=$(REVISION)" -o bin/rebound .
 
 lint:
 	@./scripts/ensure-go.sh

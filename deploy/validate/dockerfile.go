@@ -69,7 +69,7 @@ func CheckDockerfile(content string, httpPort int) []string {
 			problems = append(problems, fmt.Sprintf("final stage %q, want gcr.io/distroless/static-debian12:nonroot", last))
 		}
 	}
-	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "-s -w", "-X github.com/rebound-mq/rebound/internal/cli.Version="} {
+	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "-s -w", "-X github.com/rebound-mq/rebound/internal/buildinfo.version="} {
 		if !strings.Contains(build, want) {
 			problems = append(problems, fmt.Sprintf("go build step lacks %s", want))
 		}

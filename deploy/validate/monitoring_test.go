@@ -131,7 +131,9 @@ func TestMetricsAreTheSidecars(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sidecar.NewMetrics(reg, cfg.Router())
+	m := sidecar.NewMetrics(reg, cfg.Router())
+	// One series per delay queue used: none until one is.
+	m.DelayQueueMessages.WithLabelValues(cfg.DelayQueuePrefix + "1000").Set(0)
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -37,6 +37,17 @@ var Metrics = []Metric{
 	{Name: "rebound_reconnects_total"},
 	{Name: "rebound_connection_blocked"},
 	{Name: "rebound_ready"},
+	{Name: "rebound_inbox_messages"},
+	{Name: "rebound_inbox_consumers"},
+	{Name: "rebound_parked_messages"},
+	{Name: "rebound_delay_queue_messages", Labels: map[string][]string{"queue": nil}},
+	{Name: "rebound_prefetch"},
+	{Name: "rebound_inflight_bytes"},
+	{Name: "rebound_retry_rate_deferred_total", Labels: map[string][]string{"policy": nil}},
+	{Name: "rebound_retry_rate_deferral_seconds", Histogram: true, Labels: map[string][]string{"policy": nil}},
+	{Name: "rebound_retry_rate_overflow_total", Labels: map[string][]string{"policy": nil}},
+	{Name: "rebound_retry_rate_share", Labels: map[string][]string{"policy": nil}},
+	{Name: "rebound_build_info", Labels: map[string][]string{"version": nil, "revision": nil, "goversion": nil}},
 }
 
 // targetLabels are the labels Prometheus adds to every scraped series

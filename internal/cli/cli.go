@@ -48,6 +48,7 @@ func commands() []command {
 		{"topology print", "print what rebound needs on the broker as definitions JSON", runTopologyPrint},
 		{"topology declare", "declare what rebound needs on the broker now", runTopologyDeclare},
 		{"config check", "validate the configuration without connecting", runConfigCheck},
+		{"version", "print the version, revision and Go version", runVersion},
 	}
 }
 
@@ -62,6 +63,9 @@ func Run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	if isHelp(args[0]) {
 		fmt.Fprint(stdout, commandList(""))
 		return nil
+	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = append([]string{"version"}, args[1:]...)
 	}
 	for _, c := range commands() {
 		words := strings.Fields(c.name)

@@ -2,29 +2,37 @@ package cli
 
 import (
 	"context"
+	"os"
 
+	"github.com/caarlos0/env/v11"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/rebound-mq/rebound/config"
+	"github.com/rebound-mq/rebound/internal/buildinfo"
 	"github.com/rebound-mq/rebound/republisher"
 )
 
 // dialer returns the Dialer every command and the sidecar connect with:
 // TLS from the configuration, every broker of a cluster list tried in
 // turn, errors without passwords. The connections it opens are named
-// after rebound and its version.
-func dialer(cfg config.Config) (*republisher.Dialer, error) {
+// after rebound, its version and the host (in Kubernetes, HOSTNAME is the
+// pod's name), so that operators find them in the management UI.
+func dialer(cfg config.Config, environ []string) (*republisher.Dialer, error) {
 	tlsConfig, err := cfg.TLS()
 	if err != nil {
 		return nil, err
 	}
-	return republisher.NewDialer(cfg.BrokerURLs(), tlsConfig, "rebound "+Version), nil
+	host := env.ToMap(environ)["HOSTNAME"]
+	if host == "" {
+		host, _ = os.Hostname()
+	}
+	return republisher.NewDialer(cfg.BrokerURLs(), tlsConfig, buildinfo.Read().ConnectionName(host)), nil
 }
 
 // connect opens a connection for a one-shot command, which Ctrl-C (ctx)
 // abandons at once. role names the connection on the broker.
-func connect(ctx context.Context, cfg config.Config, role string) (*amqp.Connection, error) {
-	d, err := dialer(cfg)
+func connect(ctx context.Context, in invocation, cfg config.Config, role string) (*amqp.Connection, error) {
+	d, err := dialer(cfg, in.environ)
 	if err != nil {
 		return nil, err
 	}

@@ -51,7 +51,7 @@ func openParking(ctx context.Context, in invocation, role string) (parking.Queue
 	if err != nil {
 		return parking.Queue{}, nil, err
 	}
-	conn, err := connect(ctx, cfg, role)
+	conn, err := connect(ctx, in, cfg, role)
 	if err != nil {
 		return parking.Queue{}, nil, err
 	}

@@ -18,11 +18,9 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/rebound-mq/rebound/config"
+	"github.com/rebound-mq/rebound/internal/buildinfo"
 	"github.com/rebound-mq/rebound/sidecar"
 )
-
-// Version is stamped at build time: -ldflags "-X github.com/rebound-mq/rebound/internal/cli.Version=...".
-var Version = "dev"
 
 const runUsage = `usage: rebound run
 
@@ -49,7 +47,7 @@ func runSidecar(ctx context.Context, args []string, in invocation) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	d, err := dialer(cfg)
+	d, err := dialer(cfg, in.environ)
 	if err != nil {
 		return err
 	}
@@ -70,7 +68,9 @@ func runSidecar(ctx context.Context, args []string, in invocation) error {
 			log.Error("http server stopped", zap.Error(err))
 		}
 	}()
-	log.Info("starting", zap.String("version", Version), zap.String("broker", config.Redact(cfg.AMQPURL)),
+	b := buildinfo.Read()
+	log.Info("starting", zap.String("version", b.Version), zap.String("revision", b.Revision), zap.String("go", b.GoVersion),
+		zap.String("broker", config.Redact(cfg.AMQPURL)),
 		zap.String("http", listener.Addr().String()), zap.String("inbox", cfg.InboxQueue),
 		zap.String("origin_queues", originQueues(cfg)))
 	for _, p := range opt.Router.Policies.All() {

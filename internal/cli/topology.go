@@ -66,7 +66,7 @@ func runTopologyPrint(ctx context.Context, args []string, in invocation) error {
 	topo := cfg.Topology()
 	if topo.Quorum {
 		if *version == "" {
-			conn, err := connect(ctx, cfg, "topology print")
+			conn, err := connect(ctx, in, cfg, "topology print")
 			if err != nil {
 				return fmt.Errorf("%w (the definitions for quorum queues depend on the broker's version: pass --rabbitmq to print them offline)", err)
 			}
@@ -113,7 +113,7 @@ func runTopologyDeclare(ctx context.Context, args []string, in invocation) error
 	if err != nil {
 		return err
 	}
-	conn, err := connect(ctx, cfg, "topology declare")
+	conn, err := connect(ctx, in, cfg, "topology declare")
 	if err != nil {
 		return err
 	}
