@@ -67,6 +67,9 @@ type Config struct {
 	// Policies is REBOUND_POLICIES: the named policies, in order of
 	// precedence, comma-separated; each is read into Named.
 	Policies string `env:"POLICIES"`
+	// DelayDigits is how many significant digits a delay keeps for its
+	// delay queue, for every policy: fewer digits, fewer delay queues.
+	DelayDigits int `env:"DELAY_DIGITS" envDefault:"2"`
 
 	Prefetch       int           `env:"PREFETCH" envDefault:"256"`
 	DelayQueueIdle time.Duration `env:"DELAY_QUEUE_IDLE" envDefault:"15m"`
@@ -230,6 +233,9 @@ func (c Config) validate(failed map[string]bool) []FieldError {
 	for _, p := range c.PolicyConfig.validate(Prefix, failed) {
 		ps = append(ps, p.FieldError)
 	}
+	if c.DelayDigits < 1 || c.DelayDigits > 3 {
+		add("DELAY_DIGITS", c.DelayDigits, "1, 2 or 3 significant digits of milliseconds a delay keeps (fewer: fewer delay queues, coarser delays)")
+	}
 	if c.Prefetch < 1 || c.Prefetch > 65535 {
 		add("PREFETCH", c.Prefetch, "a whole number from 1 to 65535")
 	}
@@ -365,6 +371,14 @@ func (c Config) Router() route.Router {
 	return route.Router{Topology: c.Topology(), Policies: c.PolicySet(), Codec: headers.NewCodec(c.HeaderNames())}
 }
 
+// Policy returns the default policy: REBOUND_BACKOFF and the rest, with
+// REBOUND_DELAY_DIGITS.
+func (c Config) Policy() policy.Policy {
+	p := c.PolicyConfig.Policy()
+	p.DelayDigits = c.DelayDigits
+	return p
+}
+
 // PolicySet returns the policies the configuration describes, chosen by
 // origin queue: the named ones in order, then the default. Only for a
 // Config that Load accepted.
@@ -372,6 +386,7 @@ func (c Config) PolicySet() policy.Set {
 	named := make([]policy.Named, len(c.Named))
 	for i, p := range c.Named {
 		named[i] = policy.Named{Name: p.Name, Queues: regexp.MustCompile(p.Queues), Policy: p.Policy()}
+		named[i].DelayDigits = c.DelayDigits
 	}
 	return policy.NewSet(c.Policy(), named...)
 }

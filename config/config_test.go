@@ -63,6 +63,7 @@ func TestLoadDefaults(t *testing.T) {
 		HeaderFirstDeathQueue:  "x-retry-first-death-queue",
 		HeaderPolicy:           "x-retry-policy",
 		HeaderDueAt:            "x-retry-due-at",
+		DelayDigits:            2,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("Load(no REBOUND_*) =\n%+v\nwant\n%+v", c, want)
@@ -87,7 +88,7 @@ func TestLoadValues(t *testing.T) {
 	want := policy.Policy{
 		Backoff: policy.Geometric, MinDelay: 5 * time.Second, MaxDelay: 260 * time.Second, Multiplier: 2,
 		Jitter: policy.GaussianJitter, JitterFactor: 0.2, JitterMax: 250 * time.Millisecond,
-		ImmediateRetries: 2, MaxRetries: 12, MaxDuration: 0, Deadline: policy.Strict,
+		ImmediateRetries: 2, MaxRetries: 12, MaxDuration: 0, Deadline: policy.Strict, DelayDigits: 2,
 	}
 	if c.Policy() != want {
 		t.Errorf("Policy() = %+v, want %+v", c.Policy(), want)
@@ -116,6 +117,10 @@ func TestLoadInvalid(t *testing.T) {
 		{"unknown log format", []string{"REBOUND_LOG_FORMAT=xml"}, "REBOUND_LOG_FORMAT", "xml", "one of json, console"},
 		{"duration that does not parse", []string{"REBOUND_MIN_DELAY=soon"}, "REBOUND_MIN_DELAY", "soon", "a Go duration such as 500ms"},
 		{"duration without unit", []string{"REBOUND_MAX_DURATION=3600"}, "REBOUND_MAX_DURATION", "3600", "a Go duration"},
+		{"delay digits out of range", []string{"REBOUND_DELAY_DIGITS=4"}, "REBOUND_DELAY_DIGITS", "4", "1, 2 or 3 significant digits"},
+		{"delay digits not a number", []string{"REBOUND_DELAY_DIGITS=two"}, "REBOUND_DELAY_DIGITS", "two", "a whole number"},
+		{"retry rate absurd", []string{"REBOUND_RETRY_RATE=1e9"}, "REBOUND_RETRY_RATE", "1e+09", "from 0 (no cap) to 100000"},
+		{"retry rate not a number", []string{"REBOUND_RETRY_RATE=fast"}, "REBOUND_RETRY_RATE", "fast", "a number"},
 		{"zero min delay", []string{"REBOUND_MIN_DELAY=0s"}, "REBOUND_MIN_DELAY", "0s", "at least 1ms"},
 		{"min delay under a millisecond", []string{"REBOUND_MIN_DELAY=500us"}, "REBOUND_MIN_DELAY", "500µs", "at least 1ms"},
 		{"negative max delay", []string{"REBOUND_MAX_DELAY=-1s"}, "REBOUND_MAX_DELAY", "-1s", "from 1ms to 720h0m0s"},

@@ -48,7 +48,7 @@ func TestNamedPolicies(t *testing.T) {
 			t.Errorf("origin %q: policy %s %+v, want %s %+v", tc.origin, got.Name, got.Policy, tc.name, tc.want(def))
 		}
 	}
-	if def.MaxRetries != 5 || def.MinDelay != 2*time.Second || set.For("payments.capture").MinDelay != 2*time.Second {
+	if def.MaxRetries != 5 || def.MinDelay != 2*time.Second || set.For("payments.capture").MinDelay != 2*time.Second || def.DelayDigits != 2 {
 		t.Errorf("default %+v: want max retries 5, min delay 2s, inherited by payments", def)
 	}
 	if len(c.Warnings) != 0 {

@@ -119,6 +119,18 @@ type Policy struct {
 	// all replicas together; 0 = no cap. Decide does not read it: the
 	// sidecar's retry calendar applies it to what Decide returns.
 	RetryRate float64
+	// DelayDigits is how many significant digits of its milliseconds a
+	// delay keeps for its delay queue (Round): 1, 2 or 3; 0 means
+	// DefaultDelayDigits.
+	DelayDigits int
+}
+
+// Digits is the number of significant digits the policy rounds delays to.
+func (p Policy) Digits() int {
+	if p.DelayDigits == 1 || p.DelayDigits == 3 {
+		return p.DelayDigits
+	}
+	return DefaultDelayDigits
 }
 
 // State is the retry state of one message, as decoded from its headers.
@@ -167,8 +179,8 @@ type Rand interface {
 //     StartedAt + MaxDuration, Deadline decides: Clamp shortens it to end at
 //     the deadline, Strict parks with MaxDuration, Lenient keeps it.
 //
-// The returned Delay is what the delay queue holds: rounded to two
-// significant digits in milliseconds (RoundDelay), except that it is
+// The returned Delay is what the delay queue holds: rounded to DelayDigits
+// significant digits in milliseconds (Round), except that it is
 // rounded down instead when rounding up would pass MaxDelay or, under Clamp
 // and Strict, the deadline. So 0 <= Delay <= MaxDelay, and under Clamp and
 // Strict a retry never lands past StartedAt + MaxDuration. Under Clamp, a
@@ -202,7 +214,7 @@ func (p Policy) Decide(s State, now time.Time, r Rand) Decision {
 	if !ok {
 		return Decision{Reason: MaxDuration}
 	}
-	return Decision{Retry: true, Delay: roundWithin(d, ceiling), Drawn: d.Truncate(time.Millisecond)}
+	return Decision{Retry: true, Delay: roundWithin(d, ceiling, p.Digits()), Drawn: d.Truncate(time.Millisecond)}
 }
 
 // fit applies the deadline to a jittered delay d chosen when elapsed has
@@ -214,7 +226,7 @@ func (p Policy) fit(d, elapsed time.Duration) (delay time.Duration, ok bool) {
 	if !ok {
 		return 0, false
 	}
-	return roundWithin(d, ceiling), true
+	return roundWithin(d, ceiling, p.Digits()), true
 }
 
 // deadline applies the deadline to a jittered delay d chosen when elapsed
@@ -241,12 +253,23 @@ func (p Policy) deadline(d, elapsed time.Duration) (delay, ceiling time.Duration
 	return d, ceiling, true
 }
 
-// roundWithin rounds d for the delay queue (RoundDelay), down instead
-// where rounding up would pass ceiling.
-func roundWithin(d, ceiling time.Duration) time.Duration {
-	rounded := RoundDelay(d)
+// roundWithin rounds d for the delay queue (Round), down instead where
+// rounding up would pass ceiling.
+func roundWithin(d, ceiling time.Duration, digits int) time.Duration {
+	rounded := Round(d, digits)
 	if rounded > ceiling {
-		rounded = roundDown(d)
+		rounded = roundDown(d, digits)
 	}
 	return rounded
+}
+
+// Remaining is how long a message whose retry state is s may still wait,
+// as of now, before the budget (MaxDuration) ends: the most a delay may
+// become under Clamp and Strict. It is 0 when nothing bounds the delay:
+// no MaxDuration, or Lenient, which schedules past it.
+func (p Policy) Remaining(s State, now time.Time) time.Duration {
+	if p.MaxDuration <= 0 || p.Deadline == Lenient {
+		return 0
+	}
+	return max(p.MaxDuration-max(now.Sub(s.StartedAt), 0), time.Nanosecond)
 }

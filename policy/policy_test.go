@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -483,6 +484,75 @@ func TestFormatDuration(t *testing.T) {
 	} {
 		if got := FormatDuration(d); got != want {
 			t.Errorf("FormatDuration(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+func TestRoundDigits(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		d              time.Duration
+		digits         int
+		round, roundUp time.Duration
+	}{
+		{1234 * ms, 1, 1000 * ms, 2000 * ms},
+		{1234 * ms, 2, 1200 * ms, 1300 * ms},
+		{1234 * ms, 3, 1230 * ms, 1240 * ms},
+		{56789 * ms, 1, 60000 * ms, 60000 * ms},
+		{56789 * ms, 3, 56800 * ms, 56800 * ms},
+		{9500 * ms, 1, 10000 * ms, 10000 * ms},
+		{9999 * ms, 2, 10000 * ms, 10000 * ms},
+		{1200 * ms, 2, 1200 * ms, 1200 * ms},
+		{1200*ms + time.Microsecond, 2, 1200 * ms, 1300 * ms},
+		{7 * ms, 1, 7 * ms, 7 * ms},
+		{7*ms + 1, 3, 7 * ms, 8 * ms},
+		{400 * time.Microsecond, 2, 0, ms},
+		{0, 2, 0, 0},
+		{-time.Second, 2, 0, 0},
+		{1234 * ms, 0, 1200 * ms, 1300 * ms}, // 0 and out of range: the default two
+	} {
+		if got := Round(tc.d, tc.digits); got != tc.round {
+			t.Errorf("Round(%v, %d) = %v, want %v", tc.d, tc.digits, got, tc.round)
+		}
+		if got := RoundUp(tc.d, tc.digits); got != tc.roundUp {
+			t.Errorf("RoundUp(%v, %d) = %v, want %v", tc.d, tc.digits, got, tc.roundUp)
+		}
+	}
+}
+
+// TestRoundUpProperties: RoundUp is never below d, is on the grid Round
+// maps to itself, and is the least such delay.
+func TestRoundUpProperties(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 20000 {
+		d := time.Duration(r.Int64N(int64(48 * time.Hour)))
+		for _, digits := range []int{1, 2, 3} {
+			up := RoundUp(d, digits)
+			if up < d || Round(up, digits) != up {
+				t.Fatalf("RoundUp(%v, %d) = %v: below d, or off the grid", d, digits, up)
+			}
+			if below := roundDown(up-1, digits); up > 0 && below >= d && below != up {
+				t.Fatalf("RoundUp(%v, %d) = %v, but %v is on the grid and not below d", d, digits, up, below)
+			}
+		}
+	}
+}
+
+func TestRemaining(t *testing.T) {
+	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	s := State{StartedAt: now.Add(-time.Hour)}
+	for _, tc := range []struct {
+		p    Policy
+		want time.Duration
+	}{
+		{Policy{MaxDuration: 3 * time.Hour, Deadline: Clamp}, 2 * time.Hour},
+		{Policy{MaxDuration: 3 * time.Hour, Deadline: Strict}, 2 * time.Hour},
+		{Policy{MaxDuration: 3 * time.Hour, Deadline: Lenient}, 0},
+		{Policy{Deadline: Clamp}, 0},
+		{Policy{MaxDuration: 30 * time.Minute, Deadline: Clamp}, time.Nanosecond},
+	} {
+		if got := tc.p.Remaining(s, now); got != tc.want {
+			t.Errorf("%+v: Remaining = %v, want %v", tc.p, got, tc.want)
 		}
 	}
 }

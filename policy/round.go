@@ -5,19 +5,32 @@ import (
 	"time"
 )
 
+// DefaultDelayDigits is how many significant digits of its millisecond
+// count a delay keeps by default (REBOUND_DELAY_DIGITS).
+const DefaultDelayDigits = 2
+
 // RoundDelay rounds d to two significant digits of its millisecond count,
 // half up: 1234ms becomes 1.2s, 56789ms becomes 57s, 1ms stays 1ms and a
 // delay under half a millisecond becomes 0. Below 100ms that is the whole
-// millisecond, which is what x-message-ttl counts.
+// millisecond, which is what x-message-ttl counts. It is Round with
+// DefaultDelayDigits.
 //
 // Every distinct delay needs its own delay queue (rebound.delay.<ms>), so
 // rounding keeps their number bounded and their names readable, at under
 // 5 % error and none for round delays. A negative d rounds to 0.
-func RoundDelay(d time.Duration) time.Duration {
+func RoundDelay(d time.Duration) time.Duration { return Round(d, DefaultDelayDigits) }
+
+// Round rounds d to digits significant digits (1, 2 or 3; any other value
+// counts as DefaultDelayDigits) of its millisecond count, half up, never
+// below a whole millisecond: with one digit 1234ms becomes 1s and 56789ms
+// 60s (under 50 % error, at most 9 delay queues a decade); with three
+// 1230ms and 56.8s (under 0.5 %, up to 900 a decade). A negative d rounds
+// to 0.
+func Round(d time.Duration, digits int) time.Duration {
 	if d <= 0 {
 		return 0
 	}
-	step := significantStep(d)
+	step := significantStep(d, digits)
 	q, rest := d/step, d%step
 	if rest >= step/2 {
 		q++
@@ -27,22 +40,42 @@ func RoundDelay(d time.Duration) time.Duration {
 	return q * step
 }
 
-// roundDown is RoundDelay rounding toward 0 instead: the largest delay of
-// two significant milliseconds that is not above d.
-func roundDown(d time.Duration) time.Duration {
+// RoundUp is the smallest delay of digits significant milliseconds that
+// is not below d: where a copy that must not come due earlier than d can
+// wait.
+func RoundUp(d time.Duration, digits int) time.Duration {
+	down := roundDown(d, digits)
+	if down >= d {
+		return down
+	}
+	// The next multiple of d's step; at a power of ten the step grows, and
+	// the multiple is still one of the coarser grid.
+	return down + significantStep(d, digits)
+}
+
+// roundDown is Round rounding toward 0 instead: the largest delay of
+// digits significant milliseconds that is not above d.
+func roundDown(d time.Duration, digits int) time.Duration {
 	if d <= 0 {
 		return 0
 	}
-	step := significantStep(d)
+	step := significantStep(d, digits)
 	return d / step * step
 }
 
-// significantStep is the unit of the second significant digit of d in
-// milliseconds, never below one millisecond.
-func significantStep(d time.Duration) time.Duration {
+// significantStep is the unit of the last of digits significant digits of
+// d in milliseconds, never below one millisecond.
+func significantStep(d time.Duration, digits int) time.Duration {
+	scale := time.Duration(100) // 10^digits
+	switch digits {
+	case 1:
+		scale = 10
+	case 3:
+		scale = 1000
+	}
 	step := time.Millisecond
-	// step <= d/100 is d >= 100·step without the overflow.
-	for hundredth := d / 100; step <= hundredth; {
+	// step <= d/scale is d >= scale·step without the overflow.
+	for limit := d / scale; step <= limit; {
 		step *= 10
 	}
 	return step

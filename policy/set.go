@@ -131,6 +131,9 @@ func (p Policy) Fingerprint() string {
 	if p.RetryRate != 0 {
 		field("retry-rate", number(p.RetryRate))
 	}
+	if p.Digits() != DefaultDelayDigits {
+		field("delay-digits", strconv.Itoa(p.Digits()))
+	}
 	h := fnv.New32a()
 	h.Write([]byte(b.String()))
 	return fmt.Sprintf("%08x", h.Sum32())

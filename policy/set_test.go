@@ -29,6 +29,7 @@ func TestFingerprintIsStable(t *testing.T) {
 		{"the default policy", defaultPolicy, "75dc41b8"},
 		{"a retry rate", with(func(p *Policy) { p.RetryRate = 40 }), "d5149883"},
 		{"more retries", with(func(p *Policy) { p.MaxRetries = 20 }), "ad8d5eef"},
+		{"two delay digits spelt out", with(func(p *Policy) { p.DelayDigits = 2 }), "75dc41b8"},
 	} {
 		if got := tc.p.Fingerprint(); got != tc.want {
 			t.Errorf("%s: fingerprint %s, want %s (fingerprints must not change across versions)", tc.name, got, tc.want)
@@ -52,6 +53,7 @@ func TestFingerprintTellsParametersApart(t *testing.T) {
 		"max duration":  func(p *Policy) { p.MaxDuration = time.Hour },
 		"deadline":      func(p *Policy) { p.Deadline = Strict },
 		"retry rate":    func(p *Policy) { p.RetryRate = 0.5 },
+		"delay digits":  func(p *Policy) { p.DelayDigits = 3 },
 	}
 	seen := map[string]string{defaultPolicy.Fingerprint(): "the default"}
 	for name, change := range changes {

@@ -119,3 +119,16 @@ func (p *Publisher) deleteIfEmpty(name string) error {
 		return err
 	})
 }
+
+// DelayQueues lists the delay queues this Publisher has declared and not
+// deleted since: the ones it knows to exist.
+func (p *Publisher) DelayQueues() []string {
+	p.declMu.Lock()
+	defer p.declMu.Unlock()
+	names := make([]string, 0, len(p.declared))
+	for ms := range p.declared {
+		q, _ := p.topo.DelayQueue(time.Duration(ms) * time.Millisecond)
+		names = append(names, q.Name)
+	}
+	return names
+}

@@ -32,6 +32,7 @@ type session struct {
 	cancelled         chan string      // the broker cancelled the consumer
 
 	pub      *republisher.Publisher
+	watch    *watcher
 	acks     *acker
 	ackErr   chan error
 	stopAcks chan struct{}
@@ -105,6 +106,7 @@ func (ss *session) open(ctx context.Context) error {
 		ss.ackErr <- ss.acks.run(ss.stopAcks)
 	}()
 
+	ss.watch = ss.startWatcher(ss.consConn)
 	s.setReady(true)
 	s.log.Info("consuming", zap.String("inbox", topo.InboxQueue), zap.Int("prefetch", s.opt.Prefetch),
 		zap.String("broker", s.opt.Dialer.Host()))
@@ -112,8 +114,8 @@ func (ss *session) open(ctx context.Context) error {
 }
 
 // close stops the acker and closes the connections; the broker requeues
-// every delivery not acked. It waits for the publisher's goroutine, which
-// ends once its channel is closed.
+// every delivery not acked. It waits for the watcher, and for the
+// publisher's goroutine, which end once their connections are closed.
 func (ss *session) close() {
 	if ss.stopAcks != nil {
 		close(ss.stopAcks)
@@ -125,6 +127,9 @@ func (ss *session) close() {
 	}
 	if ss.pubConn != nil {
 		ss.pubConn.Close()
+	}
+	if ss.watch != nil {
+		ss.watch.close()
 	}
 	if ss.pub != nil {
 		<-ss.pub.Done()
@@ -267,7 +272,7 @@ func (ss *session) handle(d amqp.Delivery) error {
 			return fmt.Errorf("check origin queue %s: %w", origin.Queue, err)
 		}
 	}
-	rt := ss.router.Decide(state, origin, exists, now, ss.rng)
+	rt := ss.budget(ss.router.Decide(state, origin, exists, now, ss.rng), state, now)
 	ss.report(d, rt)
 	dest, msg := ss.router.Plan(d, state, rt, now)
 

@@ -26,6 +26,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/rebound-mq/rebound/calendar"
 	"github.com/rebound-mq/rebound/policy"
 	"github.com/rebound-mq/rebound/republisher"
 	"github.com/rebound-mq/rebound/route"
@@ -66,6 +67,15 @@ type Sidecar struct {
 	blocked   atomic.Bool
 	heartbeat atomic.Int64 // Unix nanoseconds of the last sign of life
 
+	// The retry rate budget: the calendar of copies per origin and second
+	// (the one piece of state rebound keeps, lost on restart), and the
+	// inbox's consumer count that divides each rate into this replica's
+	// share.
+	calendar       *calendar.Calendar
+	consumers      atomic.Int64
+	consumerWarned atomic.Bool
+	deferrals      deferralLog // used by the session's goroutine only
+
 	received, retried, parked, failed atomic.Int64 // for the periodic summary
 }
 
@@ -86,7 +96,8 @@ func New(opt Options) *Sidecar {
 			Multiplier: 2, Jitter: policy.EqualJitter, Deadline: policy.Lenient,
 		}
 	}
-	s := &Sidecar{opt: opt, log: opt.Logger, m: opt.Metrics}
+	s := &Sidecar{opt: opt, log: opt.Logger, m: opt.Metrics, calendar: calendar.New()}
+	s.setConsumers(1)
 	s.beat()
 	return s
 }

@@ -111,6 +111,9 @@ type Failure struct {
 type BurstStrategy struct {
 	Name  string
 	Delay func(f Failure, r *rand.Rand) (wait, chosen float64, giveUp bool)
+	// RetryRate is the retry rate budget Delay applies, for the summary;
+	// 0 for none.
+	RetryRate float64
 }
 
 // Names of the strategies of "Exploring backoff", and of the configured
@@ -194,18 +197,27 @@ func epoch() time.Time { return time.Unix(0, 0).UTC() }
 // (as rebound would queue it) that becomes ticks; the delay as drawn is
 // what the next failure carries, as rebound's header does. A park decision
 // means the client gives up.
+//
+// With a retry rate budget (p.RetryRate copies a second of simulated time,
+// a tick lasting tick), the retries of all clients share it, as the
+// retries of all the messages of one application queue do: a copy whose
+// second is full waits for one with room. Each strategy PolicyBackoff
+// returns keeps its own calendar: use it for one run.
 func PolicyBackoff(p policy.Policy, tick time.Duration) BurstStrategy {
 	perTick := float64(tick)
-	return BurstStrategy{Name: Policy, Delay: func(f Failure, r *rand.Rand) (float64, float64, bool) {
+	b := newBudget(p)
+	return BurstStrategy{Name: Policy, RetryRate: p.RetryRate, Delay: func(f Failure, r *rand.Rand) (float64, float64, bool) {
 		s := policy.State{
 			Retries:   f.Attempts - 1,
 			StartedAt: epoch(),
 			LastDelay: time.Duration(math.Round(f.LastDelay * perTick)),
 		}
-		d := p.Decide(s, epoch().Add(time.Duration(f.Elapsed)*tick), r)
+		now := epoch().Add(time.Duration(f.Elapsed) * tick)
+		d := p.Decide(s, now, r)
 		if !d.Retry {
 			return 0, 0, true
 		}
+		d.Delay, _ = b.reserve(s, now, d.Delay)
 		return float64(d.Delay) / perTick, float64(d.Drawn) / perTick, false
 	}}
 }
@@ -244,6 +256,9 @@ type BurstSummary struct {
 	LatencyP99  *int    `json:"latency_p99"`
 	LatencyMax  *int    `json:"latency_max"`
 	Aftershocks float64 `json:"aftershocks"`
+	// RetryRate is the strategy's retry rate budget, copies a second of
+	// simulated time (the policy's REBOUND_RETRY_RATE; 0: none).
+	RetryRate float64 `json:"retry_rate"`
 }
 
 // BurstResult is one run: the summary, the service's view tick by tick and
@@ -294,7 +309,7 @@ func Burst(c BurstConfig, s BurstStrategy) (BurstResult, error) {
 
 	res := BurstResult{Ticks: make([]BurstTick, c.Ticks)}
 	sum := &res.Summary
-	sum.Strategy, sum.Clients = s.Name, c.Clients
+	sum.Strategy, sum.Clients, sum.RetryRate = s.Name, c.Clients, s.RetryRate
 	var queue []held
 	processing := 0
 	for t := 0; t < c.Ticks; t++ {

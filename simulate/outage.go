@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/rebound-mq/rebound/calendar"
 	"github.com/rebound-mq/rebound/policy"
 )
 
@@ -148,6 +149,25 @@ func toDuration(ns float64) time.Duration {
 	return time.Duration(ns)
 }
 
+// budget is a policy's retry rate budget (policy.Policy.RetryRate) in a
+// run: the calendar of the one application queue, all of rebound's
+// replicas together.
+type budget struct {
+	p   policy.Policy
+	cal *calendar.Calendar
+}
+
+func newBudget(p policy.Policy) budget {
+	return budget{p: p, cal: calendar.New()}
+}
+
+// reserve gives a retry decided at now, in state, its delay under the
+// budget, as the sidecar does.
+func (b budget) reserve(state policy.State, now time.Time, delay time.Duration) (time.Duration, calendar.Outcome) {
+	up := func(d time.Duration) time.Duration { return policy.RoundUp(d, b.p.Digits()) }
+	return b.cal.Reserve("origin", now, delay, b.p.Remaining(state, now), b.p.RetryRate, up)
+}
+
 // OutageStrategy is a retry policy under a name.
 type OutageStrategy struct {
 	Name   string
@@ -206,6 +226,13 @@ type OutageSummary struct {
 	Messages          int            `json:"messages"`
 	Delivered         int            `json:"delivered"`
 	Pending           int            `json:"pending"`
+	// RetryRate is the policy's retry rate budget (copies a second to the
+	// application queue; 0: none), and Deferred and Overflow count the
+	// copies it moved later, and those it sent at their deadline over the
+	// budget.
+	RetryRate float64 `json:"retry_rate"`
+	Deferred  int     `json:"deferred"`
+	Overflow  int     `json:"overflow"`
 }
 
 // OutageResult is one run: the summary and the timeline, one element per
@@ -261,19 +288,26 @@ func Outage(c OutageConfig, s OutageStrategy) (OutageResult, error) {
 		next      = arrivals.ExpFloat64() / c.Rate // seconds
 		timeline  = make([]OutageSecond, (steps+perSecond-1)/perSecond)
 		emptied   bool // the application queue was empty at some step of this second
+		budget    = newBudget(s.Policy)
+		deferred  = map[calendar.Outcome]int{}
 	)
 	fail := func(m int32, now int) {
 		msg := &msgs[m]
-		d := s.Policy.Decide(policy.State{
+		state := policy.State{
 			Retries:   int(msg.retries),
 			StartedAt: epoch().Add(msg.arrival),
 			LastDelay: msg.last,
-		}, epoch().Add(time.Duration(now)*dt), jitter)
+		}
+		at := epoch().Add(time.Duration(now) * dt)
+		d := s.Policy.Decide(state, at, jitter)
 		if !d.Retry {
 			parked[string(d.Reason)]++
 			msg.done = true
 			return
 		}
+		var o calendar.Outcome
+		d.Delay, o = budget.reserve(state, at, d.Delay)
+		deferred[o]++
 		msg.retries++
 		msg.last = d.Drawn // what rebound writes in x-retry-last-delay-ms
 		if d.Delay <= 0 {
@@ -359,6 +393,7 @@ func Outage(c OutageConfig, s OutageStrategy) (OutageResult, error) {
 	res := OutageResult{Timeline: timeline}
 	sum := &res.Summary
 	sum.Strategy, sum.Parked, sum.DelayQueues = s.Name, parked, len(queues)
+	sum.RetryRate, sum.Deferred, sum.Overflow = s.Policy.RetryRate, deferred[calendar.Deferred], deferred[calendar.Overflow]
 	sum.Messages, sum.Delivered = len(msgs), len(latencies)
 	attempts := make([]int, len(msgs))
 	for i, m := range msgs {

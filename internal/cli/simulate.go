@@ -249,9 +249,9 @@ func playAll[S, R, Sum any](ctx context.Context, stdout io.Writer, p playback[S,
 
 func writeBurstTable(w io.Writer, c simulate.BurstConfig, rows []simulate.BurstSummary) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "strategy\tclients\tcompleted\tgave up\trequests\trejected\tp50\tp75\tp90\tp99\tmax\taftershocks")
+	fmt.Fprintln(tw, "strategy\tcap\tclients\tcompleted\tgave up\trequests\trejected\tp50\tp75\tp90\tp99\tmax\taftershocks")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%.1f\n", r.Strategy, r.Clients, r.Completed, r.GaveUp,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%.1f\n", r.Strategy, rateText(r.RetryRate), r.Clients, r.Completed, r.GaveUp,
 			r.Requests, r.Rejected, optInt(r.LatencyP50), optInt(r.LatencyP75), optInt(r.LatencyP90), optInt(r.LatencyP99), optInt(r.LatencyMax), r.Aftershocks)
 	}
 	if err := tw.Flush(); err != nil {
@@ -361,13 +361,17 @@ func runSimulateOutage(ctx context.Context, args []string, in invocation) error 
 
 func writeOutageTable(w io.Writer, c simulate.OutageConfig, rows []simulate.OutageSummary) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "strategy\trecovered\trecovery\tpeak rps\tpeak calls\tpeak delayed\tqueues\tparked\tattempts p50/p99\tlatency p50\tp90\tp99\tdelivered\tpending")
+	fmt.Fprintln(tw, "strategy\tcap\tdeferred\trecovered\trecovery\tpeak rps\tpeak calls\tpeak delayed\tqueues\tparked\tattempts p50/p99\tlatency p50\tp90\tp99\tdelivered\tpending")
 	for _, r := range rows {
 		recovered, after := "no", "-"
 		if r.Recovered {
 			recovered, after = "yes", optSeconds(r.RecoveryS)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%d/%d\t%s\t%s\t%s\t%d\t%d\n", r.Strategy, recovered, after,
+		deferred := "-"
+		if r.RetryRate > 0 {
+			deferred = fmt.Sprintf("%d", r.Deferred+r.Overflow)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%d/%d\t%s\t%s\t%s\t%d\t%d\n", r.Strategy, rateText(r.RetryRate), deferred, recovered, after,
 			r.PeakDependencyRPS, r.PeakConcurrency, r.PeakDelayed, r.DelayQueues, parkedText(r.Parked),
 			r.AttemptsP50, r.AttemptsP99, optSeconds(r.LatencyP50S), optSeconds(r.LatencyP90S), optSeconds(r.LatencyP99S), r.Delivered, r.Pending)
 	}
@@ -516,6 +520,14 @@ func writeFile(path string, write func(io.Writer) error) error {
 		return fmt.Errorf("write plot %s: %w", path, err)
 	}
 	return nil
+}
+
+// rateText shows a retry rate budget: "40/s", or "-" for none.
+func rateText(rate float64) string {
+	if rate <= 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(rate, 'g', -1, 64) + "/s"
 }
 
 func optInt(p *int) string {

@@ -1,0 +1,194 @@
+// Package calendar keeps the retry rate budget of one replica
+// (REBOUND_RETRY_RATE, DESIGN.md "Retry rate budget"): per origin queue,
+// how many copies it has scheduled to come due in each second, so that in
+// an outage the retries of thousands of messages that failed together
+// come back to the failing dependency no faster than the budget allows.
+//
+// A copy whose second is full moves to the next second with room: later,
+// never earlier. A delay queue holds whole delays of a few significant
+// digits (policy.Round), so the copy moves to the next delay that can be
+// queued and lands in a second with room. It never moves past its
+// deadline (the end of its policy's budget): one that finds no room before
+// it comes due at the deadline anyway, and is counted as overflow. The
+// budget never parks a message the policy would retry.
+//
+// This is the only state rebound keeps. It is bounded: at most MaxOrigins
+// origins (the least recently used is forgotten past that), each a ring of
+// the seconds of the next Horizon at 8 bytes a second (28 KiB an origin,
+// 7 MiB for MaxOrigins); a copy due later than that is not capped (a copy
+// waiting that long has long been spread by its policy's jitter). It is
+// lost on restart: a restarted replica can briefly send an origin more
+// than its share.
+//
+// A Calendar is safe for concurrent use. It reads no clock: the caller
+// says what time it is.
+package calendar
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+// Limits of what a Calendar holds.
+const (
+	// MaxOrigins is how many origin queues a calendar keeps. Origins come
+	// from the broker's record and the allowlist, not from what a producer
+	// writes, but the bound holds whatever they are.
+	MaxOrigins = 256
+	// Horizon is how far ahead a calendar books seconds.
+	Horizon = time.Hour
+)
+
+const horizonSeconds = int64(Horizon / time.Second)
+
+// Outcome says what the budget did to a copy.
+type Outcome int
+
+// Outcomes of Reserve.
+const (
+	OnTime   Outcome = iota // its second had room, or it is not capped
+	Deferred                // moved later, to a second with room
+	Overflow                // no room before its deadline: it comes due at the deadline, over the budget
+)
+
+// Calendar books copies per origin and second. The zero value is not
+// usable; call New.
+type Calendar struct {
+	mu      sync.Mutex
+	origins map[string]*origin
+	tick    uint64 // a counter of bookings, for least recently used
+}
+
+// origin is the calendar of one origin queue: a ring of the copies booked
+// in each second of the next Horizon.
+type origin struct {
+	counts []uint32 // counts[s % horizonSeconds] for second s
+	second []uint32 // which second each slot holds, in Unix seconds (until 2106)
+	used   uint64   // the calendar's tick when last booked
+}
+
+// New returns an empty calendar.
+func New() *Calendar {
+	return &Calendar{origins: map[string]*origin{}}
+}
+
+// Origins reports how many origin queues the calendar holds.
+func (c *Calendar) Origins() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.origins)
+}
+
+// Reserve books one copy for origin, wanted at now+delay, where share
+// copies a second fit in each second (this replica's part of the rate; a
+// fractional share spreads: 0.5 fits one copy every other second), and
+// returns the delay to give it. latest is the most the delay may become
+// (the end of the policy's budget); 0 or less means no deadline. up gives,
+// for a delay, the least delay not below it that a delay queue can hold
+// (policy.RoundUp with the policy's digits).
+//
+// A share of 0 or less caps nothing.
+func (c *Calendar) Reserve(key string, now time.Time, delay, latest time.Duration, share float64, up func(time.Duration) time.Duration) (time.Duration, Outcome) {
+	if share <= 0 || math.IsNaN(share) {
+		return delay, OnTime
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o := c.origin(key)
+	d := delay
+	for {
+		s := now.Add(d).Unix()
+		if d >= Horizon {
+			if d == delay {
+				return d, OnTime // beyond what the calendar books: not capped
+			}
+			// No room in the whole horizon: this storm is larger than the
+			// budget can spread. It goes at the horizon, over budget.
+			return d, Overflow
+		}
+		if latest > 0 && d > latest {
+			// No room before the deadline: the deadline, over budget.
+			last := max(latest, delay)
+			o.book(now.Add(last).Unix())
+			return last, Overflow
+		}
+		if o.count(s) < capacity(s, share) {
+			o.book(s)
+			return d, outcome(d, delay)
+		}
+		// Full: the same place in the next second, as a delay queue can
+		// hold it.
+		d = up(d + time.Second)
+	}
+}
+
+func outcome(d, wanted time.Duration) Outcome {
+	if d > wanted {
+		return Deferred
+	}
+	return OnTime
+}
+
+// capacity is how many copies fit in second s at share a second:
+// floor((s+1)·share) − floor(s·share), so that a fractional share spreads
+// over the seconds and every second holds the share on average.
+func capacity(s int64, share float64) uint32 {
+	c := math.Floor(float64(s+1)*share) - math.Floor(float64(s)*share)
+	if c < 0 {
+		return 0
+	}
+	if c > math.MaxUint32 {
+		return math.MaxUint32
+	}
+	return uint32(c)
+}
+
+// origin returns key's calendar, making room for it.
+func (c *Calendar) origin(key string) *origin {
+	c.tick++
+	if o, ok := c.origins[key]; ok {
+		o.used = c.tick
+		return o
+	}
+	if len(c.origins) >= MaxOrigins {
+		var oldest string
+		var oldestUse uint64 = math.MaxUint64
+		for k, o := range c.origins {
+			if o.used < oldestUse {
+				oldest, oldestUse = k, o.used
+			}
+		}
+		delete(c.origins, oldest)
+	}
+	o := &origin{counts: make([]uint32, horizonSeconds), second: make([]uint32, horizonSeconds), used: c.tick}
+	c.origins[key] = o
+	return o
+}
+
+func (o *origin) slot(s int64) int {
+	i := s % horizonSeconds
+	if i < 0 {
+		i += horizonSeconds
+	}
+	return int(i)
+}
+
+// count is how many copies are booked in second s.
+func (o *origin) count(s int64) uint32 {
+	i := o.slot(s)
+	if o.second[i] != uint32(s) {
+		return 0 // the slot holds a second long past, or none
+	}
+	return o.counts[i]
+}
+
+func (o *origin) book(s int64) {
+	i := o.slot(s)
+	if o.second[i] != uint32(s) {
+		o.second[i], o.counts[i] = uint32(s), 0
+	}
+	if o.counts[i] < math.MaxUint32 {
+		o.counts[i]++
+	}
+}

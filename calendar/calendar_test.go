@@ -1,0 +1,168 @@
+package calendar
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/rebound-mq/rebound/policy"
+)
+
+// up2 is a delay queue grid of two significant digits.
+func up2(d time.Duration) time.Duration { return policy.RoundUp(d, 2) }
+
+var t0 = time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+
+func TestReserve(t *testing.T) {
+	c := New()
+	// A share of 2 a second: two copies due in the same second, then the
+	// next goes to the following second, keeping its place in the second.
+	var got []string
+	for range 5 {
+		d, o := c.Reserve("orders", t0, 300*time.Millisecond, 0, 2, up2)
+		got = append(got, fmt.Sprintf("%v/%d", d, o))
+	}
+	want := "[300ms/0 300ms/0 1.3s/1 1.3s/1 2.3s/1]"
+	if fmt.Sprint(got) != want {
+		t.Errorf("reservations %v, want %s", got, want)
+	}
+	// Another origin has its own calendar.
+	if d, o := c.Reserve("payments", t0, 300*time.Millisecond, 0, 2, up2); d != 300*time.Millisecond || o != OnTime {
+		t.Errorf("another origin: %v, %v", d, o)
+	}
+	// No cap: nothing booked, nothing moved.
+	if d, o := c.Reserve("orders", t0, 300*time.Millisecond, 0, 0, up2); d != 300*time.Millisecond || o != OnTime {
+		t.Errorf("share 0: %v, %v", d, o)
+	}
+}
+
+func TestReserveRespectsTheDeadline(t *testing.T) {
+	c := New()
+	c.Reserve("orders", t0, time.Second, 0, 1, up2)
+	// The deadline is 1.5s away: the second second has room.
+	if d, o := c.Reserve("orders", t0, time.Second, 1500*time.Millisecond, 1, up2); d != 1500*time.Millisecond && d != time.Second+time.Second {
+		t.Errorf("deadline 1.5s: %v, %v", d, o)
+	}
+	c2 := New()
+	c2.Reserve("orders", t0, time.Second, 0, 1, up2)
+	// The deadline is within the full second: the copy comes due at it,
+	// over budget, never parked.
+	d, o := c2.Reserve("orders", t0, time.Second, 1200*time.Millisecond, 1, up2)
+	if d != 1200*time.Millisecond || o != Overflow {
+		t.Errorf("deadline in the full second: %v, %v; want 1.2s, overflow", d, o)
+	}
+}
+
+func TestReserveImmediateRetriesCount(t *testing.T) {
+	c := New()
+	if d, o := c.Reserve("orders", t0.Add(100*time.Millisecond), 0, 0, 1, up2); d != 0 || o != OnTime {
+		t.Errorf("first immediate retry: %v, %v", d, o)
+	}
+	d, o := c.Reserve("orders", t0.Add(100*time.Millisecond), 0, 0, 1, up2)
+	if o != Deferred || d != time.Second {
+		t.Errorf("second immediate retry in a full second: %v, %v; want 1s, deferred", d, o)
+	}
+}
+
+func TestCapacitySpreadsAFractionalShare(t *testing.T) {
+	for _, share := range []float64{0.25, 0.5, 1, 1.5, 2.7, 40} {
+		var sum uint32
+		for s := int64(0); s < 100; s++ {
+			c := capacity(1_800_000_000+s, share)
+			if float64(c) > share+1 {
+				t.Errorf("share %v: second %d holds %d", share, s, c)
+			}
+			sum += c
+		}
+		if want := share * 100; float64(sum) < want-1 || float64(sum) > want+1 {
+			t.Errorf("share %v: 100 seconds hold %d, want about %v", share, sum, want)
+		}
+	}
+}
+
+// TestReserveProperties plays random storms: whatever comes, no copy
+// comes due earlier than its policy wanted, none later than its deadline
+// (when it has one), and no second holds more than its share while the
+// copies put there had room before their deadline; the share changes
+// mid-run, as the inbox's consumer count does.
+func TestReserveProperties(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for round := range 200 {
+		c := New()
+		share := []float64{0.5, 1, 3, 10, 40}[r.IntN(5)]
+		now := t0.Add(time.Duration(r.Int64N(int64(time.Hour))))
+		perSecond := map[int64]int{}
+		overflowSeconds := map[int64]bool{}
+		limit := map[int64]float64{} // the share when the second was last filled
+		for i := range 2000 {
+			if i == 1000 {
+				share = []float64{0.5, 1, 3, 10, 40}[r.IntN(5)] // a replica joined or left
+			}
+			now = now.Add(time.Duration(r.Int64N(int64(20 * time.Millisecond))))
+			delay := up2(time.Duration(r.Int64N(int64(30 * time.Second))))
+			var latest time.Duration
+			if r.IntN(2) == 0 {
+				latest = delay + time.Duration(r.Int64N(int64(60*time.Second)))
+			}
+			d, o := c.Reserve("orders", now, delay, latest, share, up2)
+			if d < delay {
+				t.Fatalf("round %d: copy wanted in %v put in %v: earlier", round, delay, d)
+			}
+			if latest > 0 && d > latest {
+				t.Fatalf("round %d: copy with deadline %v put in %v: past the deadline", round, latest, d)
+			}
+			if (o == OnTime) != (d == delay) {
+				t.Fatalf("round %d: outcome %v for %v wanted %v", round, o, d, delay)
+			}
+			s := now.Add(d).Unix()
+			perSecond[s]++
+			limit[s] = share
+			if o == Overflow {
+				overflowSeconds[s] = true
+			}
+		}
+		for s, n := range perSecond {
+			if !overflowSeconds[s] && float64(n) > limit[s]+1+40 {
+				for i := s - 2; i <= s+2; i++ {
+					t.Logf("second %d: %d copies, share %v, overflow %v", i, perSecond[i], limit[i], overflowSeconds[i])
+				}
+				// +1 for the fractional spread, +40 for a second filled
+				// before the share fell.
+				t.Fatalf("round %d: second %d holds %d copies at share %v", round, s, n, limit[s])
+			}
+		}
+	}
+}
+
+// TestOriginsAreBounded: a calendar forgets the least recently used origin
+// past MaxOrigins.
+func TestOriginsAreBounded(t *testing.T) {
+	c := New()
+	for i := range 3 * MaxOrigins {
+		c.Reserve(fmt.Sprintf("q%d", i), t0, time.Second, 0, 1, up2)
+		c.Reserve("hot", t0, time.Second+time.Duration(i)*time.Second, 0, 1, up2)
+	}
+	if n := c.Origins(); n != MaxOrigins {
+		t.Errorf("%d origins held, want at most %d", n, MaxOrigins)
+	}
+	if _, ok := c.origins["hot"]; !ok {
+		t.Error("the origin used all along was forgotten")
+	}
+}
+
+func TestBeyondTheHorizonIsNotCapped(t *testing.T) {
+	c := New()
+	for range 10 {
+		if d, o := c.Reserve("orders", t0, 2*time.Hour, 0, 1, up2); d != 2*time.Hour || o != OnTime {
+			t.Fatalf("a copy due in 2h: %v, %v; want it as it is", d, o)
+		}
+	}
+}
+
+func BenchmarkReserveStorm(b *testing.B) {
+	c := New()
+	for i := 0; b.Loop(); i++ {
+		c.Reserve("orders", t0.Add(time.Duration(i)*time.Millisecond), time.Second, time.Hour, 40, up2)
+	}
+}

@@ -1,0 +1,96 @@
+package sidecar
+
+import (
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/rebound-mq/rebound/calendar"
+	"github.com/rebound-mq/rebound/headers"
+	"github.com/rebound-mq/rebound/policy"
+	"github.com/rebound-mq/rebound/route"
+)
+
+// The retry rate budget (REBOUND_RETRY_RATE): each replica sends an
+// origin queue at most its share of the policy's rate, the rate over the
+// inbox's consumers, keeping the calendar of when its copies come due
+// (package calendar).
+
+// setConsumers records the inbox's consumer count, which divides every
+// policy's rate into this replica's share.
+func (s *Sidecar) setConsumers(n int) {
+	if n < 1 {
+		n = 1 // this replica consumes, whatever the broker says
+	}
+	if s.consumers.Swap(int64(n)) == int64(n) {
+		return
+	}
+	for _, p := range s.opt.Router.Policies.All() {
+		s.m.RateShare.WithLabelValues(p.Name).Set(s.share(p))
+	}
+}
+
+// share is the copies a second this replica may send each origin of p.
+func (s *Sidecar) share(p *policy.Named) float64 {
+	return p.RetryRate / float64(max(s.consumers.Load(), 1))
+}
+
+// budget applies the retry rate budget to a retry: its copy comes due no
+// earlier than the policy wants and no later than the policy's deadline,
+// in a second that still has room for the origin, and the decision says
+// when. A park, and a policy without a rate, pass as they are.
+func (ss *session) budget(rt route.Route, st headers.State, now time.Time) route.Route {
+	s := ss.s
+	p := rt.Policy
+	if !rt.Decision.Retry || p.RetryRate <= 0 {
+		return rt
+	}
+	up := func(d time.Duration) time.Duration { return policy.RoundUp(d, p.Digits()) }
+	delay, outcome := s.calendar.Reserve(rt.Origin.Queue, now, rt.Decision.Delay, p.Remaining(st.State, now), s.share(p), up)
+	if outcome == calendar.OnTime {
+		return rt
+	}
+	added := delay - rt.Decision.Delay
+	rt.Decision.Delay = delay
+	switch outcome {
+	case calendar.Deferred:
+		s.m.RateDeferred.WithLabelValues(p.Name).Inc()
+		s.m.RateDeferral.WithLabelValues(p.Name).Observe(added.Seconds())
+	case calendar.Overflow:
+		s.m.RateOverflow.WithLabelValues(p.Name).Inc()
+		if added > 0 {
+			s.m.RateDeferral.WithLabelValues(p.Name).Observe(added.Seconds())
+		}
+	}
+	if s.deferrals.first(rt.Origin.Queue, now) {
+		s.log.Info("retry rate budget: copies to this origin queue come back later than their policy wanted",
+			zap.String("origin", quoteShort(rt.Origin.Queue)), zap.String("policy", p.Name),
+			zap.Float64("share_per_second", s.share(p)), zap.Duration("added", added), zap.Bool("over_budget", outcome == calendar.Overflow))
+	}
+	return rt
+}
+
+// deferralLog remembers, per origin, when it last logged a deferral, so
+// that a storm logs one line per origin a minute. It forgets origins it
+// has not logged for a minute once it holds calendar.MaxOrigins of them.
+type deferralLog struct {
+	last map[string]time.Time
+}
+
+func (l *deferralLog) first(origin string, now time.Time) bool {
+	if at, ok := l.last[origin]; ok && now.Sub(at) < time.Minute {
+		return false
+	}
+	if len(l.last) >= calendar.MaxOrigins {
+		for o, at := range l.last {
+			if now.Sub(at) >= time.Minute {
+				delete(l.last, o)
+			}
+		}
+	}
+	if l.last == nil {
+		l.last = map[string]time.Time{}
+	}
+	l.last[origin] = now
+	return true
+}
