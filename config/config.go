@@ -71,7 +71,10 @@ type Config struct {
 	// delay queue, for every policy: fewer digits, fewer delay queues.
 	DelayDigits int `env:"DELAY_DIGITS" envDefault:"2"`
 
-	Prefetch       int           `env:"PREFETCH" envDefault:"256"`
+	// Prefetch is the most unacked inbox deliveries; the window follows the
+	// sizes seen to keep their bytes within InflightBytes.
+	Prefetch       int           `env:"PREFETCH" envDefault:"1024"`
+	InflightBytes  ByteSize      `env:"INFLIGHT_BYTES" envDefault:"64MiB"`
 	DelayQueueIdle time.Duration `env:"DELAY_QUEUE_IDLE" envDefault:"15m"`
 	ConfirmTimeout time.Duration `env:"CONFIRM_TIMEOUT" envDefault:"30s"`
 	ShutdownGrace  time.Duration `env:"SHUTDOWN_GRACE" envDefault:"20s"`
@@ -188,6 +191,8 @@ func allowedForType(t reflect.Type) string {
 		return "a whole number"
 	case reflect.TypeFor[float64]():
 		return "a number"
+	case reflect.TypeFor[ByteSize]():
+		return "a size: a whole number of bytes with an optional unit, B, KiB, MiB, GiB, KB, MB or GB, such as 64MiB"
 	}
 	return "a value of type " + t.String()
 }
@@ -238,6 +243,9 @@ func (c Config) validate(failed map[string]bool) []FieldError {
 	}
 	if c.Prefetch < 1 || c.Prefetch > 65535 {
 		add("PREFETCH", c.Prefetch, "a whole number from 1 to 65535")
+	}
+	if c.InflightBytes < 1 {
+		add("INFLIGHT_BYTES", c.InflightBytes, "a size above 0, such as 64MiB (a message larger than it still passes, alone)")
 	}
 	if c.DelayQueueIdle < 0 {
 		add("DELAY_QUEUE_IDLE", c.DelayQueueIdle, "a duration of 0 or more (0 = never delete idle delay queues)")

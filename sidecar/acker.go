@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -14,16 +15,32 @@ import (
 // registered tags and settles it from the front only: a confirmed run is
 // acked with one multiple ack, a failed delivery is nacked with requeue
 // first, so a multiple ack never covers a delivery whose copy was not
-// confirmed. All acks happen on the acker's goroutine, in order.
+// confirmed. All acks happen on the acker's goroutine, in order. It
+// reports the bytes of the deliveries it settles, for the window.
+//
+// Registrations and outcomes reach that goroutine through a mailbox (a
+// slice behind a mutex held only to append or swap), not a channel: the
+// publisher's confirm loop reports outcomes and must never block, and the
+// number of deliveries in flight is not fixed while the window changes.
 type acker struct {
-	ch     acknowledger
-	events chan ackEvent
-	queue  []*slot
-	slots  map[uint64]*slot
+	ch acknowledger
+
+	mu      sync.Mutex
+	mailbox []ackEvent    // posted, not yet taken by run
+	wake    chan struct{} // a post since run last looked
+	spare   []ackEvent    // run's alone: the mailbox's other buffer
+
+	queue   []*slot
+	slots   map[uint64]*slot
+	lastTag uint64 // the last delivery registered
+
+	// settledThrough is the highest tag up to which every delivery
+	// registered is settled.
+	settledThrough atomic.Uint64
 
 	inflight   atomic.Int64 // registered and not yet settled
 	failStreak atomic.Int64 // consecutive failed outcomes, for backing off
-	onSettle   func(settled int, inflight int)
+	onSettle   func(settled, inflight int, bytes int64)
 }
 
 // acknowledger is the part of *amqp.Channel the acker uses.
@@ -36,32 +53,34 @@ var _ acknowledger = (*amqp.Channel)(nil)
 
 type slot struct {
 	tag      uint64
+	size     int64
 	resolved bool
 	ok       bool
 }
 
 type ackEvent struct {
 	tag      uint64
+	size     int64
 	resolved bool // false: register the tag
 	ok       bool
 }
 
-// newAcker sizes the event buffer so that resolve never blocks: at most
-// window deliveries are unacked, each producing one registration and one
-// outcome.
-func newAcker(ch acknowledger, window int, onSettle func(settled, inflight int)) *acker {
+// newAcker returns an acker for ch. onSettle, when not nil, hears on the
+// acker's goroutine how many deliveries were settled, how many remain and
+// the settled ones' bytes.
+func newAcker(ch acknowledger, onSettle func(settled, inflight int, bytes int64)) *acker {
 	return &acker{
 		ch:       ch,
-		events:   make(chan ackEvent, 2*window+16),
-		slots:    make(map[uint64]*slot, window),
+		wake:     make(chan struct{}, 1),
+		slots:    make(map[uint64]*slot),
 		onSettle: onSettle,
 	}
 }
 
-// add registers a delivery before its copy is published.
-func (a *acker) add(tag uint64) {
+// add registers a delivery of size bytes before its copy is published.
+func (a *acker) add(tag uint64, size int64) {
 	a.inflight.Add(1)
-	a.events <- ackEvent{tag: tag}
+	a.post(ackEvent{tag: tag, size: size})
 }
 
 // resolve records the outcome of a delivery's copy. It never blocks.
@@ -71,28 +90,37 @@ func (a *acker) resolve(tag uint64, ok bool) {
 	} else {
 		a.failStreak.Add(1)
 	}
-	a.events <- ackEvent{tag: tag, resolved: true, ok: ok}
+	a.post(ackEvent{tag: tag, resolved: true, ok: ok})
+}
+
+func (a *acker) post(ev ackEvent) {
+	a.mu.Lock()
+	a.mailbox = append(a.mailbox, ev)
+	a.mu.Unlock()
+	select {
+	case a.wake <- struct{}{}:
+	default: // run has a wake-up pending already
+	}
 }
 
 // run settles deliveries until stop is closed or an ack fails (the channel
-// is gone; the broker requeues whatever was not acked).
+// is gone; the broker requeues whatever was not acked). Everything posted
+// since the last round is applied before settling, so that a run of
+// confirms shares one multiple ack.
 func (a *acker) run(stop <-chan struct{}) error {
 	for {
 		select {
 		case <-stop:
 			return nil
-		case ev := <-a.events:
-			a.apply(ev)
-			// Take whatever else is ready so that a run of confirms
-			// shares one multiple ack.
-			for more := true; more; {
-				select {
-				case ev := <-a.events:
-					a.apply(ev)
-				default:
-					more = false
-				}
+		case <-a.wake:
+			a.mu.Lock()
+			events := a.mailbox
+			a.mailbox = a.spare[:0]
+			a.mu.Unlock()
+			for _, ev := range events {
+				a.apply(ev)
 			}
+			a.spare = events
 			if err := a.settle(); err != nil {
 				return err
 			}
@@ -102,9 +130,10 @@ func (a *acker) run(stop <-chan struct{}) error {
 
 func (a *acker) apply(ev ackEvent) {
 	if !ev.resolved {
-		s := &slot{tag: ev.tag}
+		s := &slot{tag: ev.tag, size: ev.size}
 		a.queue = append(a.queue, s)
 		a.slots[ev.tag] = s
+		a.lastTag = ev.tag
 		return
 	}
 	if s, ok := a.slots[ev.tag]; ok {
@@ -115,11 +144,13 @@ func (a *acker) apply(ev ackEvent) {
 func (a *acker) settle() error {
 	var ackUpTo uint64
 	settled := 0
+	var bytes int64
 	for len(a.queue) > 0 && a.queue[0].resolved {
 		s := a.queue[0]
 		a.queue[0] = nil
 		a.queue = a.queue[1:]
 		delete(a.slots, s.tag)
+		bytes += s.size
 		settled++
 		if s.ok {
 			ackUpTo = s.tag
@@ -140,10 +171,15 @@ func (a *acker) settle() error {
 			return fmt.Errorf("ack inbox deliveries up to %d: %w", ackUpTo, err)
 		}
 	}
+	if len(a.queue) > 0 {
+		a.settledThrough.Store(a.queue[0].tag - 1)
+	} else {
+		a.settledThrough.Store(a.lastTag)
+	}
 	if settled > 0 {
 		inflight := a.inflight.Add(int64(-settled))
 		if a.onSettle != nil {
-			a.onSettle(settled, int(inflight))
+			a.onSettle(settled, int(inflight), bytes)
 		}
 	}
 	if len(a.queue) == 0 && cap(a.queue) > 4096 {

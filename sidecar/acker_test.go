@@ -73,12 +73,12 @@ func TestAckerSettlesEveryDeliveryOnceAndNeverAcksAFailure(t *testing.T) {
 		for tag := uint64(1); tag <= uint64(n); tag++ {
 			f.ok[tag] = rng.Float64() < 0.9
 		}
-		a := newAcker(f, n, nil)
+		a := newAcker(f, nil)
 		stop := make(chan struct{})
 		errc := make(chan error, 1)
 		go func() { errc <- a.run(stop) }()
 		for tag := uint64(1); tag <= uint64(n); tag++ {
-			a.add(tag)
+			a.add(tag, 100)
 		}
 		order := rng.Perm(n)
 		for _, i := range order {
@@ -114,10 +114,10 @@ func TestAckerSettlesEveryDeliveryOnceAndNeverAcksAFailure(t *testing.T) {
 func TestAckerUsesMultipleAcks(t *testing.T) {
 	const n = 100
 	f := newFakeChannel(n)
-	a := newAcker(f, n, nil)
+	a := newAcker(f, nil)
 	for tag := uint64(1); tag <= n; tag++ {
 		f.ok[tag] = true
-		a.add(tag)
+		a.add(tag, 100)
 		a.resolve(tag, true)
 	}
 	stop := make(chan struct{})
@@ -140,12 +140,12 @@ func TestAckerUsesMultipleAcks(t *testing.T) {
 func TestAckerHoldsAckBehindUnresolvedDelivery(t *testing.T) {
 	f := newFakeChannel(3)
 	f.ok[1], f.ok[2], f.ok[3] = true, true, true
-	a := newAcker(f, 3, nil)
+	a := newAcker(f, nil)
 	stop := make(chan struct{})
 	errc := make(chan error, 1)
 	go func() { errc <- a.run(stop) }()
 	for tag := uint64(1); tag <= 3; tag++ {
-		a.add(tag)
+		a.add(tag, 100)
 	}
 	a.resolve(2, true)
 	a.resolve(3, true)

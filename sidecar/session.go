@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
@@ -26,8 +25,7 @@ type session struct {
 
 	consConn, pubConn *amqp.Connection
 	consCh            *amqp.Channel
-	consumerTag       string
-	deliveries        <-chan amqp.Delivery
+	inbox             *inbox
 	closed            chan *amqp.Error // the consume channel's
 	cancelled         chan string      // the broker cancelled the consumer
 
@@ -85,20 +83,27 @@ func (ss *session) open(ctx context.Context) error {
 	if ss.consCh, err = ss.consConn.Channel(); err != nil {
 		return fmt.Errorf("open consume channel: %w", err)
 	}
-	if err := ss.consCh.Qos(s.opt.Prefetch, 0, false); err != nil {
-		return fmt.Errorf("set prefetch: %w", err)
-	}
 	ss.closed = ss.consCh.NotifyClose(make(chan *amqp.Error, 1))
 	ss.cancelled = ss.consCh.NotifyCancel(make(chan string, 1))
-	ss.consumerTag = fmt.Sprintf("rebound-%016x", rand.Uint64()) // unique per session, for basic.cancel
-	if ss.deliveries, err = ss.consCh.Consume(topo.InboxQueue, ss.consumerTag, false, false, false, false, nil); err != nil {
-		return fmt.Errorf("consume %s: %w", topo.InboxQueue, err)
-	}
-
-	ss.acks = newAcker(ss.consCh, s.opt.Prefetch, func(settled, inflight int) {
+	win := newWindow(s.opt.Prefetch, s.opt.InflightBytes)
+	ss.acks = newAcker(ss.consCh, func(settled, inflight int, bytes int64) {
+		win.settled(bytes)
 		s.m.InFlight.Set(float64(inflight))
+		s.m.InflightBytes.Set(float64(win.bytes()))
 		s.beat()
 	})
+	ss.inbox = &inbox{ch: ss.consCh, queue: topo.InboxQueue, win: win, idleReset: s.opt.WindowIdle, last: s.opt.Now(),
+		onPrefetch: func(n int, held int64) {
+			s.m.Prefetch.Set(float64(n))
+			if ce := s.log.Check(zap.DebugLevel, "inbox prefetch"); ce != nil {
+				ce.Write(zap.Int("prefetch", n), zap.Int64("held_bytes", held))
+			}
+		},
+		settledThrough: ss.acks.settledThrough.Load}
+	// One delivery at first: nothing is known yet of the messages' sizes.
+	if err := ss.inbox.start(1); err != nil {
+		return err
+	}
 	ss.stopAcks, ss.ackErr = make(chan struct{}), make(chan error, 1)
 	ss.ackers.Add(1)
 	go func() {
@@ -108,8 +113,8 @@ func (ss *session) open(ctx context.Context) error {
 
 	ss.watch = ss.startWatcher(ss.consConn)
 	s.setReady(true)
-	s.log.Info("consuming", zap.String("inbox", topo.InboxQueue), zap.Int("prefetch", s.opt.Prefetch),
-		zap.String("broker", s.opt.Dialer.Host()))
+	s.log.Info("consuming", zap.String("inbox", topo.InboxQueue), zap.Int("prefetch_ceiling", s.opt.Prefetch),
+		zap.Int64("inflight_bytes", s.opt.InflightBytes), zap.String("broker", s.opt.Dialer.Host()))
 	return nil
 }
 
@@ -121,6 +126,7 @@ func (ss *session) close() {
 		close(ss.stopAcks)
 		ss.ackers.Wait()
 		ss.s.m.InFlight.Set(0)
+		ss.s.m.InflightBytes.Set(0)
 	}
 	if ss.consConn != nil {
 		ss.consConn.Close()
@@ -148,9 +154,12 @@ func (ss *session) loop(ctx context.Context) error {
 		case <-ctx.Done():
 			ss.drain()
 			return nil
-		case d, ok := <-ss.deliveries:
+		case d, ok := <-ss.inbox.deliveries():
 			if !ok {
-				return errors.New("inbox deliveries stopped")
+				if err := ss.inbox.ended(); err != nil {
+					return err
+				}
+				continue
 			}
 			if err := ss.waitWhileBlocked(ctx); err != nil {
 				return err
@@ -161,6 +170,9 @@ func (ss *session) loop(ctx context.Context) error {
 				return nil
 			}
 			if err := ss.handle(d); err != nil {
+				return err
+			}
+			if err := ss.inbox.refit(s.opt.Now()); err != nil {
 				return err
 			}
 		case tag := <-ss.cancelled:
@@ -176,7 +188,12 @@ func (ss *session) loop(ctx context.Context) error {
 			return err
 		case <-tick.C:
 			s.beat()
-			s.setBlocked(ss.pub.Blocked())
+			if err := ss.setBlocked(ss.pub.Blocked()); err != nil {
+				return err
+			}
+			if err := ss.inbox.refit(s.opt.Now()); err != nil {
+				return err
+			}
 			if idle := s.opt.DelayQueueIdle; idle > 0 && s.opt.Now().Sub(lastSweep) >= min(idle, time.Minute) {
 				lastSweep = s.opt.Now()
 				deleted, err := ss.pub.SweepIdle(idle)
@@ -191,11 +208,23 @@ func (ss *session) loop(ctx context.Context) error {
 	}
 }
 
+// setBlocked records whether a resource alarm blocks publishing, for the
+// probes, and stops consuming while it does.
+func (ss *session) setBlocked(blocked bool) error {
+	ss.s.setBlocked(blocked)
+	if blocked {
+		return ss.inbox.pause()
+	}
+	return ss.inbox.resume()
+}
+
 // waitWhileBlocked holds new work while a resource alarm blocks publishing.
 func (ss *session) waitWhileBlocked(ctx context.Context) error {
 	s := ss.s
 	for ss.pub.Blocked() {
-		s.setBlocked(true)
+		if err := ss.setBlocked(true); err != nil {
+			return err
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -205,7 +234,9 @@ func (ss *session) waitWhileBlocked(ctx context.Context) error {
 			s.beat()
 		}
 	}
-	s.setBlocked(false)
+	if err := ss.setBlocked(false); err != nil {
+		return err
+	}
 	// After a run of failed publishes (nacks, returns), slow down instead
 	// of spinning on requeued deliveries.
 	if n := ss.acks.failStreak.Load(); n > 0 {
@@ -224,7 +255,7 @@ func (ss *session) waitWhileBlocked(ctx context.Context) error {
 func (ss *session) drain() {
 	s := ss.s
 	s.setReady(false)
-	if err := ss.consCh.Cancel(ss.consumerTag, false); err != nil {
+	if err := ss.inbox.stop(); err != nil {
 		s.log.Warn("cancel consumer", zap.Error(err))
 	}
 	deadline := time.NewTimer(s.opt.ShutdownGrace)
@@ -276,8 +307,14 @@ func (ss *session) handle(d amqp.Delivery) error {
 	ss.report(d, rt)
 	dest, msg := ss.router.Plan(d, state, rt, now)
 
-	tag := d.DeliveryTag
-	ss.acks.add(tag)
+	tag, size := d.DeliveryTag, int64(len(d.Body))
+	ss.inbox.read(tag, size, now)
+	held := ss.inbox.win.bytes()
+	s.m.InflightBytes.Set(float64(held))
+	if held > s.peakInflightBytes.Load() {
+		s.peakInflightBytes.Store(held)
+	}
+	ss.acks.add(tag, size)
 	err := ss.pub.Publish(context.Background(), dest, msg, func(o republisher.Outcome, latency time.Duration) {
 		ss.record(rt, o, latency)
 		ss.acks.resolve(tag, o == republisher.Confirmed)

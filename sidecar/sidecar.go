@@ -39,8 +39,12 @@ type Options struct {
 	Dialer *republisher.Dialer
 	// Router holds the deployment's topology (with the allowlist of
 	// origins), its policies and the header names.
-	Router         route.Router
+	Router route.Router
+	// Prefetch is the most unacked inbox deliveries (REBOUND_PREFETCH),
+	// and InflightBytes the most bytes of them (REBOUND_INFLIGHT_BYTES):
+	// the prefetch follows the sizes seen to keep within both.
 	Prefetch       int
+	InflightBytes  int64
 	ConfirmTimeout time.Duration
 	ShutdownGrace  time.Duration
 	// DelayQueueIdle: delay queues with no publish for this long (or twice
@@ -52,6 +56,9 @@ type Options struct {
 	Now          func() time.Time   // default time.Now
 	NewRand      func() policy.Rand // default a randomly seeded PCG
 	SummaryEvery time.Duration      // default one minute
+	// WindowIdle is how long without a delivery before the inbox's
+	// window starts over at one delivery; default 10s.
+	WindowIdle time.Duration
 	// Reconnect is the backoff between sessions; default exponential from
 	// 500ms to 30s with equal jitter.
 	Reconnect policy.Policy
@@ -77,6 +84,7 @@ type Sidecar struct {
 	deferrals      deferralLog // used by the session's goroutine only
 
 	received, retried, parked, failed atomic.Int64 // for the periodic summary
+	peakInflightBytes                 atomic.Int64 // the most bytes held unacked, for tests
 }
 
 // New returns a Sidecar with defaults filled in.
@@ -89,6 +97,9 @@ func New(opt Options) *Sidecar {
 	}
 	if opt.SummaryEvery <= 0 {
 		opt.SummaryEvery = time.Minute
+	}
+	if opt.WindowIdle <= 0 {
+		opt.WindowIdle = 10 * time.Second
 	}
 	if opt.Reconnect.MinDelay == 0 {
 		opt.Reconnect = policy.Policy{

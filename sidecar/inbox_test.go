@@ -1,0 +1,90 @@
+package sidecar
+
+import (
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/rebound-mq/rebound/internal/brokertest"
+)
+
+// TestRunWindowFollowsMessageSizes runs small messages through the inbox,
+// then large and mixed ones, on the broker under test, and checks what the
+// window promises: deep for small messages (the prefetch reaches its
+// ceiling), back to one delivery after a pause, shallow for large ones
+// (the bytes rebound holds unacked never pass the budget by more than one
+// message), and every message moved.
+func TestRunWindowFollowsMessageSizes(t *testing.T) {
+	for _, queueType := range []string{"classic", "quorum"} {
+		t.Run(queueType, func(t *testing.T) {
+			t.Parallel()
+			const (
+				ceiling = 64
+				budget  = 8 * mib
+				large   = 2 * mib
+			)
+			e := newEnv(t, queueType)
+			opt := e.options("REBOUND_PREFETCH", strconv.Itoa(ceiling), "REBOUND_INFLIGHT_BYTES", strconv.Itoa(budget),
+				"REBOUND_MIN_DELAY", "1h", "REBOUND_MAX_RETRIES", "5")
+			opt.WindowIdle = 300 * time.Millisecond
+			s, _ := e.start(opt)
+			t.Logf("broker: RabbitMQ %s, %s queues", e.b.Version(), queueType)
+
+			inbox := func(id string, size int) amqp.Publishing {
+				return amqp.Publishing{MessageId: id, Body: make([]byte, size),
+					Headers: amqp.Table{names.OriginQueue: e.app}}
+			}
+			var small []amqp.Publishing
+			for i := range 1500 {
+				small = append(small, inbox("s"+strconv.Itoa(i), kib))
+			}
+			e.Publish(e.topo.InboxQueue, small...)
+			e.WaitQueueLen(e.topo.InboxQueue, 0, time.Minute)
+			deepest := 0
+			for _, l := range e.logged("inbox prefetch") {
+				deepest = max(deepest, int(l.ContextMap()["prefetch"].(int64)))
+			}
+			if deepest != ceiling {
+				t.Errorf("the deepest prefetch with small messages was %d, want the ceiling %d", deepest, ceiling)
+			}
+			e.eventually("the window starts over at one after a pause",
+				func() bool { return e.metric("rebound_prefetch") == 1 })
+
+			r := rand.New(rand.NewPCG(1, 2))
+			var mixed []amqp.Publishing
+			for i := range 40 {
+				mixed = append(mixed, inbox("l"+strconv.Itoa(i), large))
+			}
+			for i := range 120 {
+				size := kib
+				if r.IntN(3) == 0 {
+					size = large
+				}
+				mixed = append(mixed, inbox("m"+strconv.Itoa(i), size))
+			}
+			e.Publish(e.topo.InboxQueue, mixed...)
+			want := float64(len(small) + len(mixed))
+			retried := func() float64 {
+				return e.metric("rebound_messages_retried_total", "kind", "delayed", "policy", "default")
+			}
+			if !brokertest.Await(2*time.Minute, func() bool { return retried() == want && e.metric("rebound_inflight_deliveries") == 0 }) {
+				t.Fatalf("retried %v copies, want %d, and %v deliveries still in flight", retried(), int(want), e.metric("rebound_inflight_deliveries"))
+			}
+
+			if peak := s.peakInflightBytes.Load(); peak > budget+large {
+				t.Errorf("held %d bytes unacked at the peak, want at most the budget %d plus one message of %d", peak, budget, large)
+			} else {
+				t.Logf("peak bytes held unacked: %d (budget %d, large messages %d)", peak, budget, large)
+			}
+			if got := e.metric("rebound_inflight_bytes"); got != 0 {
+				t.Errorf("rebound_inflight_bytes = %v with nothing in flight", got)
+			}
+			if got := e.QueueLen(e.topo.InboxQueue); got != 0 {
+				t.Errorf("%d messages left in the inbox", got)
+			}
+		})
+	}
+}
