@@ -97,3 +97,4 @@ plots:
 	@./scripts/ensure-go.sh
 	$(SIMULATE) burst -svg docs/simulate-burst.svg
 	$(SIMULATE) outage -compare '$(TEXT_EB)' -svg docs/simulate-outage.svg
+	$(SIMULATE) outage -rate 200 -strategies policy -compare 'cap100: REBOUND_RETRY_RATE=100' -svg docs/simulate-outage-cap.svg
