@@ -11,7 +11,7 @@ REVISION ?= $(shell git describe --always --dirty --abbrev=12 --exclude='*' 2>/d
 # on 5672 and Debian sid's RabbitMQ 4.3 in a chroot on 5674.
 BROKERS := 3.10 4.3
 # Tests that disturb a whole broker, built with the chaos tag (e2e/chaos_test.go, e2e/cluster_test.go).
-CHAOS_TESTS := ^(TestNoLossUnderMemoryAlarm|TestNoLossWhenBrokerRestarts)$$
+CHAOS_TESTS := ^(TestNoLossUnderMemoryAlarm|TestLargeMessagesUnderMemoryAlarm|TestNoLossWhenBrokerRestarts)$$
 CLUSTER_TESTS := ^TestCluster
 
 .PHONY: demo run test build lint broker brokers bench chaos flaketest plots

@@ -49,7 +49,7 @@ func (e *testEnv) tryPublishNumbered(first, n int) error {
 	if err := ch.Confirm(false); err != nil {
 		return fmt.Errorf("enable confirms to publish: %w", err)
 	}
-	body := make([]byte, 512)
+	body := make([]byte, cmp.Or(e.body, 512))
 	var confirms []*amqp.DeferredConfirmation
 	for i := first; i < first+n; i++ {
 		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", e.App, false, false, amqp.Publishing{
@@ -199,7 +199,9 @@ func (e *testEnv) duplicateBound(faults []recovery) (bound int, ok bool) {
 			return 0, false
 		}
 	}
-	return len(faults) * cfg.Prefetch, true
+	// What a fault hands back is what rebound held unacked: its window, at
+	// most REBOUND_PREFETCH, or two windows while the window changes.
+	return len(faults) * 2 * cfg.Prefetch, true
 }
 
 func (e *testEnv) takeParked(seen map[string]int) int {

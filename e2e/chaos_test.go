@@ -4,13 +4,17 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/internal/brokertest"
 )
 
@@ -35,51 +39,8 @@ func memoryAlarm(t *testing.T, queueType string) {
 	e.startInProcess()
 	const n = 2000
 	e.publishNumbered(n)
-	// A probe connection tells when the alarm ends: RabbitMQ blocks a
-	// connection that publishes under an alarm and unblocks it when the
-	// alarm clears.
-	probe := e.Broker.Dial(t, e.Broker.URL)
-	blocking := probe.NotifyBlocked(make(chan amqp.Blocking, 4))
-	probeCh, err := probe.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Put back the watermark the node had (its default differs between
-	// versions: 0.4 on 3.10, 0.6 on 4.3).
-	watermark, err := e.Broker.MemoryWatermark()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("memory watermark before the alarm: %v", watermark)
-	e.Broker.MustCtl(t, "-q", "set_vm_memory_high_watermark", "0")
 	alarmed := time.Now()
-	restore := func() {
-		args := append([]string{"-q", "set_vm_memory_high_watermark"}, watermark...)
-		if _, err := e.Broker.Ctl(context.Background(), nil, args...); err != nil {
-			t.Errorf("restore the memory watermark: %v", err)
-		}
-	}
-	t.Cleanup(restore)
-	// Routed nowhere: the default exchange drops it.
-	if err := probeCh.PublishWithContext(context.Background(), "", e.Prefix+"nowhere", false, false, amqp.Publishing{}); err != nil {
-		t.Fatal(err)
-	}
-	awaitBlocking := func(active bool) time.Time {
-		t.Helper()
-		timeout := time.After(30 * time.Second)
-		for {
-			select {
-			case b := <-blocking:
-				if b.Active == active {
-					return time.Now()
-				}
-			case <-timeout:
-				t.Fatalf("probe connection: no connection.blocked active=%v within 30s", active)
-			}
-		}
-	}
-	awaitBlocking(true)
-
+	lift := e.raiseMemoryAlarm()
 	deadline := time.Now().Add(15 * time.Second)
 	for e.metric("rebound_connection_blocked") != "1" && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
@@ -96,8 +57,7 @@ func memoryAlarm(t *testing.T, queueType string) {
 	time.Sleep(2 * time.Second)
 	base, _ := e.progress()
 	moving := e.watchRecovery(base, false, 3*time.Minute)
-	restore()
-	lifted := awaitBlocking(false)
+	lifted := lift()
 	if err := e.publishCanary(n); err != nil {
 		t.Fatal(err)
 	}
@@ -234,4 +194,144 @@ func (e *testEnv) quorumApp() {
 	}); err != nil {
 		e.t.Fatal(err)
 	}
+}
+
+// raiseMemoryAlarm sets the broker's memory watermark to 0, which blocks
+// every connection that publishes, and returns once a probe connection is
+// blocked. lift puts the watermark back (also at cleanup) and returns
+// when the probe is unblocked.
+func (e *testEnv) raiseMemoryAlarm() (lift func() time.Time) {
+	t := e.t
+	t.Helper()
+	// A probe connection tells when the alarm ends: RabbitMQ blocks a
+	// connection that publishes under an alarm and unblocks it when the
+	// alarm clears.
+	probe := e.Broker.Dial(t, e.Broker.URL)
+	blocking := probe.NotifyBlocked(make(chan amqp.Blocking, 4))
+	probeCh, err := probe.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Put back the watermark the node had (its default differs between
+	// versions: 0.4 on 3.10, 0.6 on 4.3).
+	watermark, err := e.Broker.MemoryWatermark()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("memory watermark before the alarm: %v", watermark)
+	e.Broker.MustCtl(t, "-q", "set_vm_memory_high_watermark", "0")
+	restore := func() {
+		args := append([]string{"-q", "set_vm_memory_high_watermark"}, watermark...)
+		if _, err := e.Broker.Ctl(context.Background(), nil, args...); err != nil {
+			t.Errorf("restore the memory watermark: %v", err)
+		}
+	}
+	t.Cleanup(restore)
+	// Routed nowhere: the default exchange drops it.
+	if err := probeCh.PublishWithContext(context.Background(), "", e.Prefix+"nowhere", false, false, amqp.Publishing{}); err != nil {
+		t.Fatal(err)
+	}
+	awaitBlocking := func(active bool) time.Time {
+		t.Helper()
+		timeout := time.After(30 * time.Second)
+		for {
+			select {
+			case b := <-blocking:
+				if b.Active == active {
+					return time.Now()
+				}
+			case <-timeout:
+				t.Fatalf("probe connection: no connection.blocked active=%v within 30s", active)
+			}
+		}
+	}
+	awaitBlocking(true)
+	return func() time.Time {
+		restore()
+		return awaitBlocking(false)
+	}
+}
+
+// TestLargeMessagesUnderMemoryAlarm moves 8 MB messages with rebound's
+// defaults and the manifests' GOMEMLIMIT, raises a memory alarm while it
+// holds a window of them, and checks that its memory stays under the
+// manifests' 128Mi limit while publishing is blocked (deliveries go on
+// during an alarm: only the window holds them back), and that every
+// message reaches its delay queue once the alarm clears.
+func TestLargeMessagesUnderMemoryAlarm(t *testing.T) {
+	for _, queueType := range []string{"classic", "quorum"} {
+		t.Run(queueType, func(t *testing.T) { largeMessagesUnderAlarm(t, queueType) })
+	}
+}
+
+func largeMessagesUnderAlarm(t *testing.T, queueType string) {
+	const (
+		n       = 100
+		size    = 8 << 20
+		limit   = 128 << 20 // the manifests' memory limit
+		moveBy  = 10        // messages moved before the alarm
+		observe = 10 * time.Second
+	)
+	e := newTestEnv(t, map[string]string{"REBOUND_QUEUE_TYPE": queueType, "REBOUND_BACKOFF": "constant",
+		"REBOUND_MIN_DELAY": "1h", "REBOUND_JITTER": "none", "GOMEMLIMIT": "110MiB"})
+	cfg, err := config.Load(e.Environ())
+	if err != nil {
+		t.Fatal(err)
+	}
+	delayQueue, _ := cfg.Topology().DelayQueue(time.Hour)
+	msgs, body := make([]amqp.Publishing, n), make([]byte, size)
+	for i := range msgs {
+		msgs[i] = amqp.Publishing{MessageId: strconv.Itoa(i), DeliveryMode: amqp.Persistent, Body: body,
+			Headers: amqp.Table{"x-retry-origin-queue": e.App}}
+	}
+	e.Publish(e.Vars["REBOUND_INBOX_QUEUE"], msgs...)
+	p := e.startBinary()
+	if !brokertest.Await(2*time.Minute, func() bool { return e.QueueLenOr(delayQueue.Name, 0) >= moveBy }) {
+		t.Fatalf("%d of %d messages moved before the alarm", e.QueueLenOr(delayQueue.Name, 0), moveBy)
+	}
+	lift := e.raiseMemoryAlarm()
+	if !brokertest.Await(30*time.Second, func() bool { return e.metric("rebound_connection_blocked") == "1" }) {
+		t.Fatal("rebound not blocked by the alarm within 30s")
+	}
+	// Watch its memory while the alarm holds: the broker goes on
+	// delivering whatever the window lets it.
+	var peakRSS int64
+	for end := time.Now().Add(observe); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		peakRSS = max(peakRSS, procMemory(t, p.cmd.Process.Pid, "VmRSS"))
+	}
+	during := e.QueueLenOr(delayQueue.Name, 0)
+	lift()
+	if !brokertest.Await(3*time.Minute, func() bool { return e.QueueLenOr(delayQueue.Name, 0) >= n }) {
+		t.Fatalf("%d of %d messages in the delay queue 3 minutes after the alarm cleared", e.QueueLenOr(delayQueue.Name, 0), n)
+	}
+	hwm := procMemory(t, p.cmd.Process.Pid, "VmHWM")
+	t.Logf("broker: RabbitMQ %s, %s inbox; %d × %d MiB: %d moved before the alarm, %d when it cleared; RSS under the alarm at most %.1f MiB, peak over the run %.1f MiB (limit %d MiB); prefetch at the end %s",
+		e.Broker.Version(), queueType, n, size>>20, moveBy, during, float64(peakRSS)/(1<<20), float64(hwm)/(1<<20), limit>>20, e.metric("rebound_prefetch"))
+	if peakRSS > limit || hwm > limit {
+		t.Errorf("rebound's memory reached %.1f MiB (%.1f MiB under the alarm), over the manifests' limit of %d MiB", float64(hwm)/(1<<20), float64(peakRSS)/(1<<20), limit>>20)
+	}
+	if got := e.QueueLen(e.Vars["REBOUND_INBOX_QUEUE"]); got != 0 {
+		t.Errorf("%d messages left in the inbox", got)
+	}
+}
+
+// procMemory reads a memory field of /proc/pid/status (VmRSS, VmHWM) in
+// bytes.
+func procMemory(t *testing.T, pid int, field string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatalf("%s of pid %d: %q", field, pid, v)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
 }

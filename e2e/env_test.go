@@ -64,6 +64,7 @@ type testEnv struct {
 	t       *testing.T
 	http    string // rebound's HTTP address
 	started time.Time
+	body    int // bytes in each numbered message's body; 0 for 512
 }
 
 // newTestEnv requires the broker under test and sets up the deployment's

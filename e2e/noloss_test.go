@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"maps"
 	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
@@ -22,7 +23,7 @@ import (
 
 func TestNoLossWhenKilled(t *testing.T) {
 	t.Parallel()
-	queueTypes(t, func(t *testing.T, queueType string) { killRepeatedly(t, queueType, 1) })
+	queueTypes(t, func(t *testing.T, queueType string) { killRepeatedly(t, queueType, 1, 5000, 0, nil) })
 }
 
 // TestNoLossWhenReplicaKilled is TestNoLossWhenKilled with three replicas
@@ -30,14 +31,29 @@ func TestNoLossWhenKilled(t *testing.T) {
 // others go on meanwhile.
 func TestNoLossWhenReplicaKilled(t *testing.T) {
 	t.Parallel()
-	queueTypes(t, func(t *testing.T, queueType string) { killRepeatedly(t, queueType, 3) })
+	queueTypes(t, func(t *testing.T, queueType string) { killRepeatedly(t, queueType, 3, 5000, 0, nil) })
 }
 
-// killRepeatedly runs replicas rebound processes on one inbox while 5 000
-// messages go through the loop, and kills one of them with SIGKILL five
-// times, starting it again each time.
-func killRepeatedly(t *testing.T, queueType string, replicas int) {
-	e := newTestEnv(t, with(fastLoop, "REBOUND_QUEUE_TYPE", queueType))
+// TestNoLossWhenKilledWithLargeMessages is TestNoLossWhenKilled with
+// messages of 512 KiB and a budget of 4 MiB: rebound is killed while its
+// window holds large messages, on a classic and a quorum inbox (where each
+// kill counts towards a delivery limit).
+func TestNoLossWhenKilledWithLargeMessages(t *testing.T) {
+	t.Parallel()
+	queueTypes(t, func(t *testing.T, queueType string) {
+		killRepeatedly(t, queueType, 1, 100, 512<<10, map[string]string{"REBOUND_INFLIGHT_BYTES": "4MiB"})
+	})
+}
+
+// killRepeatedly runs replicas rebound processes on one inbox while n
+// messages of body bytes (0 for the default) go through the loop, and kills
+// one of them with SIGKILL five times, starting it again each time. vars
+// are laid over the fast loop's.
+func killRepeatedly(t *testing.T, queueType string, replicas, n, body int, vars map[string]string) {
+	settings := with(fastLoop, "REBOUND_QUEUE_TYPE", queueType)
+	maps.Copy(settings, vars)
+	e := newTestEnv(t, settings)
+	e.body = body
 	e.rejectAll(e.App)
 	envs := []*testEnv{e}
 	for len(envs) < replicas {
@@ -47,7 +63,6 @@ func killRepeatedly(t *testing.T, queueType string, replicas int) {
 	for i, r := range envs {
 		procs[i] = r.startBinary()
 	}
-	const n = 5000
 	var canaries atomic.Int64 // confirmed, ids n, n+1, ...; one feeder at a time publishes them
 	canary := func() error {
 		if err := e.publishCanary(n + int(canaries.Load())); err != nil {
