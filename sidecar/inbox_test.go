@@ -29,7 +29,7 @@ func TestRunWindowFollowsMessageSizes(t *testing.T) {
 			e := newEnv(t, queueType)
 			opt := e.options("REBOUND_PREFETCH", strconv.Itoa(ceiling), "REBOUND_INFLIGHT_BYTES", strconv.Itoa(budget),
 				"REBOUND_MIN_DELAY", "1h", "REBOUND_MAX_RETRIES", "5")
-			opt.WindowIdle = 300 * time.Millisecond
+			opt.WindowIdle = 2 * time.Second
 			s, _ := e.start(opt)
 			t.Logf("broker: RabbitMQ %s, %s queues", e.b.Version(), queueType)
 
@@ -38,7 +38,7 @@ func TestRunWindowFollowsMessageSizes(t *testing.T) {
 					Headers: amqp.Table{names.OriginQueue: e.app}}
 			}
 			var small []amqp.Publishing
-			for i := range 1500 {
+			for i := range 600 {
 				small = append(small, inbox("s"+strconv.Itoa(i), kib))
 			}
 			e.Publish(e.topo.InboxQueue, small...)
@@ -70,9 +70,12 @@ func TestRunWindowFollowsMessageSizes(t *testing.T) {
 			retried := func() float64 {
 				return e.metric("rebound_messages_retried_total", "kind", "delayed", "policy", "default")
 			}
-			if !brokertest.Await(2*time.Minute, func() bool { return retried() == want && e.metric("rebound_inflight_deliveries") == 0 }) {
-				t.Fatalf("retried %v copies, want %d, and %v deliveries still in flight", retried(), int(want), e.metric("rebound_inflight_deliveries"))
+			started := time.Now()
+			if !brokertest.Await(5*time.Minute, func() bool { return retried() == want && e.metric("rebound_inflight_deliveries") == 0 }) {
+				t.Fatalf("retried %v copies, want %d; %v deliveries in flight, %d messages in the inbox, prefetch %v",
+					retried(), int(want), e.metric("rebound_inflight_deliveries"), e.QueueLen(e.topo.InboxQueue), e.metric("rebound_prefetch"))
 			}
+			t.Logf("large and mixed messages moved in %s", time.Since(started).Round(time.Millisecond))
 
 			if peak := s.peakInflightBytes.Load(); peak > budget+large {
 				t.Errorf("held %d bytes unacked at the peak, want at most the budget %d plus one message of %d", peak, budget, large)
