@@ -188,61 +188,105 @@ func TestBurstInvariants(t *testing.T) {
 		}
 		c.SendTicks = 1 + r.IntN(c.Ticks)
 		c.ShockWindow = 1 + r.IntN(c.Ticks)
-		p := policy.Policy{Backoff: policy.Exponential, MinDelay: time.Second, MaxDelay: time.Minute,
-			Multiplier: 2, Jitter: policy.FullJitter, MaxRetries: r.IntN(5), MaxDuration: time.Hour, Deadline: policy.Clamp}
 		name := BurstStrategyNames()[r.IntN(len(BurstStrategyNames()))]
-		s, err := DefaultBackoffs(p).Strategy(name)
-		if err != nil {
-			t.Fatal(err)
+		checkBurst(t, i, c, name, r.IntN(5))
+	}
+}
+
+// FuzzBurst runs the burst model on configurations the fuzzer picks,
+// within bounds that keep a run short: a valid one must keep every
+// invariant checkBurst checks, an invalid one must be refused, never run.
+func FuzzBurst(f *testing.F) {
+	f.Add(uint16(3000), uint16(800), 0.2, uint8(5), uint8(5), uint8(1), uint8(25), uint16(1000), uint16(31), uint64(1), uint8(5), uint8(10))
+	f.Add(uint16(1), uint16(1), 1.0, uint8(1), uint8(1), uint8(1), uint8(1), uint16(1), uint16(1), uint64(0), uint8(0), uint8(0))
+	f.Add(uint16(50), uint16(0), -0.5, uint8(0), uint8(9), uint8(0), uint8(0), uint16(60), uint16(0), uint64(7), uint8(3), uint8(2))
+	f.Fuzz(func(t *testing.T, ticks, clients uint16, spike float64, capacity, service, reject, overwhelmed uint8,
+		send, window uint16, seed uint64, strategy, retries uint8) {
+		c := BurstConfig{
+			Ticks: int(ticks % 4000), Clients: int(clients % 1000), Spike: spike,
+			Capacity: int(capacity % 16), ServiceTicks: int(service % 16), RejectTicks: int(reject % 8),
+			Overwhelmed: int(overwhelmed % 64), SendTicks: int(send % 4000), ShockWindow: int(window % 4000), Seed: seed,
 		}
-		res, err := Burst(c, s)
-		if err != nil {
-			t.Fatalf("case %d %+v: %v", i, c, err)
-		}
-		sum := res.Summary
-		var received, rejected, first int
-		for _, tk := range res.Ticks {
-			received += tk.Received
-			rejected += tk.Rejected
-			first += tk.First
-			if tk.Rejected > tk.Received || tk.First > tk.Received || tk.Queued < tk.Received {
-				t.Fatalf("case %d: tick %+v out of order", i, tk)
+		name := BurstStrategyNames()[int(strategy)%len(BurstStrategyNames())]
+		if c.Validate() != nil {
+			s, err := DefaultBackoffs(testPolicy(0)).Strategy(name)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		if received != sum.Requests || rejected != sum.Rejected || first != c.Clients {
-			t.Errorf("case %d: per tick %d received, %d rejected, %d first; summary %d, %d, %d clients", i, received, rejected, first, sum.Requests, sum.Rejected, c.Clients)
-		}
-		// Every accepted request is answered or still being worked on.
-		if inFlight := sum.Requests - sum.Rejected - sum.Completed; inFlight < 0 || inFlight > c.Capacity {
-			t.Errorf("case %d: %d accepted requests unanswered at the end, want 0 to capacity %d", i, inFlight, c.Capacity)
-		}
-		if sum.GaveUp > 0 && name != Policy {
-			t.Errorf("case %d: %s gave up %d times; only the policy parks", i, name, sum.GaveUp)
-		}
-		if sum.Completed+sum.GaveUp > c.Clients {
-			t.Errorf("case %d: %d answered and %d gave up of %d", i, sum.Completed, sum.GaveUp, c.Clients)
-		}
-		prevLatency := 0
-		for j, cl := range res.Clients {
-			if cl.Latency >= 0 && (cl.Latency < c.ServiceTicks || cl.Latency < prevLatency) {
-				t.Fatalf("case %d: client %d latency %d: want at least %d, sorted", i, j, cl.Latency, c.ServiceTicks)
+			if _, err := Burst(c, s); err == nil {
+				t.Fatalf("Burst ran %+v, which Validate refuses", c)
 			}
-			if cl.Latency >= 0 {
-				prevLatency = cl.Latency
-			}
-			if cl.Requests < 1 {
-				t.Fatalf("case %d: client %d sent nothing", i, j)
-			}
+			return
 		}
-		ps := []*int{sum.LatencyP50, sum.LatencyP75, sum.LatencyP90, sum.LatencyP99, sum.LatencyMax}
-		for j := 1; j < len(ps); j++ {
-			if val(ps[j]) < val(ps[j-1]) {
-				t.Errorf("case %d: percentiles %v not increasing", i, ps)
-			}
+		checkBurst(t, 0, c, name, int(retries%12))
+	})
+}
+
+// testPolicy is exponential backoff with full jitter from 1s to 1m, the
+// given retry limit and an hour's budget.
+func testPolicy(retries int) policy.Policy {
+	return policy.Policy{Backoff: policy.Exponential, MinDelay: time.Second, MaxDelay: time.Minute,
+		Multiplier: 2, Jitter: policy.FullJitter, MaxRetries: retries, MaxDuration: time.Hour, Deadline: policy.Clamp}
+}
+
+// checkBurst runs case i, strategy name (the policy strategy with retries
+// as its limit), and checks what holds for every run: the per-tick counts
+// add up to the summary, every accepted request is answered or still
+// worked on, only the policy gives up, latencies are sorted and at least
+// the service time, and percentiles increase.
+func checkBurst(t *testing.T, i int, c BurstConfig, name string, retries int) {
+	t.Helper()
+	s, err := DefaultBackoffs(testPolicy(retries)).Strategy(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Burst(c, s)
+	if err != nil {
+		t.Fatalf("case %d %+v: %v", i, c, err)
+	}
+	sum := res.Summary
+	var received, rejected, first int
+	for _, tk := range res.Ticks {
+		received += tk.Received
+		rejected += tk.Rejected
+		first += tk.First
+		if tk.Rejected > tk.Received || tk.First > tk.Received || tk.Queued < tk.Received {
+			t.Fatalf("case %d: tick %+v out of order", i, tk)
 		}
-		if (sum.Completed == c.Clients) != (sum.LatencyMax != nil) {
-			t.Errorf("case %d: %d of %d answered, max latency %v: want a max exactly when all were", i, sum.Completed, c.Clients, sum.LatencyMax)
+	}
+	if received != sum.Requests || rejected != sum.Rejected || first != c.Clients {
+		t.Errorf("case %d: per tick %d received, %d rejected, %d first; summary %d, %d, %d clients", i, received, rejected, first, sum.Requests, sum.Rejected, c.Clients)
+	}
+	// Every accepted request is answered or still being worked on.
+	if inFlight := sum.Requests - sum.Rejected - sum.Completed; inFlight < 0 || inFlight > c.Capacity {
+		t.Errorf("case %d: %d accepted requests unanswered at the end, want 0 to capacity %d", i, inFlight, c.Capacity)
+	}
+	if sum.GaveUp > 0 && name != Policy {
+		t.Errorf("case %d: %s gave up %d times; only the policy parks", i, name, sum.GaveUp)
+	}
+	if sum.Completed+sum.GaveUp > c.Clients {
+		t.Errorf("case %d: %d answered and %d gave up of %d", i, sum.Completed, sum.GaveUp, c.Clients)
+	}
+	prevLatency := 0
+	for j, cl := range res.Clients {
+		if cl.Latency >= 0 && (cl.Latency < c.ServiceTicks || cl.Latency < prevLatency) {
+			t.Fatalf("case %d: client %d latency %d: want at least %d, sorted", i, j, cl.Latency, c.ServiceTicks)
 		}
+		if cl.Latency >= 0 {
+			prevLatency = cl.Latency
+		}
+		if cl.Requests < 1 {
+			t.Fatalf("case %d: client %d sent nothing", i, j)
+		}
+	}
+	ps := []*int{sum.LatencyP50, sum.LatencyP75, sum.LatencyP90, sum.LatencyP99, sum.LatencyMax}
+	for j := 1; j < len(ps); j++ {
+		if val(ps[j]) < val(ps[j-1]) {
+			t.Errorf("case %d: percentiles %v not increasing", i, ps)
+		}
+	}
+	if (sum.Completed == c.Clients) != (sum.LatencyMax != nil) {
+		t.Errorf("case %d: %d of %d answered, max latency %v: want a max exactly when all were", i, sum.Completed, c.Clients, sum.LatencyMax)
 	}
 }
 

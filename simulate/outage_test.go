@@ -109,7 +109,7 @@ func knee(c OutageConfig) int {
 
 // randomPolicy draws a policy as an operator could configure it, through
 // config.Load, retrying until one is valid.
-func randomPolicy(t *testing.T, r *rand.Rand) (policy.Policy, []string) {
+func randomPolicy(t testing.TB, r *rand.Rand) (policy.Policy, []string) {
 	pick := func(xs ...string) string { return xs[r.IntN(len(xs))] }
 	for {
 		env := []string{
@@ -168,44 +168,83 @@ func TestOutageInvariants(t *testing.T) {
 			Seed: r.Uint64(),
 		}
 		c.Horizon = c.At + c.Outage + c.Sustain + time.Duration(r.IntN(120))*time.Second
-		res := outage(t, c, "random", p)
-		s := res.Summary
-		parked := 0
-		for reason, n := range s.Parked {
-			if !slices.Contains(policy.Reasons, policy.Reason(reason)) || n <= 0 {
-				t.Errorf("case %d: parked %d for %q", i, n, reason)
+		checkOutage(t, i, c, p, env)
+	}
+}
+
+// FuzzOutage runs the outage model on scenarios the fuzzer picks, with a
+// horizon of at most a few minutes: a valid one must keep every invariant
+// checkOutage checks, an invalid one must be refused.
+func FuzzOutage(f *testing.F) {
+	f.Add(100.0, uint16(2000), uint16(100), uint8(30), 1.05, 15.0, uint16(2000), uint8(30), uint8(60), uint8(30), uint8(10), uint64(1), uint8(0))
+	f.Add(0.0, uint16(0), uint16(0), uint8(0), 0.5, -1.0, uint16(0), uint8(0), uint8(0), uint8(0), uint8(0), uint64(2), uint8(3))
+	f.Add(500.0, uint16(1), uint16(1), uint8(255), 2.0, 1.0, uint16(1), uint8(1), uint8(200), uint8(1), uint8(50), uint64(3), uint8(7))
+	f.Fuzz(func(t *testing.T, rate float64, concurrency, minLatencyMs uint16, limit uint8, factor, k float64,
+		timeoutMs uint16, atS, outageS, sustainS, stepMs uint8, seed uint64, pick uint8) {
+		c := OutageConfig{
+			Rate: math.Mod(rate, 1000), Concurrency: int(concurrency % 5000),
+			MinLatency: time.Duration(minLatencyMs%1000) * time.Millisecond, Limit: int(limit),
+			Factor: factor, K: k, Timeout: time.Duration(timeoutMs%10000) * time.Millisecond,
+			At: time.Duration(atS%60) * time.Second, Outage: time.Duration(outageS%120) * time.Second,
+			Sustain: time.Duration(sustainS%60) * time.Second, Step: time.Duration(stepMs%101) * time.Millisecond, Seed: seed,
+		}
+		c.Horizon = c.At + c.Outage + c.Sustain + time.Duration(pick%60)*time.Second
+		r := rand.New(rand.NewPCG(seed, uint64(pick)))
+		p, env := randomPolicy(t, r)
+		if c.Validate() != nil {
+			if _, err := Outage(c, OutageStrategy{Name: "fuzz", Policy: p}); err == nil {
+				t.Fatalf("Outage ran %+v, which Validate refuses", c)
 			}
-			parked += n
+			return
 		}
-		if s.Delivered+parked+s.Pending != s.Messages {
-			t.Errorf("case %d: %d delivered + %d parked + %d pending != %d messages", i, s.Delivered, parked, s.Pending, s.Messages)
+		checkOutage(t, 0, c, p, env)
+	})
+}
+
+// checkOutage runs case i with policy p (from the variables env) and
+// checks what holds for every run: every message is delivered, parked or
+// pending, for reasons the policy has; attempts and latencies are ordered;
+// the timeline has a second per second of the horizon and none of the
+// outage is healthy; no more calls reach the dependency than are made.
+func checkOutage(t *testing.T, i int, c OutageConfig, p policy.Policy, env []string) {
+	t.Helper()
+	res := outage(t, c, "random", p)
+	s := res.Summary
+	parked := 0
+	for reason, n := range s.Parked {
+		if !slices.Contains(policy.Reasons, policy.Reason(reason)) || n <= 0 {
+			t.Errorf("case %d: parked %d for %q", i, n, reason)
 		}
-		if s.AttemptsP50 > s.AttemptsP99 || s.AttemptsP99 < 0 {
-			t.Errorf("case %d: attempts p50 %d, p99 %d", i, s.AttemptsP50, s.AttemptsP99)
+		parked += n
+	}
+	if s.Delivered+parked+s.Pending != s.Messages {
+		t.Errorf("case %d: %d delivered + %d parked + %d pending != %d messages", i, s.Delivered, parked, s.Pending, s.Messages)
+	}
+	if s.AttemptsP50 > s.AttemptsP99 || s.AttemptsP99 < 0 {
+		t.Errorf("case %d: attempts p50 %d, p99 %d", i, s.AttemptsP50, s.AttemptsP99)
+	}
+	if s.LatencyP50S != nil && *s.LatencyP50S < c.MinLatency.Seconds() {
+		t.Errorf("case %d: p50 latency %v s under the dependency's %s", i, *s.LatencyP50S, c.MinLatency)
+	}
+	ls := []*float64{s.LatencyP50S, s.LatencyP90S, s.LatencyP99S}
+	for j := 1; j < len(ls); j++ {
+		if ls[j-1] == nil && ls[j] != nil || ls[j-1] != nil && ls[j] != nil && *ls[j] < *ls[j-1] {
+			t.Errorf("case %d: latency percentiles not ordered", i)
 		}
-		if s.LatencyP50S != nil && *s.LatencyP50S < c.MinLatency.Seconds() {
-			t.Errorf("case %d: p50 latency %v s under the dependency's %s", i, *s.LatencyP50S, c.MinLatency)
+	}
+	if s.Recovered != (s.RecoveryS != nil) {
+		t.Errorf("case %d: recovered %v with recovery_s %v", i, s.Recovered, s.RecoveryS)
+	}
+	if want := int(math.Ceil(c.Horizon.Seconds())); len(res.Timeline) != want {
+		t.Errorf("case %d: %d seconds of timeline, want %d", i, len(res.Timeline), want)
+	}
+	for sec, tl := range res.Timeline {
+		during := time.Duration(sec+1)*time.Second > c.At && time.Duration(sec)*time.Second < c.At+c.Outage
+		if during && tl.Healthy {
+			t.Errorf("case %d (%v): second %d healthy during the outage", i, env, sec)
 		}
-		ls := []*float64{s.LatencyP50S, s.LatencyP90S, s.LatencyP99S}
-		for j := 1; j < len(ls); j++ {
-			if ls[j-1] == nil && ls[j] != nil || ls[j-1] != nil && ls[j] != nil && *ls[j] < *ls[j-1] {
-				t.Errorf("case %d: latency percentiles not ordered", i)
-			}
-		}
-		if s.Recovered != (s.RecoveryS != nil) {
-			t.Errorf("case %d: recovered %v with recovery_s %v", i, s.Recovered, s.RecoveryS)
-		}
-		if want := int(math.Ceil(c.Horizon.Seconds())); len(res.Timeline) != want {
-			t.Errorf("case %d: %d seconds of timeline, want %d", i, len(res.Timeline), want)
-		}
-		for sec, tl := range res.Timeline {
-			during := time.Duration(sec+1)*time.Second > c.At && time.Duration(sec)*time.Second < c.At+c.Outage
-			if during && tl.Healthy {
-				t.Errorf("case %d (%v): second %d healthy during the outage", i, env, sec)
-			}
-			if tl.Calls > tl.Attempts {
-				t.Errorf("case %d: second %d: %d calls reached the dependency of %d made", i, sec, tl.Calls, tl.Attempts)
-			}
+		if tl.Calls > tl.Attempts {
+			t.Errorf("case %d: second %d: %d calls reached the dependency of %d made", i, sec, tl.Calls, tl.Attempts)
 		}
 	}
 }
