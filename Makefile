@@ -95,5 +95,5 @@ SIMULATE := env -i PATH="$(PATH)" HOME="$(HOME)" go run . simulate
 TEXT_EB := text-eb: REBOUND_MIN_DELAY=100ms REBOUND_MULTIPLIER=2.7 REBOUND_JITTER=gaussian REBOUND_JITTER_FACTOR=0.1 REBOUND_MAX_DELAY=5m REBOUND_MAX_RETRIES=0
 plots:
 	@./scripts/ensure-go.sh
-	$(SIMULATE) burst -svg docs/simulate-burst.svg
-	$(SIMULATE) outage -compare '$(TEXT_EB)' -svg docs/simulate-outage.svg
+	$(SIMULATE) burst --svg docs/simulate-burst.svg
+	$(SIMULATE) outage --compare '$(TEXT_EB)' --svg docs/simulate-outage.svg
