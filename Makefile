@@ -14,7 +14,7 @@ BROKERS := 3.10 4.3
 CHAOS_TESTS := ^(TestNoLossUnderMemoryAlarm|TestNoLossWhenBrokerRestarts)$$
 CLUSTER_TESTS := ^TestCluster
 
-.PHONY: demo run test build lint broker brokers bench chaos flaketest plots
+.PHONY: demo run test build lint broker brokers clients bench chaos flaketest plots
 
 # The demo: rebound plus an application that fails every message.
 demo: broker build
@@ -28,8 +28,10 @@ run: broker build
 # staticcheck, a tidy go.mod, then for each broker the race-enabled tests,
 # the disruptive ones (memory alarm, broker restarts) one at a time, and
 # the cluster tests on three extra nodes (stopped and deleted afterwards,
-# pass or fail); then the Kubernetes manifest checks.
-test: brokers lint
+# pass or fail); then the Kubernetes manifest checks. The clients target
+# installs what the client tests run besides Go (Node's amqplib, pika,
+# Qpid Proton).
+test: brokers clients lint
 	@for b in $(BROKERS); do \
 	  echo "=== RabbitMQ $$b: go test ./..."; \
 	  REBOUND_TEST_BROKER=$$b go test $(GO_TEST_FLAGS) ./... || exit 1; \
@@ -66,6 +68,12 @@ broker:
 # Both brokers of the test matrix.
 brokers: broker
 	@./scripts/rabbitmq43.sh ensure
+
+# The clients docs/consumers.md's snippets and the AMQP 1.0 test run:
+# Node with npm's amqplib (in docs/consumers/node_modules), Debian's
+# python3-pika and python3-qpid-proton.
+clients:
+	@./scripts/ensure-clients.sh
 
 # rebound against RabbitMQ's Shovel, a bare amqp091-go relay and a naive
 # consumer on both brokers (4.3, then 3.10), pinned and unpinned, with the
