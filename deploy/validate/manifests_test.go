@@ -251,7 +251,9 @@ func TestCheckPodCatches(t *testing.T) {
 			reboundContainer(d).Env = append(reboundContainer(d).Env, corev1.EnvVar{Name: "REBOUND_AMQP_URL", Value: placeholderURL})
 		}, "password"},
 		{"url file elsewhere", func(d *appsv1.Deployment, _ *PodInput) { reboundContainer(d).Env[0].Value = "/tmp/url" }, "under no volume mount"},
-		{"no pod name", func(d *appsv1.Deployment, _ *PodInput) { reboundContainer(d).Env[1].ValueFrom.FieldRef.FieldPath = "spec.nodeName" }, "POD_NAME"},
+		{"no pod name", func(d *appsv1.Deployment, _ *PodInput) {
+			reboundContainer(d).Env[1].ValueFrom.FieldRef.FieldPath = "spec.nodeName"
+		}, "POD_NAME"},
 		{"unreadable url", func(d *appsv1.Deployment, _ *PodInput) {
 			d.Spec.Template.Spec.Volumes[0].Secret.DefaultMode = ptr.To[int32](0o400)
 		}, "not readable"},
