@@ -5,29 +5,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"strings"
-	"sync"
+	"io"
 	"testing"
 	"time"
 )
-
-// lockedBuffer is a bytes.Buffer the sidecar's logger and the test share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestStartLogNamesTheBuildAndTheOriginPatternAsWritten: the first log
 // line carries the version, and the origin allowlist as configured, so
@@ -36,26 +17,34 @@ func (l *lockedBuffer) String() string {
 func TestStartLogNamesTheBuildAndTheOriginPatternAsWritten(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	logs := &lockedBuffer{}
+	logs, logWriter := io.Pipe()
 	environ := []string{"REBOUND_AMQP_URL=amqp://guest:guest@127.0.0.1:1/", "REBOUND_HTTP_ADDR=127.0.0.1:0", `REBOUND_ORIGIN_QUEUES=^app\.`}
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, []string{"run"}, environ, &bytes.Buffer{}, logs) }()
-	var start map[string]any
-	deadline := time.Now().Add(20 * time.Second)
-	for start == nil && time.Now().Before(deadline) {
-		sc := bufio.NewScanner(strings.NewReader(logs.String()))
+	go func() {
+		done <- Run(ctx, []string{"run"}, environ, &bytes.Buffer{}, logWriter)
+		logWriter.Close()
+	}()
+	starts := make(chan map[string]any, 1)
+	go func() {
+		sc := bufio.NewScanner(logs)
 		for sc.Scan() {
 			var line map[string]any
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line["msg"] == "starting" {
-				start = line
+				starts <- line
+				break
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
+		_, _ = io.Copy(io.Discard, logs) // the rest, until rebound stops
+	}()
+	var start map[string]any
+	select {
+	case start = <-starts:
+	case <-time.After(20 * time.Second):
 	}
 	cancel()
 	<-done
 	if start == nil {
-		t.Fatalf("no start line in the log:\n%s", logs.String())
+		t.Fatal("no start line in the log within 20s")
 	}
 	if got := start["origin_queues"]; got != `matching ^app\.` {
 		t.Errorf("origin_queues = %q, want %q", got, `matching ^app\.`)
