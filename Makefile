@@ -14,7 +14,7 @@ BROKERS := 3.10 4.3
 CHAOS_TESTS := ^(TestNoLossUnderMemoryAlarm|TestLargeMessagesUnderMemoryAlarm|TestNoLossWhenBrokerRestarts)$$
 CLUSTER_TESTS := ^TestCluster
 
-.PHONY: demo run test build lint broker brokers bench chaos flaketest plots
+.PHONY: demo run test build lint broker brokers clients bench chaos flaketest plots
 
 # The demo: rebound plus an application that fails every message.
 demo: broker build
@@ -28,8 +28,10 @@ run: broker build
 # staticcheck, a tidy go.mod, then for each broker the race-enabled tests,
 # the disruptive ones (memory alarm, broker restarts) one at a time, and
 # the cluster tests on three extra nodes (stopped and deleted afterwards,
-# pass or fail); then the Kubernetes manifest checks.
-test: brokers lint
+# pass or fail); then the Kubernetes manifest checks. The clients target
+# installs what the client tests run besides Go (Node's amqplib, pika,
+# Qpid Proton).
+test: brokers clients lint
 	@for b in $(BROKERS); do \
 	  echo "=== RabbitMQ $$b: go test ./..."; \
 	  REBOUND_TEST_BROKER=$$b go test $(GO_TEST_FLAGS) ./... || exit 1; \
@@ -67,6 +69,12 @@ broker:
 brokers: broker
 	@./scripts/rabbitmq43.sh ensure
 
+# The clients docs/consumers.md's snippets and the AMQP 1.0 test run:
+# Node with npm's amqplib (in docs/consumers/node_modules), Debian's
+# python3-pika and python3-qpid-proton.
+clients:
+	@./scripts/ensure-clients.sh
+
 # rebound against RabbitMQ's Shovel, a bare amqp091-go relay and a naive
 # consumer on both brokers (4.3, then 3.10), pinned and unpinned, with the
 # delay spread, the levers, replicas, delay accuracy and a 1M-message
@@ -95,6 +103,6 @@ SIMULATE := env -i PATH="$(PATH)" HOME="$(HOME)" go run . simulate
 TEXT_EB := text-eb: REBOUND_MIN_DELAY=100ms REBOUND_MULTIPLIER=2.7 REBOUND_JITTER=gaussian REBOUND_JITTER_FACTOR=0.1 REBOUND_MAX_DELAY=5m REBOUND_MAX_RETRIES=0
 plots:
 	@./scripts/ensure-go.sh
-	$(SIMULATE) burst -svg docs/simulate-burst.svg
-	$(SIMULATE) outage -compare '$(TEXT_EB)' -svg docs/simulate-outage.svg
-	$(SIMULATE) outage -rate 200 -strategies policy -compare 'cap100: REBOUND_RETRY_RATE=100' -svg docs/simulate-outage-cap.svg
+	$(SIMULATE) burst --svg docs/simulate-burst.svg
+	$(SIMULATE) outage --compare '$(TEXT_EB)' --svg docs/simulate-outage.svg
+	$(SIMULATE) outage --rate 200 --strategies policy --compare 'cap100: REBOUND_RETRY_RATE=100' --svg docs/simulate-outage-cap.svg

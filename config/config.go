@@ -127,7 +127,11 @@ func (e *Error) Error() string {
 	for i, p := range e.Problems {
 		lines[i] = "  " + p.Error()
 	}
-	return fmt.Sprintf("invalid configuration (%d problems):\n%s", len(e.Problems), strings.Join(lines, "\n"))
+	noun := "problems"
+	if len(e.Problems) == 1 {
+		noun = "problem"
+	}
+	return fmt.Sprintf("invalid configuration (%d %s):\n%s", len(e.Problems), noun, strings.Join(lines, "\n"))
 }
 
 // Load reads the configuration from environ (os.Environ form, KEY=VALUE)

@@ -236,6 +236,9 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 	if !strings.HasPrefix(err.Error(), "invalid configuration (5 problems):\n") {
 		t.Errorf("message %q", err)
 	}
+	if _, err := Load([]string{"REBOUND_JITTER=bogus"}); err == nil || !strings.HasPrefix(err.Error(), "invalid configuration (1 problem):\n") {
+		t.Errorf("one problem: message %q, want it counted in the singular", err)
+	}
 }
 
 // TestLoadNoSpuriousProblems checks that a variable that fails to parse is

@@ -159,7 +159,11 @@ func reboundNode(t *testing.T, nodes []*brokertest.Broker, ask, not *brokertest.
 		ctlJSON(t, ask, &conns, "list_connections", "port", "client_properties")
 		for _, c := range conns {
 			for _, p := range c.Props {
-				if len(p) != 3 || p[0] != "connection_name" || p[2] != "rebound consume" {
+				// "rebound <version> on <host> consume": the sidecar's consuming connection.
+				if len(p) != 3 || p[0] != "connection_name" {
+					continue
+				}
+				if name, _ := p[2].(string); !strings.HasPrefix(name, "rebound ") || !strings.HasSuffix(name, " consume") {
 					continue
 				}
 				for _, nd := range nodes {

@@ -139,7 +139,7 @@ func TestParkedListLeavesQueueIntact(t *testing.T) {
 		{[]string{"--origin", other}, []string{"o1"}},
 		{[]string{"--older-than", "1h"}, []string{"a2", "o1"}},
 		{[]string{"--reason", "max-retries", "--older-than", "1h"}, []string{"a2"}},
-		{[]string{"--reason", "nothing-like-this"}, nil},
+		{[]string{"--reason", "delivery-limit"}, nil},
 	} {
 		doc := e.listJSON(tc.args...)
 		var got []string
@@ -149,6 +149,10 @@ func TestParkedListLeavesQueueIntact(t *testing.T) {
 		if strings.Join(slices.Sorted(slices.Values(got)), ",") != strings.Join(tc.want, ",") || doc.Scanned != 5 {
 			t.Errorf("list %v: got %v (scanned %d), want %v", tc.args, got, doc.Scanned, tc.want)
 		}
+	}
+	// A reason rebound never writes is a mistake, not an empty match.
+	if _, _, err := e.cli("parked", "list", "--reason", "nothing-like-this"); !cli.IsUsageError(err) {
+		t.Errorf("--reason nothing-like-this: %v, want a usage error", err)
 	}
 	if doc := e.listJSON("--origin", e.App, "--limit", "2"); len(doc.Messages) != 2 || doc.Matched != 3 {
 		t.Errorf("--limit 2: %d shown, %d matched; want 2 of 3", len(doc.Messages), doc.Matched)

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -19,21 +20,41 @@ import (
 // then costs one refused connection). The sidecar and every command dial
 // through one. Safe for concurrent use.
 type Dialer struct {
-	urls []string
-	tls  *tls.Config // nil: the library's default for amqps://
-	// name starts every connection's name on the broker (the management
-	// UI's connection_name): "rebound 1.4.0 pod-7f9c", then the role.
-	name string
-	next atomic.Int64 // index of the URL to try first
+	urls   []string
+	tls    *tls.Config // nil: the library's default for amqps://
+	client Client
+	next   atomic.Int64 // index of the URL to try first
+}
+
+// Client is how each connection introduces itself to the broker, in the
+// client properties of connection.start-ok, which the management UI and
+// `rabbitmqctl list_connections client_properties` show.
+type Client struct {
+	// Name starts each connection's connection_name, the role follows:
+	// "rebound 1.4.0 on orders-worker-7d9f consume".
+	Name string
+	// Version is rebound's version; the product is "rebound".
+	Version string
+	// Platform is the Go version that built it: "go1.26.0".
+	Platform string
+}
+
+// properties is the client properties table of a connection in role.
+func (c Client) properties(role string) amqp.Table {
+	return amqp.Table{
+		"connection_name": strings.TrimSpace(c.Name + " " + role),
+		"product":         "rebound",
+		"version":         c.Version,
+		"platform":        c.Platform + " (amqp091-go)",
+	}
 }
 
 // NewDialer returns a Dialer for urls (at least one) with tlsConfig (nil
-// for the library's defaults). name starts the name each connection
-// shows on the broker. With several URLs the first dial starts at a
-// random one, so that replicas given the same list spread over the
-// cluster.
-func NewDialer(urls []string, tlsConfig *tls.Config, name string) *Dialer {
-	d := &Dialer{urls: urls, tls: tlsConfig, name: name}
+// for the library's defaults); client says who connects. With several
+// URLs the first dial starts at a random one, so that replicas given the
+// same list spread over the cluster.
+func NewDialer(urls []string, tlsConfig *tls.Config, client Client) *Dialer {
+	d := &Dialer{urls: urls, tls: tlsConfig, client: client}
 	if len(urls) > 1 {
 		d.next.Store(rand.Int64N(int64(len(urls))))
 	}
@@ -42,7 +63,7 @@ func NewDialer(urls []string, tlsConfig *tls.Config, name string) *Dialer {
 
 // Dial connects to the first broker that accepts, trying each once,
 // starting with the one that last worked, and names the connection
-// d's name and role. Cancelling ctx abandons the attempt, handshake
+// after d's client and role. Cancelling ctx abandons the attempt, handshake
 // included; each attempt is bounded anyway (15s to connect, 30s for the
 // TLS and AMQP handshakes). Errors name a broker by its place in the
 // list, never by its URL, which may hold a password.
@@ -52,7 +73,7 @@ func (d *Dialer) Dial(ctx context.Context, role string) (*amqp.Connection, error
 	first := int(d.next.Load())
 	for i := range n {
 		at := (first + i) % n
-		conn, err := dialOne(ctx, d.urls[at], d.tls, d.name+" "+role)
+		conn, err := dialOne(ctx, d.urls[at], d.tls, d.client.properties(role))
 		if err == nil {
 			d.next.Store(int64(at))
 			return conn, nil
@@ -79,7 +100,7 @@ func (d *Dialer) Host() string {
 	return u.Host
 }
 
-func dialOne(ctx context.Context, url string, tlsConfig *tls.Config, name string) (*amqp.Connection, error) {
+func dialOne(ctx context.Context, url string, tlsConfig *tls.Config, properties amqp.Table) (*amqp.Connection, error) {
 	var stopWatching func() bool
 	defer func() {
 		if stopWatching != nil {
@@ -90,7 +111,7 @@ func dialOne(ctx context.Context, url string, tlsConfig *tls.Config, name string
 		Heartbeat:       10 * time.Second,
 		Locale:          "en_US",
 		TLSClientConfig: tlsConfig,
-		Properties:      amqp.Table{"connection_name": name},
+		Properties:      properties,
 		Dial: func(network, addr string) (net.Conn, error) {
 			d := net.Dialer{Timeout: 15 * time.Second}
 			conn, err := d.DialContext(ctx, network, addr)

@@ -2,6 +2,7 @@ package republisher
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -50,7 +51,7 @@ func hangUp(t *testing.T) (url string, accepted *atomic.Int64) {
 func TestDialSkipsBrokersThatFailAndStartsWithTheLastThatWorked(t *testing.T) {
 	live := brokertest.Require(t).URL
 	first, firstCalls := hangUp(t)
-	s := NewDialer([]string{first, refusingURL(t), live}, nil, "rebound test")
+	s := NewDialer([]string{first, refusingURL(t), live}, nil, Client{Name: "rebound test"})
 	s.next.Store(0) // NewDialer starts at a random one
 	conn, err := s.Dial(context.Background(), "test")
 	if err != nil {
@@ -74,7 +75,7 @@ func TestDialSkipsBrokersThatFailAndStartsWithTheLastThatWorked(t *testing.T) {
 }
 
 func TestDialErrorNamesEveryBrokerButNoPassword(t *testing.T) {
-	s := NewDialer([]string{refusingURL(t), refusingURL(t)}, nil, "rebound")
+	s := NewDialer([]string{refusingURL(t), refusingURL(t)}, nil, Client{Name: "rebound"})
 	_, err := s.Dial(context.Background(), "consume")
 	if err == nil {
 		t.Fatal("dial succeeded with every broker refusing")
@@ -91,7 +92,7 @@ func TestDialErrorNamesEveryBrokerButNoPassword(t *testing.T) {
 }
 
 func TestDialStopsTryingOnceCancelled(t *testing.T) {
-	s := NewDialer([]string{refusingURL(t), refusingURL(t), refusingURL(t)}, nil, "rebound")
+	s := NewDialer([]string{refusingURL(t), refusingURL(t), refusingURL(t)}, nil, Client{Name: "rebound"})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := s.Dial(ctx, "consume")
@@ -129,12 +130,64 @@ func TestDialAbandonsAHandshakeWhenCancelled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	conn, err := NewDialer([]string{"amqp://guest:guest@" + l.Addr().String() + "/"}, nil, "rebound").Dial(ctx, "test")
+	conn, err := NewDialer([]string{"amqp://guest:guest@" + l.Addr().String() + "/"}, nil, Client{Name: "rebound"}).Dial(ctx, "test")
 	if err == nil {
 		conn.Close()
 		t.Fatal("Dial succeeded against a server that never answers")
 	}
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("Dial returned after %s, want soon after the context's 200ms deadline", took.Round(time.Millisecond))
+	}
+}
+
+// TestDialIntroducesRebound: the broker lists each connection with the
+// name, product and version the Dialer's Client gives, as the management
+// UI shows them.
+func TestDialIntroducesRebound(t *testing.T) {
+	b := brokertest.Require(t)
+	name := "rebound 9.9.9 on " + brokertest.Unique(t)
+	conn, err := NewDialer([]string{b.URL}, nil, Client{Name: name, Version: "9.9.9", Platform: "go1.99"}).Dial(context.Background(), "consume")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	want := map[string]string{
+		"connection_name": name + " consume",
+		"product":         "rebound",
+		"version":         "9.9.9",
+		"platform":        "go1.99 (amqp091-go)",
+	}
+	var got map[string]string
+	ok := brokertest.Await(10*time.Second, func() bool {
+		var conns []struct {
+			Props [][]any `json:"client_properties"`
+		}
+		out := b.MustCtl(t, "-q", "list_connections", "client_properties", "--formatter", "json")
+		if err := json.Unmarshal([]byte(out), &conns); err != nil {
+			t.Fatalf("list_connections: %v\n%s", err, out)
+		}
+		for _, c := range conns {
+			props := map[string]string{}
+			for _, p := range c.Props {
+				if len(p) == 3 {
+					k, _ := p[0].(string)
+					v, _ := p[2].(string)
+					props[k] = v
+				}
+			}
+			if props["connection_name"] == want["connection_name"] {
+				got = props
+				return true
+			}
+		}
+		return false
+	})
+	if !ok {
+		t.Fatalf("no connection named %q listed by the broker", want["connection_name"])
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("client property %s = %q, want %q", k, got[k], v)
+		}
 	}
 }

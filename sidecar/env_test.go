@@ -76,7 +76,7 @@ func (e *env) options(vars ...string) Options {
 	e.topo = cfg.Topology()
 	core, logs := observer.New(zap.DebugLevel)
 	e.logs = logs
-	opt := OptionsFrom(cfg, republisher.NewDialer(cfg.BrokerURLs(), nil, "rebound test"), zap.New(core), nil)
+	opt := OptionsFrom(cfg, republisher.NewDialer(cfg.BrokerURLs(), nil, republisher.Client{Name: "rebound test"}), zap.New(core), nil)
 	if e.m == nil {
 		e.m = NewMetrics(e.reg, opt.Router)
 	}

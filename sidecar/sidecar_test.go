@@ -452,7 +452,7 @@ func TestRunKeepsReconnectingUntilCancelled(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
 	var skew atomic.Int64 // added to the sidecar's clock
 	s := New(Options{
-		Dialer: republisher.NewDialer([]string{refusingURL(t)}, nil, "rebound test"), Logger: zap.New(core), Metrics: NewMetrics(reg, route.Router{}), ConfirmTimeout: time.Second,
+		Dialer: republisher.NewDialer([]string{refusingURL(t)}, nil, republisher.Client{Name: "rebound test"}), Logger: zap.New(core), Metrics: NewMetrics(reg, route.Router{}), ConfirmTimeout: time.Second,
 		Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) },
 		Reconnect: policy.Policy{Backoff: policy.Constant, MinDelay: 10 * time.Millisecond, MaxDelay: 10 * time.Millisecond,
 			Jitter: policy.NoJitter, Deadline: policy.Lenient},

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rebound-mq/rebound/policy"
@@ -122,35 +123,52 @@ func short(v float64) string {
 }
 
 // line draws ys[i] at x = i*dx as a path of relative moves in whole
-// pixels (the rounding error is carried, not accumulated).
+// pixels (the rounding error is carried, not accumulated). On a log
+// scale a zero has no place: the line breaks there instead of dropping
+// to the axis floor, where it would read as a small value.
 func (p panel) line(b *bytes.Buffer, ys []float64, dx float64, color string, dashed bool) {
-	if len(ys) == 0 {
-		return
-	}
 	class := "l"
 	if dashed {
 		class = "d"
 	}
-	fmt.Fprintf(b, `<path class="%s" stroke="%s" d="`, class, color)
+	var d strings.Builder
 	var cx, cy int
+	open, alone := false, false // a segment is open; its only point so far is its start
 	for i, v := range ys {
-		x, y := int(math.Round(p.px(float64(i)*dx))), int(math.Round(p.py(v)))
-		if i == 0 {
-			fmt.Fprintf(b, "M%d %d", x, y)
-		} else if x != cx || y != cy {
-			b.WriteString("l")
-			b.WriteString(strconv.Itoa(x - cx))
-			if y-cy >= 0 {
-				b.WriteByte(' ')
+		if p.log && !(v > 0) {
+			if alone {
+				d.WriteString("h1") // a point between two gaps, shown as a dot
 			}
-			b.WriteString(strconv.Itoa(y - cy))
+			open, alone = false, false
+			continue
+		}
+		x, y := int(math.Round(p.px(float64(i)*dx))), int(math.Round(p.py(v)))
+		switch {
+		case !open:
+			fmt.Fprintf(&d, "M%d %d", x, y)
+			open, alone = true, true
+		case x != cx || y != cy:
+			d.WriteString("l")
+			d.WriteString(strconv.Itoa(x - cx))
+			if y-cy >= 0 {
+				d.WriteByte(' ')
+			}
+			d.WriteString(strconv.Itoa(y - cy))
+			alone = false
 		}
 		cx, cy = x, y
 	}
-	b.WriteString("\"/>\n")
+	if alone {
+		d.WriteString("h1")
+	}
+	if d.Len() == 0 {
+		return
+	}
+	fmt.Fprintf(b, `<path class="%s" stroke="%s" d="%s"/>`+"\n", class, color, d.String())
 }
 
-// band shades the x range [from, to].
+// band shades the x range [from, to]. Its label goes above the panel's
+// top right corner, where a band however narrow cannot cut it off.
 func (p panel) band(b *bytes.Buffer, from, to float64, label string) {
 	x0, x1 := p.px(math.Max(from, 0)), p.px(math.Min(to, p.xmax))
 	if x1 <= x0 {
@@ -158,9 +176,17 @@ func (p panel) band(b *bytes.Buffer, from, to float64, label string) {
 	}
 	fmt.Fprintf(b, `<rect x="%.0f" y="%d" width="%.0f" height="%d" class="b"/>`, x0, p.y, x1-x0, p.h)
 	if label != "" {
-		fmt.Fprintf(b, `<text x="%.0f" y="%d" class="a">%s</text>`, x0+2, p.y+10, html.EscapeString(label))
+		fmt.Fprintf(b, `<text x="%d" y="%d" class="a" text-anchor="end">%s</text>`, p.x+p.w, p.y-5, html.EscapeString(label))
 	}
 	b.WriteString("\n")
+}
+
+// plural writes a count with its noun: "1 queue", "370 queues".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }
 
 // legend writes coloured names from x, y rightwards.
@@ -219,7 +245,7 @@ func WriteBurstSVG(w io.Writer, c BurstConfig, runs []BurstResult) error {
 	header(&b, width, top+rowH*len(runs)+10,
 		fmt.Sprintf("rebound simulate burst: %d clients, %d%% at tick 0, service %d×%d ticks, overwhelmed past %d (seed %d)",
 			c.Clients, int(math.Round(c.Spike*100)), c.Capacity, c.ServiceTicks, c.Overwhelmed, c.Seed),
-		"Left: the service per tick (log scale; each point the mean of 10 ticks). Right: each client, sorted by latency (log scale).")
+		"Left: the service per tick (log scale, zeros left out; each point the mean of 10 ticks). Right: each client, sorted by latency (log scale).")
 	legend(&b, 60, 50, "held", colQueued, "received", colReceived, "rejected", colRejected, "first requests", colFirst)
 	legend(&b, 560, 50, "latency (ticks)", colLatency, "requests sent", colRequests)
 	for i, r := range runs {
@@ -254,7 +280,7 @@ func WriteBurstSVG(w io.Writer, c BurstConfig, runs []BurstResult) error {
 			title: fmt.Sprintf("%s: %d of %d answered", s.Strategy, s.Completed, s.Clients)}
 		clients.frame(&b)
 		if s.Completed < len(r.Clients) {
-			clients.band(&b, float64(s.Completed), float64(len(r.Clients)), "never answered")
+			clients.band(&b, float64(s.Completed), float64(len(r.Clients)), "shaded: "+strconv.Itoa(len(r.Clients)-s.Completed)+" never answered")
 		}
 		lat := make([]float64, 0, s.Completed)
 		req := make([]float64, len(r.Clients))
@@ -287,7 +313,7 @@ func WriteOutageSVG(w io.Writer, c OutageConfig, runs []OutageResult) error {
 	header(&b, width, top+rowH*len(runs)+10,
 		fmt.Sprintf("rebound simulate outage: %g msg/s, concurrency %d, dependency stopped %s from %s, timeout %s (seed %d)",
 			c.Rate, c.Concurrency, policy.FormatDuration(c.Outage), policy.FormatDuration(c.At), policy.FormatDuration(c.Timeout), c.Seed),
-		fmt.Sprintf("Latency %s up to %d calls, ×%g every %g more. Shaded: the outage. Each point is the maximum over 2 s. Latency is clipped at %s s.",
+		fmt.Sprintf("Latency %s up to %d calls, ×%g every %g more. Shaded: the outage. Each point is the maximum over 2 s. Latency is clipped at %s s; zeros are left out of the log scales.",
 			policy.FormatDuration(c.MinLatency), c.Limit, c.Factor, c.K, short(math.Max(1000, c.Timeout.Seconds()*100))))
 	legend(&b, 50, 50, "calls reaching the dependency /s", colCalls, "calls made /s", colAttempts)
 	legend(&b, 385, 50, "dependency latency (s)", colLatency, "timeout", colTimeout)
@@ -334,7 +360,7 @@ func WriteOutageSVG(w io.Writer, c OutageConfig, runs []OutageResult) error {
 		lat.line(&b, pts, float64(per), colLatency, false)
 
 		backlog := panel{x: 720, y: y, w: 280, h: rowH - 45, xmax: horizon, xunit: "s", ymin: 1, ymax: math.Pow(10, math.Ceil(math.Log10(peakBacklog))), log: true,
-			title: fmt.Sprintf("%s: peak %d delayed, %d queues", s.Strategy, s.PeakDelayed, s.DelayQueues)}
+			title: fmt.Sprintf("%s: peak %d delayed, %s", s.Strategy, s.PeakDelayed, plural(s.DelayQueues, "queue"))}
 		backlog.frame(&b)
 		backlog.band(&b, at, end, "")
 		pts, per = series(func(t OutageSecond) float64 { return float64(t.Delayed) })

@@ -119,3 +119,56 @@ func TestDownsample(t *testing.T) {
 		}
 	}
 }
+
+// TestLogLineLeavesZerosOut: on a log scale a zero breaks the line instead
+// of being drawn at the axis floor, a lone value between zeros is a dot,
+// and a line of zeros draws nothing; a linear scale draws zeros.
+func TestLogLineLeavesZerosOut(t *testing.T) {
+	logPanel := panel{x: 0, y: 0, w: 100, h: 100, xmax: 10, ymin: 1, ymax: 100, log: true}
+	tests := []struct {
+		name string
+		p    panel
+		ys   []float64
+		want string
+	}{
+		{"gap", logPanel, []float64{10, 10, 0, 0, 10, 100}, `d="M0 50l10 0M40 50l10-50"`},
+		{"lone point", logPanel, []float64{0, 10, 0}, `d="M10 50h1"`},
+		{"lone point at the end", logPanel, []float64{1, 0, 100}, `d="M0 100h1M20 0h1"`},
+		{"all zeros", logPanel, []float64{0, 0, 0}, ``},
+		{"linear", panel{w: 100, h: 100, xmax: 10, ymax: 100}, []float64{10, 0}, `d="M0 90l10 10"`},
+	}
+	for _, tt := range tests {
+		var b bytes.Buffer
+		tt.p.line(&b, tt.ys, 1, "#000", false)
+		if tt.want == "" {
+			if b.Len() > 0 {
+				t.Errorf("%s: drew %q, want nothing", tt.name, b.String())
+			}
+			continue
+		}
+		if !strings.Contains(b.String(), tt.want) {
+			t.Errorf("%s: drew %q, want %s", tt.name, b.String(), tt.want)
+		}
+	}
+}
+
+// TestBandLabelStaysInThePanel: the label of a band, narrow or wide,
+// ends at the panel's right edge, never past it.
+func TestBandLabelStaysInThePanel(t *testing.T) {
+	p := panel{x: 560, y: 80, w: 320, h: 140, xmax: 800}
+	for _, from := range []float64{10, 783, 799} {
+		var b bytes.Buffer
+		p.band(&b, from, 800, "shaded: 17 never answered")
+		if want := `<text x="880" y="75" class="a" text-anchor="end">shaded: 17 never answered</text>`; !strings.Contains(b.String(), want) {
+			t.Errorf("band from %v: %q, want the label right-aligned at the panel's edge above it", from, b.String())
+		}
+	}
+}
+
+func TestPlural(t *testing.T) {
+	for n, want := range map[int]string{0: "0 queues", 1: "1 queue", 370: "370 queues"} {
+		if got := plural(n, "queue"); got != want {
+			t.Errorf("plural(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

@@ -536,7 +536,7 @@ func startRebound(ctx context.Context, url string, topo topology.Topology, s reb
 		return nil, fmt.Errorf("configure rebound: %w", err)
 	}
 	reg := prometheus.NewRegistry()
-	opt := sidecar.OptionsFrom(cfg, republisher.NewDialer(cfg.BrokerURLs(), nil, "rebound bench"), zap.NewNop(), nil)
+	opt := sidecar.OptionsFrom(cfg, republisher.NewDialer(cfg.BrokerURLs(), nil, republisher.Client{Name: "rebound bench"}), zap.NewNop(), nil)
 	opt.Metrics = sidecar.NewMetrics(reg, opt.Router)
 	if len(s.Spread) > 0 {
 		opt.NewRand = spreadRand(s.Spread)

@@ -11,7 +11,7 @@
 # (REBOUND_INBOX_QUEUE, REBOUND_DEAD_LETTER_EXCHANGE, REBOUND_DELAY_EXCHANGE,
 # REBOUND_DELAY_QUEUE_PREFIX, REBOUND_PARKING_QUEUE). Change them together
 # with those variables. deploy/validate checks them against the names in
-# deploy/kustomize/base/rebound.env.
+# deploy/kustomize/components/sidecar/rebound.env.
 set -euo pipefail
 
 # The command that runs rabbitmqctl, split on spaces.
@@ -22,7 +22,7 @@ rabbitmqctl() { command "${RABBITMQCTL[@]}" "$@"; }
 VHOST=${VHOST:-orders}
 REBOUND_USER=${REBOUND_USER:-orders-rebound}
 # Application queues whose rejected messages rebound retries. Set rebound's
-# REBOUND_ORIGIN_QUEUES to the same pattern (deploy/kustomize/base/rebound.env
+# REBOUND_ORIGIN_QUEUES to the same pattern (deploy/kustomize/overlays/example
 # does): rebound then sends messages back to these queues only.
 APP_QUEUES=${APP_QUEUES:-'^orders\.'}
 # rebound's REBOUND_QUEUE_TYPE: classic or quorum.

@@ -7,6 +7,7 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -30,6 +31,7 @@ var kinds = map[string]func() any{
 	"v1 ConfigMap":                            func() any { return &corev1.ConfigMap{} },
 	"v1 Secret":                               func() any { return &corev1.Secret{} },
 	"v1 Service":                              func() any { return &corev1.Service{} },
+	"policy/v1 PodDisruptionBudget":           func() any { return &policyv1.PodDisruptionBudget{} },
 	"monitoring.coreos.com/v1 PodMonitor":     func() any { return &monitoringv1.PodMonitor{} },
 	"monitoring.coreos.com/v1 ServiceMonitor": func() any { return &monitoringv1.ServiceMonitor{} },
 	"monitoring.coreos.com/v1 PrometheusRule": func() any { return &monitoringv1.PrometheusRule{} },

@@ -10,6 +10,7 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -46,9 +47,18 @@ func TestEveryOverlayIsChecked(t *testing.T) {
 	}
 }
 
+// TestBase: the sample application alone, as a team has it before
+// rebound: no rebound in it, and a PodDisruptionBudget that fits it.
 func TestBase(t *testing.T) {
 	objs := build(t, filepath.Join(kustomizeDir, "base"))
-	checkBuilt(t, objs, NativeSidecar, false)
+	d := only[*appsv1.Deployment](t, objs)
+	spec := d.Spec.Template.Spec
+	if len(spec.InitContainers) > 0 || slices.ContainsFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == ContainerName }) {
+		t.Error("the base holds rebound: it is the application alone, the sidecar component adds rebound")
+	}
+	for _, p := range CheckPDB(only[*policyv1.PodDisruptionBudget](t, objs), d) {
+		t.Error(p)
+	}
 }
 
 func TestOverlays(t *testing.T) {
@@ -65,11 +75,10 @@ func TestOverlays(t *testing.T) {
 	}
 }
 
-// TestPrometheusOperatorComponent builds the example overlay with the
-// optional PodMonitor component enabled the way its comment says: by
-// uncommenting the components lines (in a copy of deploy/kustomize held
-// in memory).
-func TestPrometheusOperatorComponent(t *testing.T) {
+// inMemory copies deploy/kustomize into an in-memory file system, under
+// /kustomize, for tests that change or add to it.
+func inMemory(t *testing.T) filesys.FileSystem {
+	t.Helper()
 	fs := filesys.MakeFsInMemory()
 	err := filepath.WalkDir(kustomizeDir, func(p string, e os.DirEntry, err error) error {
 		if err != nil || e.IsDir() {
@@ -84,15 +93,23 @@ func TestPrometheusOperatorComponent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return fs
+}
+
+// TestPrometheusOperatorComponent builds the example overlay with the
+// optional PodMonitor component enabled the way its comment says: by
+// uncommenting its line (in a copy of deploy/kustomize held in memory).
+func TestPrometheusOperatorComponent(t *testing.T) {
+	fs := inMemory(t)
 	k := "/kustomize/overlays/example/kustomization.yaml"
 	b, err := fs.ReadFile(k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	enabled := strings.Replace(string(b), "# components:\n#   - ../../components/prometheus-operator\n",
-		"components:\n  - ../../components/prometheus-operator\n", 1)
+	enabled := strings.Replace(string(b), "  # - ../../components/prometheus-operator\n",
+		"  - ../../components/prometheus-operator\n", 1)
 	if enabled == string(b) {
-		t.Fatal("the example overlay no longer has the commented-out components lines this test enables")
+		t.Fatal("the example overlay no longer has the commented-out component line this test enables")
 	}
 	if err := fs.WriteFile(k, []byte(enabled)); err != nil {
 		t.Fatal(err)
@@ -144,10 +161,21 @@ func only[T any](t *testing.T, objs []Object) T {
 	return v
 }
 
-// checkBuilt runs every check on one kustomize build.
+// checkBuilt runs every check on one kustomize build of rebound beside
+// one application: the pod, its configuration and its disruption budget.
 func checkBuilt(t *testing.T, objs []Object, layout Layout, wantSecret bool) {
 	t.Helper()
 	d := only[*appsv1.Deployment](t, objs)
+	checkDeployment(t, d, objs, layout, wantSecret)
+	for _, p := range CheckPDB(only[*policyv1.PodDisruptionBudget](t, objs), d) {
+		t.Error(p)
+	}
+}
+
+// checkDeployment runs CheckPod on d with the build's ConfigMap and
+// Secret, and checks the ConfigMap as config.Load reads it.
+func checkDeployment(t *testing.T, d *appsv1.Deployment, objs []Object, layout Layout, wantSecret bool) {
+	t.Helper()
 	cm := only[*corev1.ConfigMap](t, objs)
 	var secret *corev1.Secret
 	url := placeholderURL
@@ -162,7 +190,6 @@ func checkBuilt(t *testing.T, objs []Object, layout Layout, wantSecret bool) {
 	if cfg.AMQPURL != url {
 		t.Errorf("config.Load read the broker URL %q, want the file's %q", config.Redact(cfg.AMQPURL), config.Redact(url))
 	}
-	// The base leaves the image and the Secret to overlays.
 	in := PodInput{Layout: layout, ConfigMap: cm, Secret: secret, Config: cfg, Deployable: wantSecret}
 	for _, p := range CheckPod(d, in) {
 		t.Error(p)
@@ -224,6 +251,9 @@ func TestCheckPodCatches(t *testing.T) {
 			reboundContainer(d).Env = append(reboundContainer(d).Env, corev1.EnvVar{Name: "REBOUND_AMQP_URL", Value: placeholderURL})
 		}, "password"},
 		{"url file elsewhere", func(d *appsv1.Deployment, _ *PodInput) { reboundContainer(d).Env[0].Value = "/tmp/url" }, "under no volume mount"},
+		{"no pod name", func(d *appsv1.Deployment, _ *PodInput) {
+			reboundContainer(d).Env[1].ValueFrom.FieldRef.FieldPath = "spec.nodeName"
+		}, "POD_NAME"},
 		{"unreadable url", func(d *appsv1.Deployment, _ *PodInput) {
 			d.Spec.Template.Spec.Volumes[0].Secret.DefaultMode = ptr.To[int32](0o400)
 		}, "not readable"},

@@ -376,9 +376,11 @@ func checkEnv(p *problems, spec *corev1.PodSpec, c *corev1.Container, in PodInpu
 	if !fromCM {
 		p.add("%s: envFrom does not load ConfigMap %s", c.Name, in.ConfigMap.Name)
 	}
-	urlFile := ""
+	urlFile, podName := "", false
 	for _, e := range c.Env {
 		switch e.Name {
+		case "POD_NAME":
+			podName = e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name"
 		case config.Prefix + "AMQP_URL":
 			p.add("%s: REBOUND_AMQP_URL in env puts the password in the pod spec; use REBOUND_AMQP_URL_FILE", c.Name)
 		case config.Prefix + "AMQP_URL_FILE":
@@ -386,6 +388,9 @@ func checkEnv(p *problems, spec *corev1.PodSpec, c *corev1.Container, in PodInpu
 		case "GOMEMLIMIT":
 			checkMemLimit(p, c, e.Value)
 		}
+	}
+	if !podName {
+		p.add("%s: POD_NAME is not the pod's metadata.name (downward API): the broker would not show which pod a connection is", c.Name)
 	}
 	if urlFile == "" {
 		p.add("%s: REBOUND_AMQP_URL_FILE not set", c.Name)

@@ -11,14 +11,15 @@ import (
 
 const setupScript = "../rabbitmq/setup.sh"
 
-// baseConfigMap builds the base and returns its ConfigMap.
-func baseConfigMap(t *testing.T) *corev1.ConfigMap {
+// exampleConfigMap builds the example overlay and returns its ConfigMap:
+// the sidecar component's configuration with the overlay's changes.
+func exampleConfigMap(t *testing.T) *corev1.ConfigMap {
 	t.Helper()
-	return only[*corev1.ConfigMap](t, build(t, filepath.Join(kustomizeDir, "base")))
+	return only[*corev1.ConfigMap](t, build(t, filepath.Join(kustomizeDir, "overlays", "example")))
 }
 
 func TestRabbitMQPermissions(t *testing.T) {
-	cfg, problems := LoadConfigMap(baseConfigMap(t), t.TempDir(), placeholderURL)
+	cfg, problems := LoadConfigMap(exampleConfigMap(t), t.TempDir(), placeholderURL)
 	if len(problems) > 0 {
 		t.Fatal(problems)
 	}
@@ -32,7 +33,7 @@ func TestRabbitMQPermissions(t *testing.T) {
 }
 
 func TestCheckPermissionsCatches(t *testing.T) {
-	cfg, problems := LoadConfigMap(baseConfigMap(t), t.TempDir(), placeholderURL)
+	cfg, problems := LoadConfigMap(exampleConfigMap(t), t.TempDir(), placeholderURL)
 	if len(problems) > 0 {
 		t.Fatal(problems)
 	}
@@ -64,7 +65,7 @@ func TestCheckPermissionsCatches(t *testing.T) {
 }
 
 func TestOriginQueuesMatchTheDeadLetterPolicy(t *testing.T) {
-	cfg, problems := LoadConfigMap(baseConfigMap(t), t.TempDir(), placeholderURL)
+	cfg, problems := LoadConfigMap(exampleConfigMap(t), t.TempDir(), placeholderURL)
 	if len(problems) > 0 {
 		t.Fatal(problems)
 	}

@@ -16,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 
 	"github.com/rebound-mq/rebound/config"
@@ -161,18 +162,26 @@ func parseFlags(fs *flag.FlagSet, args []string, usage string, maxArgs int, in i
 			fmt.Fprintln(in.stdout, strings.TrimRight(usage, "\n"))
 			if hasFlags(fs) {
 				fmt.Fprintln(in.stdout, "\nflags:")
-				fs.SetOutput(in.stdout)
+				var defaults strings.Builder
+				fs.SetOutput(&defaults)
 				fs.PrintDefaults()
+				fmt.Fprint(in.stdout, flagLine.ReplaceAllString(defaults.String(), "$1--$2"))
 			}
 			return true, nil
 		}
-		return false, usageError{fmt.Sprintf("%v (see -h)", err)}
+		return false, usageError{fmt.Sprintf("%s (see -h)", flagLine.ReplaceAllString(err.Error(), "$1--$2"))}
 	}
 	if fs.NArg() > maxArgs {
 		return false, usageError{fmt.Sprintf("unexpected argument %q (see -h)", fs.Arg(maxArgs))}
 	}
 	return false, nil
 }
+
+// flagLine finds a flag as package flag writes it, with one dash, in its
+// help ("  -format format") and errors ("for flag -format: ..."), so that
+// rebound writes every flag the way its documentation does: --format.
+// (Package flag reads one dash and two alike.)
+var flagLine = regexp.MustCompile(`(?m)(^  |flag |for |defined: |argument: )-([a-z])`)
 
 func hasFlags(fs *flag.FlagSet) bool {
 	n := 0

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -72,7 +71,9 @@ func originQueues(cfg config.Config) string {
 	if cfg.OriginQueues == "" {
 		return "any (REBOUND_ORIGIN_QUEUES unset)"
 	}
-	return "matching " + strconv.Quote(cfg.OriginQueues)
+	// As written, not quoted: a quoted ^orders\. reads ^orders\\. (and
+	// the JSON log escapes it once more).
+	return "matching " + cfg.OriginQueues
 }
 
 // policyFlags adds --policy and, where a command can pick the policy the

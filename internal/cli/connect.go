@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"os"
 
@@ -15,18 +16,30 @@ import (
 // dialer returns the Dialer every command and the sidecar connect with:
 // TLS from the configuration, every broker of a cluster list tried in
 // turn, errors without passwords. The connections it opens are named
-// after rebound, its version and the host (in Kubernetes, HOSTNAME is the
-// pod's name), so that operators find them in the management UI.
+// after rebound, its version and the pod (podName), and carry rebound's
+// version as the client's, so that operators find them in the
+// management UI.
 func dialer(cfg config.Config, environ []string) (*republisher.Dialer, error) {
 	tlsConfig, err := cfg.TLS()
 	if err != nil {
 		return nil, err
 	}
-	host := env.ToMap(environ)["HOSTNAME"]
-	if host == "" {
-		host, _ = os.Hostname()
+	b := buildinfo.Read()
+	return republisher.NewDialer(cfg.BrokerURLs(), tlsConfig, republisher.Client{
+		Name: b.ConnectionName(podName(environ)), Version: b.Version, Platform: b.GoVersion,
+	}), nil
+}
+
+// podName names where rebound runs: POD_NAME (the manifests set it from
+// the downward API), else HOSTNAME (a pod's hostname is its name unless
+// the pod sets another), else the machine's host name.
+func podName(environ []string) string {
+	vars := env.ToMap(environ)
+	if name := cmp.Or(vars["POD_NAME"], vars["HOSTNAME"]); name != "" {
+		return name
 	}
-	return republisher.NewDialer(cfg.BrokerURLs(), tlsConfig, buildinfo.Read().ConnectionName(host)), nil
+	host, _ := os.Hostname()
+	return host
 }
 
 // connect opens a connection for a one-shot command, which Ctrl-C (ctx)

@@ -8,11 +8,13 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -22,14 +24,25 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/rebound-mq/rebound/parking"
+	"github.com/rebound-mq/rebound/policy"
 )
+
+// parkedReasons are the reasons --reason accepts: every reason rebound
+// parks for, and the one the broker's delivery limit gives.
+func parkedReasons() []string {
+	out := make([]string, 0, len(policy.Reasons)+1)
+	for _, r := range policy.Reasons {
+		out = append(out, string(r))
+	}
+	return append(out, string(policy.DeliveryLimit))
+}
 
 // filterFlags adds the shared filter flags to fs.
 func filterFlags(fs *flag.FlagSet) *parking.Filter {
 	f := &parking.Filter{}
-	fs.StringVar(&f.Reason, "reason", "", "only messages parked for this `reason` (max-retries, max-duration, non-retryable, unknown-origin, origin-not-allowed, delivery-limit)")
+	fs.StringVar(&f.Reason, "reason", "", "only messages parked for this `reason`: "+strings.Join(parkedReasons(), ", "))
 	fs.StringVar(&f.Origin, "origin", "", "only messages whose origin is this `queue`")
-	fs.DurationVar(&f.OlderThan, "older-than", 0, "only messages parked longer ago than this `duration` (e.g. 1h)")
+	fs.Var((*days)(&f.OlderThan), "older-than", "only messages parked longer ago than this `duration`: Go's units and d for days (90m, 36h, 2d, 2d12h)")
 	fs.IntVar(&f.Limit, "limit", 0, "act on at most `n` matching messages (0 = all)")
 	return f
 }
@@ -41,7 +54,52 @@ func checkFilter(f *parking.Filter) error {
 	if f.OlderThan < 0 {
 		return usageError{fmt.Sprintf("--older-than %s: want a duration of 0 or more", f.OlderThan)}
 	}
+	if f.Reason != "" && !slices.Contains(parkedReasons(), f.Reason) {
+		return usageError{fmt.Sprintf("--reason %q: want one of %s", f.Reason, strings.Join(parkedReasons(), ", "))}
+	}
 	return nil
+}
+
+// days is a duration flag that also takes days, the natural unit for
+// how long a message has been parked: "2d", "2d12h", "1.5d", or any
+// duration Go's time.ParseDuration reads.
+type days time.Duration
+
+func (d *days) String() string { return policy.FormatDuration(time.Duration(*d)) }
+
+func (d *days) Set(s string) error {
+	v, err := parseDays(s)
+	if err != nil {
+		return err
+	}
+	*d = days(v)
+	return nil
+}
+
+// parseDays reads an optional leading number of days ("2d", "1.5d")
+// followed by an optional Go duration ("12h30m").
+func parseDays(s string) (time.Duration, error) {
+	bad := errors.New("want a duration in Go's units or with d for days (90m, 36h, 2d, 2d12h)")
+	sign, rest := time.Duration(1), s
+	if r, ok := strings.CutPrefix(rest, "-"); ok {
+		sign, rest = -1, r
+	}
+	var total time.Duration
+	if i := strings.IndexByte(rest, 'd'); i >= 0 {
+		n, err := strconv.ParseFloat(rest[:i], 64)
+		if err != nil || n < 0 || n > 100_000 || strings.ContainsAny(rest[:i], "eE+-") {
+			return 0, bad
+		}
+		total, rest = time.Duration(n*float64(24*time.Hour)), rest[i+1:]
+		if rest == "" {
+			return sign * total, nil
+		}
+	}
+	v, err := time.ParseDuration(rest)
+	if err != nil || v < 0 {
+		return 0, bad
+	}
+	return sign * (total + v), nil
 }
 
 // openParking loads the configuration and connects to the broker. The

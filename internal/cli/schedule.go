@@ -30,19 +30,21 @@ Columns (table) and fields (json):
               when the retry is decided)
   nominal     the backoff curve's delay, before jitter and rounding
               (table only)
-  delay       the delay the message waits: the nominal one with the budget
-              deadline applied, rounded to two significant digits in ms as
-              the delay queue holds it (json: delay_ms)
-  min, max    the range jitter can give, rounded the same way (gaussian
-              jitter: the 99.7 % range; decorrelated jitter ignores the
-              nominal curve and grows from the previous delay instead)
-              (json: min_ms, max_ms)
-  cumulative  time from the first failure to the end of this delay, at
-              nominal delays (json: cumulative_ms)
+  delay       the delay the message would wait without jitter: the
+              nominal one with the budget deadline applied, rounded to two
+              significant digits in ms as the delay queue holds it (json:
+              delay_ms)
+  jitter min, jitter max
+              the range jitter draws the real delay from, rounded the same
+              way (gaussian jitter: the 99.7 % range; decorrelated jitter
+              ignores the nominal curve and grows from the previous delay
+              instead) (json: min_ms, max_ms)
+  cumulative  time from the first failure to the end of this delay, without
+              jitter (json: cumulative_ms)
 
-The table ends with a line saying why the schedule stops. With -format json,
-stdout holds only the JSON array and that line goes to stderr. At most 1000
-retries are printed.`
+The table ends with a line saying why the schedule stops. With --format
+json, the output is the JSON array alone. At most 1000 retries are
+printed.`
 
 // runSchedule is "rebound schedule".
 func runSchedule(ctx context.Context, args []string, in invocation) error {
@@ -53,7 +55,7 @@ func runSchedule(ctx context.Context, args []string, in invocation) error {
 		return err
 	}
 	if *format != "table" && *format != "json" {
-		return usageError{fmt.Sprintf("-format %q: want table or json", *format)}
+		return usageError{fmt.Sprintf("--format %q: want table or json", *format)}
 	}
 	cfg, err := loadConfig(in)
 	if err != nil {
@@ -70,20 +72,18 @@ func runSchedule(ctx context.Context, args []string, in invocation) error {
 		fmt.Fprintf(in.stdout, "policy %s, for origin queues matching %s\n", named.Label(), named.Queues)
 	}
 	if *format == "json" {
-		if err := writeScheduleJSON(in.stdout, steps); err != nil {
-			return err
-		}
-		if _, err := fmt.Fprintln(in.stderr, "rebound schedule:", why); err != nil {
-			return fmt.Errorf("write schedule: %w", err)
-		}
-		return nil
+		// The array alone: a tool reads it, and a note on stderr would
+		// read like an error.
+		return writeScheduleJSON(in.stdout, steps)
 	}
 	return writeScheduleTable(in.stdout, steps, why)
 }
 
 func writeScheduleTable(w io.Writer, steps []policy.Step, why string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "retry\tnominal\tdelay\tmin\tmax\tcumulative")
+	// delay and cumulative are before jitter: the header says so, or
+	// they read as what a message will wait.
+	fmt.Fprintln(tw, "retry\tnominal\tdelay (no jitter)\tjitter min\tjitter max\tcumulative (no jitter)")
 	for _, s := range steps {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", s.Retry+1,
 			policy.FormatDuration(s.Nominal), policy.FormatDuration(s.Delay), policy.FormatDuration(s.Min), policy.FormatDuration(s.Max), policy.FormatDuration(s.Elapsed))

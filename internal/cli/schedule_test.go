@@ -26,17 +26,18 @@ func TestScheduleDefaults(t *testing.T) {
 	}
 	// DESIGN.md's defaults: exponential from 1s doubling, full jitter, 10
 	// retries. 128s, 256s and 512s are queued at two significant digits.
-	want := `retry  nominal  delay  min  max    cumulative
-1      1s       1s     0s   1s     1s
-2      2s       2s     0s   2s     3s
-3      4s       4s     0s   4s     7s
-4      8s       8s     0s   8s     15s
-5      16s      16s    0s   16s    31s
-6      32s      32s    0s   32s    1m3s
-7      1m4s     1m4s   0s   1m4s   2m7s
-8      2m8s     2m10s  0s   2m10s  4m17s
-9      4m16s    4m20s  0s   4m20s  8m37s
-10     8m32s    8m30s  0s   8m30s  17m7s
+	// The header says that delay and cumulative leave jitter out.
+	want := `retry  nominal  delay (no jitter)  jitter min  jitter max  cumulative (no jitter)
+1      1s       1s                 0s          1s          1s
+2      2s       2s                 0s          2s          3s
+3      4s       4s                 0s          4s          7s
+4      8s       8s                 0s          8s          15s
+5      16s      16s                0s          16s         31s
+6      32s      32s                0s          32s         1m3s
+7      1m4s     1m4s               0s          1m4s        2m7s
+8      2m8s     2m10s              0s          2m10s       4m17s
+9      4m16s    4m20s              0s          4m20s       8m37s
+10     8m32s    8m30s              0s          8m30s       17m7s
 parked after retry 10: max retries 10 reached (REBOUND_MAX_RETRIES)
 `
 	if out != want {
@@ -69,7 +70,7 @@ func TestScheduleGoogleHTTPClient(t *testing.T) {
 		{"9", "12.814453125s", "13s", "6.4s", "19s", "37.55s"},
 		{"10", "19.221679688s", "19s", "9.6s", "29s", "56.55s"},
 	}
-	if got := strings.Fields(lines[0]); strings.Join(got, " ") != "retry nominal delay min max cumulative" {
+	if got := strings.Fields(lines[0]); strings.Join(got, " ") != "retry nominal delay (no jitter) jitter min jitter max cumulative (no jitter)" {
 		t.Errorf("header %q", lines[0])
 	}
 	for i, w := range want {
@@ -132,8 +133,8 @@ func TestScheduleJSON(t *testing.T) {
 	if last.Retry != 26 || last.DelayMs != 450 || last.CumulativeMs != 900_000 {
 		t.Errorf("last row %+v, want retry 26, 450ms, cumulative 900000", last)
 	}
-	if want := "budget 15m reached"; !strings.Contains(errOut, want) {
-		t.Errorf("stderr %q, want the stop reason (%q)", errOut, want)
+	if errOut != "" {
+		t.Errorf("stderr %q, want nothing: the JSON is the whole answer", errOut)
 	}
 }
 
@@ -146,8 +147,8 @@ func TestScheduleJSONEmpty(t *testing.T) {
 	if strings.TrimSpace(out) != "[]" {
 		t.Errorf("stdout %q, want []", out)
 	}
-	if want := "parked at the first failure: the next delay, 1s, would end past the 100µs budget"; !strings.Contains(errOut, want) {
-		t.Errorf("stderr %q, want %q", errOut, want)
+	if errOut != "" {
+		t.Errorf("stderr %q, want nothing", errOut)
 	}
 }
 
@@ -172,12 +173,12 @@ func TestScheduleImmediateAndStrict(t *testing.T) {
 	if err != nil {
 		t.Fatalf("schedule: %v", err)
 	}
-	want := `retry  nominal  delay  min  max  cumulative
-1      0s       0s     0s   0s   0s
-2      0s       0s     0s   0s   0s
-3      1s       1s     1s   1s   1s
-4      2s       2s     2s   2s   3s
-5      4s       4s     4s   4s   7s
+	want := `retry  nominal  delay (no jitter)  jitter min  jitter max  cumulative (no jitter)
+1      0s       0s                 0s          0s          0s
+2      0s       0s                 0s          0s          0s
+3      1s       1s                 1s          1s          1s
+4      2s       2s                 2s          2s          3s
+5      4s       4s                 4s          4s          7s
 parked after retry 5: the next delay, 8s, would end past the 10s budget (REBOUND_MAX_DURATION, REBOUND_DEADLINE=strict)
 `
 	if out != want {
@@ -224,7 +225,7 @@ func TestScheduleHelp(t *testing.T) {
 	if err != nil {
 		t.Fatalf("-h: %v", err)
 	}
-	for _, want := range []string{"usage: rebound schedule", "-format", "cumulative"} {
+	for _, want := range []string{"usage: rebound schedule", "--format", "cumulative"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("-h output lacks %q:\n%s", want, out)
 		}

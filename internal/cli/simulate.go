@@ -40,18 +40,18 @@ make progress: a flood of doomed retries starves the requests it could
 answer. A client told of a failure at the end of tick t sends again at
 tick t+1+delay, the delay drawn by its strategy and rounded to a tick.
 
-Strategies (-strategies, comma-separated):
+Strategies (--strategies, comma-separated):
   NB      no backoff: retry at once (the next tick)
-  CB      constant backoff: -constant ticks (5)
-  URB     uniformly random backoff: U(0, -uniform-max) ticks (5)
-  EB      exponential backoff: min(2^attempts, -exp-cap) ticks, attempts
+  CB      constant backoff: --constant ticks (5)
+  URB     uniformly random backoff: U(0, --uniform-max) ticks (5)
+  EB      exponential backoff: min(2^attempts, --exp-cap) ticks, attempts
           counting the requests sent, so 2, 4, 8, 16, then 30. The text
           writes max(2^attempts, 30); read as a floor, EB would never wait
           less than 30 ticks, contradicting the text's own results, so 30
           is taken as a cap.
   REB     random exponential backoff: U(0, EB's delay) ticks
   policy  the configured REBOUND_* policy (the default one, or the one
-          --policy names), one tick being -tick (1s): each
+          --policy names), one tick being --tick (1s): each
           failure asks policy.Decide (retries so far, first request as the
           task start, last delay); a park decision means the client gives
           up (column "gave up")
@@ -66,14 +66,14 @@ Columns (table) and fields (json results):
                          client never answered is "-" (json: null)
   aftershocks            how much retries come in waves: the index of
                          dispersion of retries per tick around their
-                         -shock-window moving average over the first
-                         -send-ticks ticks; about 1 for independent
+                         --shock-window moving average over the first
+                         --send-ticks ticks; about 1 for independent
                          retries, several for waves, about 0 for a
                          metronome (everyone on the same delay)
 
--format json prints {"model", "seed", "results": [...]} with one object
+--format json prints {"model", "seed", "results": [...]} with one object
 per strategy, field "strategy" one of NB, CB, URB, EB, REB, policy.
--svg FILE draws, per strategy, the service per tick (held, received,
+--svg FILE draws, per strategy, the service per tick (held, received,
 rejected, first requests) and every client's latency and requests.`
 
 const outageUsage = `usage: rebound simulate outage [flags]
@@ -82,43 +82,43 @@ Plays the configured REBOUND_* policy against a consumer whose dependency
 stops and comes back, and compares it with the retries of "Exponential
 Backoff or how not to crash a server".
 
-The consumer: messages arrive as a Poisson process (-rate per second);
-the consumer handles up to -concurrency at once, in queue order, calling
-the dependency once per message. Set -concurrency to your consumers'
+The consumer: messages arrive as a Poisson process (--rate per second);
+the consumer handles up to --concurrency at once, in queue order, calling
+the dependency once per message. Set --concurrency to your consumers'
 prefetch × replicas; the default, 2000, is above the roughly 950 calls
 the dependency answers within the timeout, as the text's 1000 clients
-were. Below that, no policy can push the dependency over. A call answered within -timeout
-succeeds; one that is not is given up at -timeout: the message is
+were. Below that, no policy can push the dependency over. A call answered within --timeout
+succeeds; one that is not is given up at --timeout: the message is
 rejected, rebound's policy.Decide chooses its delay (rounded as rebound
 queues it; each distinct delay is one delay queue) or parks it, and it
 re-enters the queue when its delay ends (a delay of 0 goes straight back).
 
 The dependency, as the text's server: a call is answered once it has run
-for -min-latency while it holds up to -limit calls, -min-latency ×
--factor^((calls − limit)/-k) past that (defaults 1.05 and 15, from the
-text's code), recomputed as the count changes. A call its caller gave up
-on keeps running and counting: past about 950 calls (with the defaults)
-every call times out, is retried and adds to the count, and the
-dependency never comes back. At -at it stops for -outage (SIGSTOP in the
-text): calls made then fail at -timeout, not at once, as the text's
+for --min-latency while it holds up to --limit calls, and for
+min-latency × factor^((calls − limit)/k) past that (--factor and --k,
+1.05 and 15 by default, from the text's code), recomputed as the count
+changes. A call its caller gave up on keeps running and counting: past
+about 950 calls (with the defaults) every call times out, is retried and
+adds to the count, and the dependency never comes back. At --at it stops for --outage (SIGSTOP in the
+text): calls made then fail at --timeout, not at once, as the text's
 client saw; they never reach it. It then resumes.
 
-Strategies (-strategies, comma-separated, plus each -compare):
+Strategies (--strategies, comma-separated, plus each --compare):
   policy     the configured policy (the default one, or the one --policy
              names)
-  fixed      retry after -interval (100ms, the text's), no jitter, with the
+  fixed      retry after --interval (100ms, the text's), no jitter, with the
              configured policy's budget (max retries, duration, deadline)
   immediate  retry at once, with the configured policy's budget
-  -compare 'ASSIGNMENTS'  another policy: REBOUND_* assignments laid over
-             the environment, e.g. -compare 'REBOUND_BACKOFF=constant
+  --compare 'ASSIGNMENTS'  another policy: REBOUND_* assignments laid over
+             the environment, e.g. --compare 'REBOUND_BACKOFF=constant
              REBOUND_MIN_DELAY=5s'; prefix a name and a colon to name it
              ('slow: REBOUND_MIN_DELAY=5s'); with --policy, the compared
              configuration's policy of that name, if it has one.
              Repeatable.
 
-Recovered: every second from some point to -horizon is healthy, for at
-least -sustain: the dependency ran, a call made then would have been
-answered within -timeout, and the application queue was empty at least
+Recovered: every second from some point to --horizon is healthy, for at
+least --sustain: the dependency ran, a call made then would have been
+answered within --timeout, and the application queue was empty at least
 once that second (the consumer kept up). "recovery" is that point, in
 seconds after the dependency resumed.
 
@@ -135,12 +135,12 @@ Columns (table) and fields (json results):
         never delivered (parked or pending)
   delivered, pending (also messages in json)
 
--format json prints {"model", "seed", "results": [...]}. -svg FILE draws,
+--format json prints {"model", "seed", "results": [...]}. --svg FILE draws,
 per strategy, the dependency's load, its latency and the backlog in the
 delay queues and the application queue over time.`
 
 // simulateOutput holds what every simulate subcommand prints with
-// -format json. Its shape is public interface.
+// --format json. Its shape is public interface.
 type simulateOutput[T any] struct {
 	Model   string `json:"model"`
 	Seed    uint64 `json:"seed"`
@@ -190,13 +190,13 @@ func runSimulateBurst(ctx context.Context, args []string, in invocation) error {
 	b.Policy = named.Policy
 	names, err := splitList(*strategies)
 	if err != nil {
-		return usageError{"-strategies: " + err.Error()}
+		return usageError{"--strategies: " + err.Error()}
 	}
 	var runs []simulate.BurstStrategy
 	for _, name := range names {
 		s, err := b.Strategy(name)
 		if err != nil {
-			return usageError{"-strategies: " + err.Error()}
+			return usageError{"--strategies: " + err.Error()}
 		}
 		runs = append(runs, s)
 	}
@@ -270,15 +270,15 @@ func runSimulateOutage(ctx context.Context, args []string, in invocation) error 
 	c := simulate.DefaultOutage()
 	fs.Float64Var(&c.Rate, "rate", c.Rate, "messages per second (Poisson)")
 	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "messages the consumer handles at once (prefetch × replicas)")
-	fs.DurationVar(&c.MinLatency, "min-latency", c.MinLatency, "the dependency's latency up to -limit calls")
-	fs.IntVar(&c.Limit, "limit", c.Limit, "calls the dependency holds at -min-latency")
-	fs.Float64Var(&c.Factor, "factor", c.Factor, "latency grows by this factor every -k calls past -limit")
-	fs.Float64Var(&c.K, "k", c.K, "calls past -limit per -factor of latency")
+	fs.DurationVar(&c.MinLatency, "min-latency", c.MinLatency, "the dependency's latency up to --limit calls")
+	fs.IntVar(&c.Limit, "limit", c.Limit, "calls the dependency holds at --min-latency")
+	fs.Float64Var(&c.Factor, "factor", c.Factor, "latency grows by this factor every --k calls past --limit")
+	fs.Float64Var(&c.K, "k", c.K, "calls past --limit per --factor of latency")
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "the consumer gives a call up after this")
 	fs.DurationVar(&c.At, "at", c.At, "the dependency stops at this time")
 	fs.DurationVar(&c.Outage, "outage", c.Outage, "how long the dependency stays stopped")
 	fs.DurationVar(&c.Horizon, "horizon", c.Horizon, "length of the run")
-	fs.DurationVar(&c.Sustain, "sustain", c.Sustain, "a recovery must hold at least this long, up to -horizon")
+	fs.DurationVar(&c.Sustain, "sustain", c.Sustain, "a recovery must hold at least this long, up to --horizon")
 	fs.DurationVar(&c.Step, "step", c.Step, "time resolution (divides a second)")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of every random draw")
 	interval := fs.Duration("interval", 100*time.Millisecond, "the fixed strategy's retry interval")
@@ -301,7 +301,7 @@ func runSimulateOutage(ctx context.Context, args []string, in invocation) error 
 		return usageError{fmt.Sprintf("%v", err)}
 	}
 	if *interval < time.Millisecond {
-		return usageError{fmt.Sprintf("-interval %s: want at least 1ms (delay queues count milliseconds)", *interval)}
+		return usageError{fmt.Sprintf("--interval %s: want at least 1ms (delay queues count milliseconds)", *interval)}
 	}
 	cfg, err := config.Load(in.environ)
 	if err != nil {
@@ -315,7 +315,7 @@ func runSimulateOutage(ctx context.Context, args []string, in invocation) error 
 	var names []string
 	if strings.TrimSpace(*strategies) != "" || len(compares) == 0 {
 		if names, err = splitList(*strategies); err != nil {
-			return usageError{"-strategies: " + err.Error()}
+			return usageError{"--strategies: " + err.Error()}
 		}
 	}
 	var runs []simulate.OutageStrategy
@@ -328,20 +328,20 @@ func runSimulateOutage(ctx context.Context, args []string, in invocation) error 
 		case "immediate":
 			runs = append(runs, simulate.OutageStrategy{Name: name, Policy: simulate.Immediate(p)})
 		default:
-			return usageError{fmt.Sprintf("-strategies: unknown strategy %q: want policy, fixed or immediate", name)}
+			return usageError{fmt.Sprintf("--strategies: unknown strategy %q: want policy, fixed or immediate", name)}
 		}
 	}
 	for _, raw := range compares {
 		name, assignments, err := parseCompare(raw)
 		if err != nil {
-			return usageError{fmt.Sprintf("-compare %q: %v", raw, err)}
+			return usageError{fmt.Sprintf("--compare %q: %v", raw, err)}
 		}
 		if slices.ContainsFunc(runs, func(s simulate.OutageStrategy) bool { return s.Name == name }) {
-			return usageError{fmt.Sprintf("-compare %q: the name %q is taken; prefix another ('name: ...')", raw, name)}
+			return usageError{fmt.Sprintf("--compare %q: the name %q is taken; prefix another ('name: ...')", raw, name)}
 		}
 		cmp, err := config.Load(overlay(in.environ, assignments))
 		if err != nil {
-			return fmt.Errorf("-compare %q: %w", raw, err)
+			return fmt.Errorf("--compare %q: %w", raw, err)
 		}
 		// The policy of the same name, when the comparison has one.
 		cmpPolicy, ok := cmp.PolicySet().Lookup(named.Name)
@@ -386,7 +386,7 @@ func writeOutageTable(w io.Writer, c simulate.OutageConfig, rows []simulate.Outa
 	return nil
 }
 
-// parseCompare reads a -compare value: an optional "name:" and then
+// parseCompare reads a --compare value: an optional "name:" and then
 // whitespace-separated NAME=VALUE assignments of REBOUND_* variables, each
 // variable at most once. Without a name, the assignments without the
 // REBOUND_ prefix name it. Values cannot hold whitespace (no policy
@@ -422,7 +422,7 @@ func parseCompare(s string) (name string, assignments []string, err error) {
 	return name, assignments, nil
 }
 
-// isCompareName reports whether a -compare may be named s: 1 to 40
+// isCompareName reports whether a --compare may be named s: 1 to 40
 // letters, digits, '.', '_' or '-', starting with a letter or digit.
 func isCompareName(s string) bool {
 	if len(s) == 0 || len(s) > 40 || strings.ContainsRune("._-", rune(s[0])) {
@@ -436,7 +436,7 @@ func isCompareName(s string) bool {
 	return true
 }
 
-// isVariable reports whether s names a variable a -compare may set:
+// isVariable reports whether s names a variable a --compare may set:
 // REBOUND_ then upper-case letters, digits and underscores.
 func isVariable(s string) bool {
 	rest, ok := strings.CutPrefix(s, config.Prefix)
@@ -468,10 +468,10 @@ func overlay(environ, assignments []string) []string {
 	return append(out, assignments...)
 }
 
-// checkFormat checks the -format both subcommands take.
+// checkFormat checks the --format both subcommands take.
 func checkFormat(format string) error {
 	if format != "table" && format != "json" {
-		return usageError{fmt.Sprintf("-format %q: want table or json", format)}
+		return usageError{fmt.Sprintf("--format %q: want table or json", format)}
 	}
 	return nil
 }

@@ -213,8 +213,8 @@ func TestSimulateHelp(t *testing.T) {
 		want []string
 	}{
 		{[]string{"-h"}, []string{"simulate burst", "simulate outage"}},
-		{[]string{"burst", "-h"}, []string{"overwhelmed", "min(2^attempts, -exp-cap)", "max(2^attempts, 30)", "-clients", "-spike", "-tick", "-strategies", "-svg"}},
-		{[]string{"outage", "--help"}, []string{"Poisson", "-min-latency", "-factor", "-compare", "Recovered:", "fail at -timeout", "-concurrency"}},
+		{[]string{"burst", "-h"}, []string{"overwhelmed", "min(2^attempts, --exp-cap)", "max(2^attempts, 30)", "--clients", "--spike", "--tick", "--strategies", "--svg"}},
+		{[]string{"outage", "--help"}, []string{"Poisson", "--min-latency", "--factor", "--compare", "Recovered:", "fail at --timeout", "--concurrency"}},
 	}
 	for _, tt := range tests {
 		out, errOut, err := simulateCmd(t, nil, tt.args...)

@@ -1,0 +1,183 @@
+package validate
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// adoptingApps and otherApp are Deployments a team already has, none
+// written for rebound: billing-api carries the label in its manifest (and
+// an init container of its own), ledger is named by a component of the
+// overlay, reporting is not named, and audit is labelled by the overlay's
+// own patch, which kustomize applies after components: too late, as the
+// sidecar component's comment warns.
+const adoptingApps = `
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: billing-api
+  labels:
+    rebound/sidecar: enabled
+spec:
+  replicas: 3
+  selector:
+    matchLabels: {app: billing-api}
+  template:
+    metadata:
+      labels: {app: billing-api}
+    spec:
+      terminationGracePeriodSeconds: 45
+      securityContext: {runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}}
+      initContainers:
+        - name: migrate
+          image: example.com/billing-migrate:2.1
+          securityContext: %[1]s
+      containers:
+        - name: api
+          image: example.com/billing-api:2.1
+          securityContext: %[1]s
+`
+
+// otherApp is a Deployment named %[2]s with no label for rebound.
+const otherApp = `
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: %[2]s
+spec:
+  selector:
+    matchLabels: {app: %[2]s}
+  template:
+    metadata:
+      labels: {app: %[2]s}
+    spec:
+      terminationGracePeriodSeconds: 45
+      securityContext: {runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}}
+      containers:
+        - name: worker
+          image: example.com/%[2]s:1.0
+          securityContext: %[1]s
+`
+
+const restrictedContainer = `{readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}`
+
+const adoptingOverlay = `
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+namespace: billing
+resources:
+  - apps.yaml
+components:
+  - select
+  - ../../components/sidecar
+images:
+  - name: rebound
+    newName: registry.example.com/platform/rebound
+    newTag: "0.2.0"
+secretGenerator:
+  - name: rebound-amqp
+    literals:
+      - url=amqp://billing-rebound:secret@rabbitmq:5672/billing
+    options:
+      disableNameSuffixHash: true
+patches:
+  - patch: |-
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: rebound-config
+      data:
+        REBOUND_ORIGIN_QUEUES: ^billing\.
+        REBOUND_MAX_RETRIES: "3"
+  - patch: |-
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata:
+        name: audit
+        labels:
+          rebound/sidecar: enabled
+`
+
+const adoptingSelect = `
+apiVersion: kustomize.config.k8s.io/v1alpha1
+kind: Component
+patches:
+  - patch: |-
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata:
+        name: ledger
+        labels:
+          rebound/sidecar: enabled
+`
+
+// TestSidecarComponentAddsReboundToTheDeploymentsNamed builds the sidecar
+// component into an overlay of Deployments it has never seen, the way its
+// comment tells a team to, and checks each named Deployment as the
+// example's and leaves the others untouched.
+func TestSidecarComponentAddsReboundToTheDeploymentsNamed(t *testing.T) {
+	fs := inMemory(t)
+	docs := fmt.Sprintf(adoptingApps, restrictedContainer)
+	for _, name := range []string{"ledger", "reporting", "audit"} {
+		docs += fmt.Sprintf(otherApp, restrictedContainer, name)
+	}
+	for path, content := range map[string]string{
+		"/kustomize/overlays/adopt/apps.yaml":                 docs,
+		"/kustomize/overlays/adopt/kustomization.yaml":        adoptingOverlay,
+		"/kustomize/overlays/adopt/select/kustomization.yaml": adoptingSelect,
+	} {
+		if err := fs.WriteFile(path, []byte(content)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objs, err := BuildFS(fs, "/kustomize/overlays/adopt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deployments := map[string]*appsv1.Deployment{}
+	for _, o := range objs {
+		if d, ok := o.Value.(*appsv1.Deployment); ok {
+			deployments[d.Name] = d
+		}
+	}
+	if len(deployments) != 4 {
+		t.Fatalf("built %d Deployments, want billing-api, ledger, reporting and audit", len(deployments))
+	}
+	for _, name := range []string{"billing-api", "ledger"} {
+		t.Run(name, func(t *testing.T) {
+			d := deployments[name]
+			checkDeployment(t, d, objs, NativeSidecar, true)
+			if d.Spec.Template.Labels["rebound/sidecar"] != "enabled" {
+				t.Errorf("pod template labels %v lack rebound/sidecar: enabled (the PodMonitor selects it)", d.Spec.Template.Labels)
+			}
+		})
+	}
+	var inits []string
+	for _, c := range deployments["billing-api"].Spec.Template.Spec.InitContainers {
+		inits = append(inits, c.Name)
+	}
+	// rebound first: the app's own init containers run once it is ready,
+	// with the dead-letter exchange declared.
+	if !slices.Equal(inits, []string{"rebound", "migrate"}) {
+		t.Errorf("billing-api's init containers %v, want rebound, then its own migrate kept", inits)
+	}
+	for _, name := range []string{"reporting", "audit"} {
+		spec := deployments[name].Spec.Template.Spec
+		if len(spec.InitContainers) > 0 || len(spec.Volumes) > 0 || len(deployments[name].Spec.Template.Labels) != 1 {
+			t.Errorf("%s was not named, yet the component changed it: %d init containers, volumes %v, pod labels %v",
+				name, len(spec.InitContainers), spec.Volumes, deployments[name].Spec.Template.Labels)
+		}
+	}
+	cm := only[*corev1.ConfigMap](t, objs)
+	if got := cm.Data["REBOUND_MAX_RETRIES"]; got != "3" {
+		t.Errorf("the overlay's patch set REBOUND_MAX_RETRIES=3, the ConfigMap has %q", got)
+	}
+	if got := cm.Data["REBOUND_ORIGIN_QUEUES"]; got != `^billing\.` {
+		t.Errorf("REBOUND_ORIGIN_QUEUES = %q, want the overlay's ^billing\\.", got)
+	}
+}
