@@ -78,9 +78,9 @@ func policyFields() []string {
 	return out
 }
 
-// policyVariable is the prefix of a named policy's variables:
+// PolicyVariable is the prefix of a named policy's variables:
 // REBOUND_POLICY_PAYMENTS_ for payments, REBOUND_POLICY_E_MAIL_ for e-mail.
-func policyVariable(name string) string {
+func PolicyVariable(name string) string {
 	return Prefix + "POLICY_" + strings.ReplaceAll(strings.ToUpper(name), "-", "_") + "_"
 }
 
@@ -126,7 +126,7 @@ func loadPolicies(vars map[string]string, listed string, failed map[string]bool)
 // loadPolicy reads the variables of the policy name: its QUEUES, and each
 // field, inherited from the default policy when unset.
 func loadPolicy(vars map[string]string, name string, defFailed map[string]bool) (NamedPolicy, []FieldError) {
-	prefix := policyVariable(name)
+	prefix := PolicyVariable(name)
 	p := NamedPolicy{Name: name, Queues: vars[prefix+"QUEUES"]}
 	var problems []FieldError
 	switch queues, set := vars[prefix+"QUEUES"]; {
@@ -202,7 +202,7 @@ func policyField(field string) string {
 func strayPolicyVariables(vars map[string]string, named []NamedPolicy) []FieldError {
 	known := map[string]bool{}
 	for _, p := range named {
-		prefix := policyVariable(p.Name)
+		prefix := PolicyVariable(p.Name)
 		known[prefix+"QUEUES"] = true
 		for _, f := range policyFields() {
 			known[prefix+f] = true
@@ -217,10 +217,10 @@ func strayPolicyVariables(vars map[string]string, named []NamedPolicy) []FieldEr
 		}
 		allowed := "a variable of a policy listed in REBOUND_POLICIES"
 		for _, p := range named {
-			if field, ok := strings.CutPrefix(variable, policyVariable(p.Name)); ok {
+			if field, ok := strings.CutPrefix(variable, PolicyVariable(p.Name)); ok {
 				allowed = fmt.Sprintf("REBOUND_POLICY_<NAME>_ and one of %s", strings.Join(fields, ", "))
 				if near := nearest(field, fields); near != "" {
-					allowed += fmt.Sprintf(" (did you mean %s%s?)", policyVariable(p.Name), near)
+					allowed += fmt.Sprintf(" (did you mean %s%s?)", PolicyVariable(p.Name), near)
 				}
 				break
 			}

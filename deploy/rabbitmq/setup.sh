@@ -21,10 +21,14 @@ rabbitmqctl() { command "${RABBITMQCTL[@]}" "$@"; }
 
 VHOST=${VHOST:-orders}
 REBOUND_USER=${REBOUND_USER:-orders-rebound}
-# Application queues whose rejected messages rebound retries. Set rebound's
-# REBOUND_ORIGIN_QUEUES to the same pattern (deploy/kustomize/overlays/example
-# does): rebound then sends messages back to these queues only.
-APP_QUEUES=${APP_QUEUES:-'^orders\.'}
+# Application queues whose rejected messages rebound retries: every
+# service's queues on the vhost. rebound's REBOUND_ORIGIN_QUEUES is the same
+# pattern (deploy/kustomize/components/sidecar/rebound.env; deploy/validate
+# checks that they agree, and that every REBOUND_POLICY_<NAME>_QUEUES lies
+# within it): rebound then sends messages back to these queues only.
+# `rebound topology print` writes the same policy from rebound's own
+# configuration.
+APP_QUEUES=${APP_QUEUES:-'^(orders|payments)\.'}
 # rebound's REBOUND_QUEUE_TYPE: classic or quorum.
 QUEUE_TYPE=${QUEUE_TYPE:-classic}
 

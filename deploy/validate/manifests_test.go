@@ -27,6 +27,7 @@ const kustomizeDir = "../kustomize"
 var overlays = map[string]Layout{
 	"example":       NativeSidecar,
 	"two-container": TwoContainers,
+	"standalone":    Standalone,
 }
 
 // placeholderURL stands in for the Secret when a kustomization has none.
@@ -61,11 +62,43 @@ func TestBase(t *testing.T) {
 	}
 }
 
+// perPod are the variables a service's overlay may change for its own
+// pods. Every other one (names, the allowlist, the policies) is the
+// vhost's: every rebound sharing the inbox must have the same, or a
+// message's fate depends on the pod that takes it.
+var perPod = []string{"REBOUND_LOG_LEVEL", "REBOUND_LOG_FORMAT", "REBOUND_HTTP_ADDR", "REBOUND_PREFETCH",
+	"REBOUND_INFLIGHT_BYTES", "REBOUND_CONFIRM_TIMEOUT", "REBOUND_SHUTDOWN_GRACE", "REBOUND_DELAY_QUEUE_IDLE"}
+
+// componentEnv reads the sidecar component's rebound.env, the vhost's one
+// configuration.
+func componentEnv(t *testing.T) map[string]string {
+	t.Helper()
+	vars := map[string]string{}
+	for _, line := range strings.Split(string(read(t, filepath.Join(kustomizeDir, "components", "sidecar", "rebound.env"))), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(strings.TrimSpace(line), "#") {
+			vars[k] = v
+		}
+	}
+	return vars
+}
+
 func TestOverlays(t *testing.T) {
+	shared := componentEnv(t)
 	for name, layout := range overlays {
 		t.Run(name, func(t *testing.T) {
 			objs := build(t, filepath.Join(kustomizeDir, "overlays", name))
 			checkBuilt(t, objs, layout, true)
+			cm := only[*corev1.ConfigMap](t, objs)
+			for k, v := range shared {
+				if !slices.Contains(perPod, k) && cm.Data[k] != v {
+					t.Errorf("%s=%q, but the component's rebound.env, every rebound's of the vhost, has %q: patch only %s per service", k, cm.Data[k], v, strings.Join(perPod, ", "))
+				}
+			}
+			for k := range cm.Data {
+				if _, ok := shared[k]; !ok && !slices.Contains(perPod, k) {
+					t.Errorf("%s is set here but not in the component's rebound.env: the vhost's variables live there", k)
+				}
+			}
 			for _, o := range objs {
 				if m, ok := o.Value.(metav1.Object); ok && m.GetNamespace() == "" {
 					t.Errorf("%s %s has no namespace", o.Kind, o.Name)

@@ -34,11 +34,16 @@ const (
 	NativeSidecar Layout = iota
 	// TwoContainers: an ordinary second container, for older clusters.
 	TwoContainers
+	// Standalone: rebound alone in its pod, one Deployment for the vhost.
+	Standalone
 )
 
 func (l Layout) String() string {
-	if l == NativeSidecar {
+	switch l {
+	case NativeSidecar:
 		return "native sidecar"
+	case Standalone:
+		return "standalone"
 	}
 	return "two containers"
 }
@@ -159,6 +164,16 @@ func findRebound(p *problems, spec *corev1.PodSpec, layout Layout) *corev1.Conta
 		}
 		if len(spec.Containers) == 0 {
 			p.add("no application container")
+		}
+		return c
+	case Standalone:
+		if inMain < 0 || inInit >= 0 || len(spec.Containers) != 1 {
+			p.add("want %q as the one container of its pod, and no init container (standalone layout)", ContainerName)
+			return nil
+		}
+		c := &spec.Containers[inMain]
+		if c.RestartPolicy != nil {
+			p.add("container %q has restartPolicy, which only init containers may carry", ContainerName)
 		}
 		return c
 	default:

@@ -71,7 +71,37 @@ func CheckOriginQueues(c config.Config, appQueues string) []string {
 			problems = append(problems, fmt.Sprintf("REBOUND_ORIGIN_QUEUES=%q matches rebound's own queue %s", c.OriginQueues, own))
 		}
 	}
+	// A policy for queues the allowlist refuses never decides anything:
+	// their messages are parked origin-not-allowed.
+	for _, p := range c.Named {
+		example, ok := exampleQueue(p.Queues)
+		switch {
+		case !ok:
+			problems = append(problems, fmt.Sprintf("%sQUEUES=%q: no queue name to check it with (start it with ^ and a literal prefix, as ^payments\\.)", config.PolicyVariable(p.Name), p.Queues))
+		case !topo.Allows(example):
+			problems = append(problems, fmt.Sprintf("%sQUEUES=%q serves %s, which REBOUND_ORIGIN_QUEUES=%q refuses: its messages would be parked origin-not-allowed", config.PolicyVariable(p.Name), p.Queues, example, c.OriginQueues))
+		}
+	}
 	return problems
+}
+
+// exampleQueue returns a queue name that pattern matches, built from its
+// literal prefix, if it has one.
+func exampleQueue(pattern string) (string, bool) {
+	re, err := regexp.Compile(pattern)
+	if err != nil {
+		return "", false
+	}
+	prefix, _ := re.LiteralPrefix()
+	if prefix == "" {
+		return "", false
+	}
+	for _, tail := range []string{"example", "x", "0", ""} {
+		if re.MatchString(prefix + tail) {
+			return prefix + tail, true
+		}
+	}
+	return "", false
 }
 
 // Access is one operation rebound performs on the broker and the

@@ -89,4 +89,20 @@ func TestOriginQueuesMatchTheDeadLetterPolicy(t *testing.T) {
 			t.Errorf("REBOUND_ORIGIN_QUEUES=%q: problems %q, want one saying %q", pattern, got, want)
 		}
 	}
+	// And a policy for queues the allowlist refuses, or one it cannot
+	// tell.
+	if len(cfg.Named) == 0 {
+		t.Fatal("the example configuration has no named policy")
+	}
+	for queues, want := range map[string]string{
+		`^mail\.`:      "serves mail.example, which REBOUND_ORIGIN_QUEUES",
+		`(mail|sms)\.`: "no queue name to check it with",
+	} {
+		bad := cfg
+		bad.Named = slices.Clone(cfg.Named)
+		bad.Named[0].Queues = queues
+		if got := strings.Join(CheckOriginQueues(bad, app), "\n"); !strings.Contains(got, want) {
+			t.Errorf("policy %s for %q: problems %q, want one saying %q", bad.Named[0].Name, queues, got, want)
+		}
+	}
 }
