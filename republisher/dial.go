@@ -68,12 +68,19 @@ func NewDialer(urls []string, tlsConfig *tls.Config, client Client) *Dialer {
 // TLS and AMQP handshakes). Errors name a broker by its place in the
 // list, never by its URL, which may hold a password.
 func (d *Dialer) Dial(ctx context.Context, role string) (*amqp.Connection, error) {
+	return d.DialVia(ctx, role, nil)
+}
+
+// DialVia is Dial with wrap, when not nil, laid over the connection's
+// socket, TLS included, so that it sees AMQP frames: the sidecar meters
+// what its consume connection reads with it.
+func (d *Dialer) DialVia(ctx context.Context, role string, wrap func(net.Conn) net.Conn) (*amqp.Connection, error) {
 	var errs []error
 	n := len(d.urls)
 	first := int(d.next.Load())
 	for i := range n {
 		at := (first + i) % n
-		conn, err := dialOne(ctx, d.urls[at], d.tls, d.client.properties(role))
+		conn, err := dialOne(ctx, d.urls[at], d.tls, d.client.properties(role), wrap)
 		if err == nil {
 			d.next.Store(int64(at))
 			return conn, nil
@@ -100,14 +107,32 @@ func (d *Dialer) Host() string {
 	return u.Host
 }
 
-func dialOne(ctx context.Context, url string, tlsConfig *tls.Config, properties amqp.Table) (*amqp.Connection, error) {
+func dialOne(ctx context.Context, rawURL string, tlsConfig *tls.Config, properties amqp.Table, wrap func(net.Conn) net.Conn) (*amqp.Connection, error) {
 	var stopWatching func() bool
 	defer func() {
 		if stopWatching != nil {
 			stopWatching()
 		}
 	}()
-	return amqp.DialConfig(url, amqp.Config{
+	// With a wrap over amqps://, the TLS handshake is done here, beneath
+	// it, as amqp091-go would (its server name the URL's host), and the
+	// library is handed a plain amqp:// URL to the same port.
+	var serverName string
+	if wrap != nil {
+		u, err := url.Parse(rawURL)
+		if err != nil {
+			return nil, errors.New("not a broker URL") // never the URL: it may hold a password
+		}
+		if u.Scheme == "amqps" {
+			serverName = u.Hostname()
+			if u.Port() == "" {
+				u.Host = net.JoinHostPort(u.Hostname(), "5671")
+			}
+			u.Scheme = "amqp"
+			rawURL = u.String()
+		}
+	}
+	return amqp.DialConfig(rawURL, amqp.Config{
 		Heartbeat:       10 * time.Second,
 		Locale:          "en_US",
 		TLSClientConfig: tlsConfig,
@@ -125,6 +150,24 @@ func dialOne(ctx context.Context, url string, tlsConfig *tls.Config, properties 
 				return nil, err
 			}
 			stopWatching = context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
+			if serverName != "" {
+				cfg := &tls.Config{}
+				if tlsConfig != nil {
+					cfg = tlsConfig.Clone()
+				}
+				if cfg.ServerName == "" {
+					cfg.ServerName = serverName
+				}
+				client := tls.Client(conn, cfg)
+				if err := client.HandshakeContext(ctx); err != nil {
+					conn.Close()
+					return nil, err
+				}
+				conn = client
+			}
+			if wrap != nil {
+				conn = wrap(conn)
+			}
 			return conn, nil
 		},
 	})

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -14,75 +15,89 @@ import (
 // so a new prefetch means a new consumer: the inbox cancels the one it has
 // and consumes again. The cancelled consumer's deliveries already sent
 // are still read, first, then the new consumer's: delivery tags belong to
-// the channel, so the acker settles both alike. While a resource alarm
-// blocks publishing, the inbox consumes nothing (paused): amqp091-go
-// buffers whatever the broker sends, whether rebound reads it or not, so
-// only the broker holding messages back keeps them out of memory.
+// the channel, so the acker settles both alike.
 //
-// An inbox is used by the session's goroutine only.
+// The replacement runs on a goroutine of its own, and the session goes on
+// reading deliveries meanwhile: basic.cancel-ok comes after every
+// delivery the broker sent the cancelled consumer, and the meter may hold
+// those back until the session has taken some (a session waiting for the
+// reply would wait forever).
+//
+// An inbox is used by the session's goroutine only, but for the
+// goroutines it starts, which it waits for in wait.
 type inbox struct {
 	ch    *amqp.Channel
 	queue string
 	win   *window
-	// onPrefetch hears each new prefetch (0 while paused) and the bytes
-	// held unacked then.
-	onPrefetch func(prefetch int, held int64)
+	// onPrefetch hears each new prefetch.
+	onPrefetch func(prefetch int)
 	// settledThrough is the acker's: every delivery up to this tag is
 	// settled.
 	settledThrough func() uint64
-
-	tag      string // the live consumer, "" while paused
-	prefetch int    // the live consumer's prefetch, 0 while paused
-	live     <-chan amqp.Delivery
-	// reading is the channel read now: the live consumer's, or a
-	// cancelled one's until it has handed over every delivery it had.
-	reading <-chan amqp.Delivery
 	// idleReset is how long without a delivery before the window starts
 	// over at one: the next messages may be of any size.
 	idleReset time.Duration
-	last      time.Time // the last delivery read
-	lastTag   uint64    // and its tag
+
+	tag      string // the live consumer; "" while being replaced, or stopped
+	prefetch int    // the live consumer's prefetch
+	live     <-chan amqp.Delivery
+	// reading is the channel read now: the live consumer's, or a
+	// cancelled one's until it has handed over every delivery it had; nil
+	// while there is neither.
+	reading  <-chan amqp.Delivery
+	replaced chan replacement // a replacement's outcome, when one runs
+	running  sync.WaitGroup   // replacements and cancels under way
+
+	last    time.Time // the last delivery taken
+	lastTag uint64    // and its tag
 	// retiredThrough is the last delivery of the consumers cancelled so
 	// far: once every delivery up to it is settled, only the live
 	// consumer's are in flight.
 	retiredThrough uint64
 }
 
-// start consumes with a prefetch of n.
-func (in *inbox) start(n int) error {
+// replacement is a new consumer, or why there is none.
+type replacement struct {
+	tag        string
+	prefetch   int
+	deliveries <-chan amqp.Delivery
+	err        error
+}
+
+// consume starts a consumer with a prefetch of n.
+func (in *inbox) consume(n int) replacement {
 	if err := in.ch.Qos(n, 0, false); err != nil {
-		return fmt.Errorf("set prefetch %d: %w", n, err)
+		return replacement{err: fmt.Errorf("set prefetch %d: %w", n, err)}
 	}
 	tag := fmt.Sprintf("rebound-%016x", rand.Uint64()) // unique, for basic.cancel
 	deliveries, err := in.ch.Consume(in.queue, tag, false, false, false, false, nil)
 	if err != nil {
-		return fmt.Errorf("consume %s: %w", in.queue, err)
+		return replacement{err: fmt.Errorf("consume %s: %w", in.queue, err)}
 	}
-	in.tag, in.prefetch, in.live = tag, n, deliveries
+	return replacement{tag: tag, prefetch: n, deliveries: deliveries}
+}
+
+// start consumes with a prefetch of n, at the session's start.
+func (in *inbox) start(n int) error {
+	in.replaced = make(chan replacement, 1)
+	return in.install(in.consume(n))
+}
+
+// install makes r the live consumer.
+func (in *inbox) install(r replacement) error {
+	if r.err != nil {
+		return r.err
+	}
+	in.tag, in.prefetch, in.live = r.tag, r.prefetch, r.deliveries
 	if in.reading == nil {
-		in.reading = deliveries
+		in.reading = r.deliveries
 	}
-	in.onPrefetch(n, in.win.bytes())
+	in.onPrefetch(r.prefetch)
 	return nil
 }
 
-// stop cancels the live consumer, if any; its deliveries sent already are
-// still read.
-func (in *inbox) stop() error {
-	if in.tag == "" {
-		return nil
-	}
-	tag := in.tag
-	in.tag, in.prefetch, in.live = "", 0, nil
-	in.onPrefetch(0, in.win.bytes())
-	if err := in.ch.Cancel(tag, false); err != nil {
-		return fmt.Errorf("cancel consumer %s: %w", tag, err)
-	}
-	return nil
-}
-
-// deliveries is the channel to read now; nil (never ready) while paused
-// with nothing left to read.
+// deliveries is the channel to read now; nil (never ready) while there is
+// nothing to read.
 func (in *inbox) deliveries() <-chan amqp.Delivery { return in.reading }
 
 // ended is called when the channel being read is closed: a cancelled
@@ -98,48 +113,66 @@ func (in *inbox) ended() error {
 	return nil
 }
 
-// read records a delivery that rebound now holds.
-func (in *inbox) read(tag uint64, size int64, now time.Time) {
+// took records a delivery the session took.
+func (in *inbox) took(tag uint64, size int64, now time.Time) {
 	in.win.received(size)
 	in.last, in.lastTag = now, tag
 }
 
-// refit consumes again when the window has moved far enough from the live
-// consumer's prefetch: at once to shrink it, and to grow it when it has
-// doubled or reached the ceiling, so that slow start costs a few restarts,
-// not one a delivery. It waits while a cancelled consumer still hands over
-// deliveries; and it grows the window only once every delivery of the
-// cancelled consumers is settled, so that the deliveries in flight (what a
-// crash hands back to the broker, to deliver again) stay within two
-// windows. After idleReset without a delivery, the window starts over at
-// one.
-func (in *inbox) refit(now time.Time) error {
+// refit replaces the consumer when the window has moved far enough from
+// its prefetch: at once to shrink it, and to grow it when it has doubled
+// or reached the ceiling, so that slow start costs a few replacements, not
+// one a delivery. One replacement at a time, and none while a cancelled
+// consumer still hands over deliveries; and the window grows only once
+// every delivery of the cancelled consumers is settled, so that the
+// deliveries in flight (what a crash hands back to the broker, to deliver
+// again) stay within two windows. After idleReset without a delivery, the
+// window starts over at one.
+func (in *inbox) refit(now time.Time) {
 	if in.tag == "" || in.reading != in.live {
-		return nil
+		return
 	}
 	if in.prefetch > 1 && now.Sub(in.last) >= in.idleReset {
 		in.win.idle()
 	}
 	want := in.win.want()
-	if want >= in.prefetch && want < 2*in.prefetch && want < in.win.ceiling {
-		return nil
+	switch {
+	case want == in.prefetch:
+		return
+	case want > in.prefetch && want < 2*in.prefetch && want < in.win.ceiling:
+		return
+	case want > in.prefetch && in.settledThrough() < in.retiredThrough:
+		return
 	}
-	if want == in.prefetch || (want > in.prefetch && in.settledThrough() < in.retiredThrough) {
-		return nil
-	}
-	if err := in.stop(); err != nil {
-		return err
-	}
-	return in.start(want)
+	old := in.tag
+	in.tag, in.live = "", nil // what old still hands over is read, then nothing until the new one
+	in.running.Add(1)
+	go func() {
+		defer in.running.Done()
+		if err := in.ch.Cancel(old, false); err != nil {
+			in.replaced <- replacement{err: fmt.Errorf("cancel consumer %s: %w", old, err)}
+			return
+		}
+		in.replaced <- in.consume(want)
+	}()
 }
 
-// pause stops consuming while publishing is blocked; resume starts again
-// with the window as it was.
-func (in *inbox) pause() error { return in.stop() }
-
-func (in *inbox) resume() error {
-	if in.tag != "" {
-		return nil
+// stop cancels the live consumer, if any, without waiting for the
+// broker's reply: the session is ending, and what the consumer still
+// hands over is left unacked, for the broker to requeue.
+func (in *inbox) stop() {
+	if in.tag == "" {
+		return
 	}
-	return in.start(in.win.want())
+	tag := in.tag
+	in.tag, in.live = "", nil
+	in.running.Add(1)
+	go func() {
+		defer in.running.Done()
+		_ = in.ch.Cancel(tag, false) // fails once the connection closes: nothing to do then
+	}()
 }
+
+// wait waits for the goroutines the inbox started; they end once the
+// connection is closed, if not before.
+func (in *inbox) wait() { in.running.Wait() }

@@ -12,11 +12,13 @@ import (
 )
 
 // TestRunWindowFollowsMessageSizes runs small messages through the inbox,
-// then large and mixed ones, on the broker under test, and checks what the
-// window promises: deep for small messages (the prefetch reaches its
-// ceiling), back to one delivery after a pause, shallow for large ones
-// (the bytes rebound holds unacked never pass the budget by more than one
-// message), and every message moved.
+// then large and mixed ones, then large ones right behind small ones, on
+// the broker under test, and checks what the window and the meter promise:
+// deep for small messages (the prefetch reaches its ceiling), back to one
+// delivery after a pause, and the message bytes rebound holds (taken and
+// not settled, or read and not taken) never past the budget by more than
+// one message, even when a deep window fills with large messages; and
+// every message moved.
 func TestRunWindowFollowsMessageSizes(t *testing.T) {
 	for _, queueType := range []string{"classic", "quorum"} {
 		t.Run(queueType, func(t *testing.T) {
@@ -65,8 +67,20 @@ func TestRunWindowFollowsMessageSizes(t *testing.T) {
 				}
 				mixed = append(mixed, inbox("m"+strconv.Itoa(i), size))
 			}
+			// The worst case for the window: large messages right behind
+			// a deep run of small ones, with no pause between them. The
+			// broker sends a window of large ones before rebound sees the
+			// first; the meter holds them back at the socket.
+			var worst []amqp.Publishing
+			for i := range 600 {
+				worst = append(worst, inbox("w"+strconv.Itoa(i), kib))
+			}
+			for i := range 30 {
+				worst = append(worst, inbox("W"+strconv.Itoa(i), large))
+			}
 			e.Publish(e.topo.InboxQueue, mixed...)
-			want := float64(len(small) + len(mixed))
+			e.Publish(e.topo.InboxQueue, worst...)
+			want := float64(len(small) + len(mixed) + len(worst))
 			retried := func() float64 {
 				return e.metric("rebound_messages_retried_total", "kind", "delayed", "policy", "default")
 			}
@@ -78,9 +92,9 @@ func TestRunWindowFollowsMessageSizes(t *testing.T) {
 			t.Logf("large and mixed messages moved in %s", time.Since(started).Round(time.Millisecond))
 
 			if peak := s.peakInflightBytes.Load(); peak > budget+large {
-				t.Errorf("held %d bytes unacked at the peak, want at most the budget %d plus one message of %d", peak, budget, large)
+				t.Errorf("held %d message bytes at the peak, want at most the budget %d plus one message of %d", peak, budget, large)
 			} else {
-				t.Logf("peak bytes held unacked: %d (budget %d, large messages %d)", peak, budget, large)
+				t.Logf("peak message bytes held: %d (budget %d, large messages %d)", peak, budget, large)
 			}
 			if got := e.metric("rebound_inflight_bytes"); got != 0 {
 				t.Errorf("rebound_inflight_bytes = %v with nothing in flight", got)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"sync"
 	"time"
@@ -25,6 +26,7 @@ type session struct {
 
 	consConn, pubConn *amqp.Connection
 	consCh            *amqp.Channel
+	meter             *meter // beneath the consume connection
 	inbox             *inbox
 	closed            chan *amqp.Error // the consume channel's
 	cancelled         chan string      // the broker cancelled the consumer
@@ -58,9 +60,14 @@ func (s *Sidecar) session(ctx context.Context) error {
 func (ss *session) open(ctx context.Context) error {
 	s := ss.s
 	var err error
-	if ss.consConn, err = s.opt.Dialer.Dial(ctx, "consume"); err != nil {
+	var m *meter
+	if ss.consConn, err = s.opt.Dialer.DialVia(ctx, "consume", func(conn net.Conn) net.Conn {
+		m = newMeter(conn, s.opt.InflightBytes)
+		return m
+	}); err != nil {
 		return err
 	}
+	ss.meter = m
 	if ss.pubConn, err = s.opt.Dialer.Dial(ctx, "publish"); err != nil {
 		return err
 	}
@@ -85,21 +92,20 @@ func (ss *session) open(ctx context.Context) error {
 	}
 	ss.closed = ss.consCh.NotifyClose(make(chan *amqp.Error, 1))
 	ss.cancelled = ss.consCh.NotifyCancel(make(chan string, 1))
-	win := newWindow(s.opt.Prefetch, s.opt.InflightBytes)
 	ss.acks = newAcker(ss.consCh, func(settled, inflight int, bytes int64) {
-		win.settled(bytes)
+		ss.meter.settle(bytes)
 		s.m.InFlight.Set(float64(inflight))
-		s.m.InflightBytes.Set(float64(win.bytes()))
+		s.m.InflightBytes.Set(float64(ss.meter.bytes()))
 		s.beat()
 	})
-	ss.inbox = &inbox{ch: ss.consCh, queue: topo.InboxQueue, win: win, idleReset: s.opt.WindowIdle, last: s.opt.Now(),
-		onPrefetch: func(n int, held int64) {
+	ss.inbox = &inbox{ch: ss.consCh, queue: topo.InboxQueue, win: newWindow(s.opt.Prefetch, s.opt.InflightBytes),
+		idleReset: s.opt.WindowIdle, last: s.opt.Now(), settledThrough: ss.acks.settledThrough.Load,
+		onPrefetch: func(n int) {
 			s.m.Prefetch.Set(float64(n))
 			if ce := s.log.Check(zap.DebugLevel, "inbox prefetch"); ce != nil {
-				ce.Write(zap.Int("prefetch", n), zap.Int64("held_bytes", held))
+				ce.Write(zap.Int("prefetch", n), zap.Int64("held_bytes", ss.meter.bytes()))
 			}
-		},
-		settledThrough: ss.acks.settledThrough.Load}
+		}}
 	// One delivery at first: nothing is known yet of the messages' sizes.
 	if err := ss.inbox.start(1); err != nil {
 		return err
@@ -128,6 +134,9 @@ func (ss *session) close() {
 		ss.s.m.InFlight.Set(0)
 		ss.s.m.InflightBytes.Set(0)
 	}
+	if ss.meter != nil {
+		ss.meter.release() // the close handshake must be read
+	}
 	if ss.consConn != nil {
 		ss.consConn.Close()
 	}
@@ -136,6 +145,9 @@ func (ss *session) close() {
 	}
 	if ss.watch != nil {
 		ss.watch.close()
+	}
+	if ss.inbox != nil {
+		ss.inbox.wait()
 	}
 	if ss.pub != nil {
 		<-ss.pub.Done()
@@ -161,6 +173,7 @@ func (ss *session) loop(ctx context.Context) error {
 				}
 				continue
 			}
+			ss.take(d)
 			if err := ss.waitWhileBlocked(ctx); err != nil {
 				return err
 			}
@@ -172,7 +185,9 @@ func (ss *session) loop(ctx context.Context) error {
 			if err := ss.handle(d); err != nil {
 				return err
 			}
-			if err := ss.inbox.refit(s.opt.Now()); err != nil {
+			ss.inbox.refit(s.opt.Now())
+		case r := <-ss.inbox.replaced:
+			if err := ss.inbox.install(r); err != nil {
 				return err
 			}
 		case tag := <-ss.cancelled:
@@ -188,12 +203,8 @@ func (ss *session) loop(ctx context.Context) error {
 			return err
 		case <-tick.C:
 			s.beat()
-			if err := ss.setBlocked(ss.pub.Blocked()); err != nil {
-				return err
-			}
-			if err := ss.inbox.refit(s.opt.Now()); err != nil {
-				return err
-			}
+			s.setBlocked(ss.pub.Blocked())
+			ss.inbox.refit(s.opt.Now())
 			if idle := s.opt.DelayQueueIdle; idle > 0 && s.opt.Now().Sub(lastSweep) >= min(idle, time.Minute) {
 				lastSweep = s.opt.Now()
 				deleted, err := ss.pub.SweepIdle(idle)
@@ -208,23 +219,11 @@ func (ss *session) loop(ctx context.Context) error {
 	}
 }
 
-// setBlocked records whether a resource alarm blocks publishing, for the
-// probes, and stops consuming while it does.
-func (ss *session) setBlocked(blocked bool) error {
-	ss.s.setBlocked(blocked)
-	if blocked {
-		return ss.inbox.pause()
-	}
-	return ss.inbox.resume()
-}
-
 // waitWhileBlocked holds new work while a resource alarm blocks publishing.
 func (ss *session) waitWhileBlocked(ctx context.Context) error {
 	s := ss.s
 	for ss.pub.Blocked() {
-		if err := ss.setBlocked(true); err != nil {
-			return err
-		}
+		s.setBlocked(true)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -234,9 +233,7 @@ func (ss *session) waitWhileBlocked(ctx context.Context) error {
 			s.beat()
 		}
 	}
-	if err := ss.setBlocked(false); err != nil {
-		return err
-	}
+	s.setBlocked(false)
 	// After a run of failed publishes (nacks, returns), slow down instead
 	// of spinning on requeued deliveries.
 	if n := ss.acks.failStreak.Load(); n > 0 {
@@ -255,9 +252,7 @@ func (ss *session) waitWhileBlocked(ctx context.Context) error {
 func (ss *session) drain() {
 	s := ss.s
 	s.setReady(false)
-	if err := ss.inbox.stop(); err != nil {
-		s.log.Warn("cancel consumer", zap.Error(err))
-	}
+	ss.inbox.stop()
 	deadline := time.NewTimer(s.opt.ShutdownGrace)
 	defer deadline.Stop()
 	for {
@@ -276,6 +271,18 @@ func (ss *session) drain() {
 			return
 		case <-time.After(10 * time.Millisecond):
 		}
+	}
+}
+
+// take records a delivery the session took from the inbox: the window
+// learns its size, and the meter holds its bytes until it is settled.
+func (ss *session) take(d amqp.Delivery) {
+	size := int64(len(d.Body))
+	ss.meter.take(size)
+	ss.inbox.took(d.DeliveryTag, size, ss.s.opt.Now())
+	ss.s.m.InflightBytes.Set(float64(ss.meter.bytes()))
+	if peak := ss.meter.peakBytes(); peak > ss.s.peakInflightBytes.Load() {
+		ss.s.peakInflightBytes.Store(peak) // only this goroutine stores it
 	}
 }
 
@@ -307,14 +314,8 @@ func (ss *session) handle(d amqp.Delivery) error {
 	ss.report(d, rt)
 	dest, msg := ss.router.Plan(d, state, rt, now)
 
-	tag, size := d.DeliveryTag, int64(len(d.Body))
-	ss.inbox.read(tag, size, now)
-	held := ss.inbox.win.bytes()
-	s.m.InflightBytes.Set(float64(held))
-	if held > s.peakInflightBytes.Load() {
-		s.peakInflightBytes.Store(held)
-	}
-	ss.acks.add(tag, size)
+	tag := d.DeliveryTag
+	ss.acks.add(tag, int64(len(d.Body)))
 	err := ss.pub.Publish(context.Background(), dest, msg, func(o republisher.Outcome, latency time.Duration) {
 		ss.record(rt, o, latency)
 		ss.acks.resolve(tag, o == republisher.Confirmed)

@@ -84,7 +84,7 @@ type Sidecar struct {
 	deferrals      deferralLog // used by the session's goroutine only
 
 	received, retried, parked, failed atomic.Int64 // for the periodic summary
-	peakInflightBytes                 atomic.Int64 // the most bytes held unacked, for tests
+	peakInflightBytes                 atomic.Int64 // the most message bytes held (the meter's), for tests
 }
 
 // New returns a Sidecar with defaults filled in.

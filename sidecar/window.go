@@ -27,23 +27,22 @@ import "sync"
 // queues), so the session applies a new window by cancelling its
 // consumer and consuming again (see session.refit).
 //
-// Worst case: the broker fills every slot of a window before rebound
-// reads any of those messages. When large messages follow a run of small
-// ones, the bytes in flight can reach the window at that moment times the
-// largest message, plus what the cancelled consumer still holds; with
-// sizes that do not change, they stay within the budget, or one message
-// when that alone is larger.
+// The window alone cannot bound the bytes: the broker fills every slot of
+// a window before rebound reads any of those messages, so when large
+// messages follow a deep run of small ones, a whole window of them is on
+// its way. The meter holds that back at the socket; the window keeps the
+// prefetch, what the broker counts as this replica's, to what the budget
+// holds, so that large messages wait in the queue for whichever replica
+// has room, and a crash hands back no more than that.
 //
-// A window is safe for concurrent use: the session reports deliveries,
-// the acker settled ones.
+// A window is safe for concurrent use.
 type window struct {
 	mu      sync.Mutex
 	ceiling int   // REBOUND_PREFETCH
 	budget  int64 // REBOUND_INFLIGHT_BYTES
 
-	inflight int64 // bytes of deliveries received and not settled
-	count    int64 // deliveries received so far, the index of the next
-	known    int64 // deliveries received since the window last started over
+	count int64 // deliveries received so far, the index of the next
+	known int64 // deliveries received since the window last started over
 	// recent holds the deliveries that may be the largest of the last
 	// ceiling: sizes decreasing from the front, indexes increasing.
 	recent []sized
@@ -65,7 +64,6 @@ func (w *window) received(size int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	size = max(size, 0)
-	w.inflight += size
 	for len(w.recent) > 0 && w.recent[len(w.recent)-1].size <= size {
 		w.recent = w.recent[:len(w.recent)-1]
 	}
@@ -78,26 +76,12 @@ func (w *window) received(size int64) {
 	}
 }
 
-// settled counts a delivery of size bytes acked or requeued.
-func (w *window) settled(size int64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.inflight = max(w.inflight-max(size, 0), 0)
-}
-
 // idle forgets the sizes seen: the next window starts at one.
 func (w *window) idle() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.recent = w.recent[:0]
 	w.known = 0
-}
-
-// bytes is what the deliveries rebound holds weigh.
-func (w *window) bytes() int64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.inflight
 }
 
 // want is the prefetch to ask the broker for now: the largest n, within

@@ -1,0 +1,236 @@
+package sidecar
+
+import (
+	"bufio"
+	"encoding/binary"
+	"net"
+	"sync"
+	"time"
+)
+
+// meter sits between the consume connection's socket (after TLS) and
+// amqp091-go's frame reader, and holds the bytes of message bodies in
+// rebound to the budget, whatever the broker has already dispatched.
+//
+// The window sets the prefetch from the sizes rebound has seen, but the
+// broker fills every slot of a window before rebound reads the first
+// message of it: when large messages follow a deep run of small ones, a
+// whole window of large ones is on its way (1024 × 8 MB). amqp091-go reads
+// whatever arrives into memory, read by the session or not, so the only
+// place to stop it is the socket: the meter stops reading while the
+// bodies rebound holds (taken by the session, not yet settled) and those
+// read off the socket but not yet taken would pass the budget. The broker
+// then keeps the rest, as TCP flow control makes it.
+//
+// It reads the frames as they pass (7-byte header, payload, frame end),
+// one at a time, and counts the payload of body frames, from the content
+// header frame's body size, so that it stops only between messages: a
+// message larger than the budget is still read whole, alone. So what
+// rebound holds of message bodies, taken, waiting or half read, stays
+// within the budget plus one message (and the 64 KiB it reads ahead).
+//
+// While it waits, nothing is read on the connection: replies to the
+// session's calls and the broker's heartbeats wait too. The read deadline
+// amqp091-go sets for heartbeats counts from when reading resumes, and
+// Close (or release) ends any wait.
+//
+// The reader calls Read; take, settle, release and Close may be called
+// from any goroutine.
+type meter struct {
+	net.Conn
+	budget int64
+
+	socket *bufio.Reader // the connection, read in large pieces
+
+	mu    sync.Mutex
+	ready *sync.Cond
+	// received is the body bytes of the messages read whole off the
+	// socket, taken the bytes of the deliveries the session took: what
+	// waits in amqp091-go is the difference. held is the bytes taken and
+	// not settled.
+	received, taken, held int64
+	peak                  int64 // the most of held plus waiting
+	released              bool  // no more waiting: the connection is closing
+	span                  time.Duration
+
+	// The frame being read, on the reader's goroutine only.
+	head    [7]byte
+	headLen int
+	left    int64 // bytes of the frame still to come, its end byte included
+	typ     byte
+	payload []byte // a content header's first bytes, up to its body size
+	body    int64  // body bytes of the message in progress still to come
+	partial int64  // body bytes of the message in progress read so far
+}
+
+// AMQP 0-9-1 frame types.
+const (
+	frameHeader = 2 // content header: class, weight, body size, properties
+	frameBody   = 3
+)
+
+func newMeter(conn net.Conn, budget int64) *meter {
+	m := &meter{Conn: conn, budget: max(budget, 1), socket: bufio.NewReaderSize(conn, 64<<10)}
+	m.ready = sync.NewCond(&m.mu)
+	return m
+}
+
+// Read waits, between messages, while what rebound holds and what waits
+// to be taken would pass the budget, then reads, never past the end of a
+// frame: so every frame, and the start of every message, passes the
+// check. The socket is read through a buffer of its own, so that this
+// costs no system call per frame.
+func (m *meter) Read(p []byte) (int, error) {
+	m.mu.Lock()
+	waited := false
+	for m.full() {
+		waited = true
+		m.ready.Wait()
+	}
+	span := m.span
+	m.mu.Unlock()
+	if waited && span > 0 {
+		// amqp091-go's heartbeat deadline, counted from now.
+		if err := m.Conn.SetReadDeadline(time.Now().Add(span)); err != nil {
+			return 0, err
+		}
+	}
+	limit := int64(len(m.head) - m.headLen)
+	if m.left > 0 {
+		limit = m.left
+	}
+	if int64(len(p)) > limit {
+		p = p[:limit]
+	}
+	n, err := m.socket.Read(p)
+	m.count(p[:n])
+	return n, err
+}
+
+// full reports whether reading must wait: between messages, with
+// something held or waiting, and no room left in the budget. m.mu is held.
+func (m *meter) full() bool {
+	waiting := m.received - m.taken
+	return !m.released && m.body == 0 && m.held+waiting > 0 && m.held+waiting >= m.budget
+}
+
+// count follows the frames in b, as read off the socket.
+func (m *meter) count(b []byte) {
+	for len(b) > 0 {
+		if m.left == 0 {
+			k := copy(m.head[m.headLen:], b)
+			m.headLen += k
+			b = b[k:]
+			if m.headLen < len(m.head) {
+				return
+			}
+			m.typ = m.head[0]
+			m.left = int64(binary.BigEndian.Uint32(m.head[3:7])) + 1 // the payload, then the frame end
+			m.headLen = 0
+			m.payload = m.payload[:0]
+			continue
+		}
+		k := min(int64(len(b)), m.left)
+		chunk := b[:k]
+		b = b[k:]
+		m.left -= k
+		if m.left == 0 {
+			chunk = chunk[:len(chunk)-1] // the frame end
+		}
+		switch m.typ {
+		case frameHeader:
+			// class (2), weight (2), body size (8): enough to know how
+			// much body follows.
+			if need := 12 - len(m.payload); need > 0 {
+				m.payload = append(m.payload, chunk[:min(need, len(chunk))]...)
+				if len(m.payload) == 12 {
+					m.body = int64(binary.BigEndian.Uint64(m.payload[4:12]))
+					m.partial = 0
+				}
+			}
+		case frameBody:
+			n := int64(len(chunk))
+			m.body -= n
+			m.partial += n
+			if m.body <= 0 {
+				m.body = 0
+				m.mu.Lock()
+				m.received += m.partial
+				m.peak = max(m.peak, m.held+m.received-m.taken)
+				m.mu.Unlock()
+				m.partial = 0
+			}
+		}
+	}
+}
+
+// take records that the session took a delivery of size body bytes.
+func (m *meter) take(size int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.taken += size
+	m.held += size
+}
+
+// settle records that deliveries of size body bytes in all were acked or
+// requeued.
+func (m *meter) settle(size int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.held = max(m.held-size, 0)
+	m.ready.Broadcast()
+}
+
+// bytes is what rebound holds of message bodies: taken and not settled,
+// and read off the socket but not taken yet.
+func (m *meter) bytes() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.held + m.received - m.taken
+}
+
+// peakBytes is the most bytes has been.
+func (m *meter) peakBytes() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.peak
+}
+
+// release ends every wait, for good: the connection is closing, and its
+// close handshake must be read.
+func (m *meter) release() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.released = true
+	m.ready.Broadcast()
+}
+
+// SetReadDeadline remembers the span amqp091-go asks for (it sets one
+// after every frame, for heartbeats), so that a wait does not use it up.
+func (m *meter) SetReadDeadline(t time.Time) error {
+	m.mu.Lock()
+	if t.IsZero() {
+		m.span = 0
+	} else {
+		m.span = time.Until(t)
+	}
+	m.mu.Unlock()
+	return m.Conn.SetReadDeadline(t)
+}
+
+// SetDeadline is SetReadDeadline for both directions.
+func (m *meter) SetDeadline(t time.Time) error {
+	m.mu.Lock()
+	if t.IsZero() {
+		m.span = 0
+	} else {
+		m.span = time.Until(t)
+	}
+	m.mu.Unlock()
+	return m.Conn.SetDeadline(t)
+}
+
+func (m *meter) Close() error {
+	m.release()
+	return m.Conn.Close()
+}
