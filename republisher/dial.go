@@ -68,6 +68,9 @@ func (d *Dialer) Dial(ctx context.Context, role string) (*amqp.Connection, error
 	return nil, fmt.Errorf("connect: %w", errors.Join(errs...))
 }
 
+// Name is what starts the name of every connection d opens.
+func (d *Dialer) Name() string { return d.name }
+
 // Host names the broker that last accepted a connection (the first one
 // before any did) by its host and port: never the whole URL, which may
 // hold a password.
