@@ -89,6 +89,10 @@ func OpenMover(conn *amqp.Connection, topo topology.Topology, queue string, wind
 // Call it before the first Move.
 func (m *Mover) PublishThrough(pub *amqp.Connection) { m.pubConn = pub }
 
+// Remaining is how many of the messages the queue held at the first read
+// are still to read: what a caller that stops early leaves unread.
+func (m *Mover) Remaining() int { return max(m.remaining, 0) }
+
 // Queue is the name of the queue m reads.
 func (m *Mover) Queue() string { return m.queue }
 
