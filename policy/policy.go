@@ -261,7 +261,7 @@ func (p Policy) deadline(d, elapsed time.Duration) (delay, ceiling time.Duration
 func roundWithin(d, ceiling time.Duration, digits int) time.Duration {
 	rounded := Round(d, digits)
 	if rounded > ceiling {
-		rounded = roundDown(d, digits)
+		rounded = RoundDown(d, digits)
 	}
 	return rounded
 }

@@ -531,7 +531,7 @@ func TestRoundUpProperties(t *testing.T) {
 			if up < d || Round(up, digits) != up {
 				t.Fatalf("RoundUp(%v, %d) = %v: below d, or off the grid", d, digits, up)
 			}
-			if below := roundDown(up-1, digits); up > 0 && below >= d && below != up {
+			if below := RoundDown(up-1, digits); up > 0 && below >= d && below != up {
 				t.Fatalf("RoundUp(%v, %d) = %v, but %v is on the grid and not below d", d, digits, up, below)
 			}
 		}

@@ -44,7 +44,7 @@ func Round(d time.Duration, digits int) time.Duration {
 // is not below d: where a copy that must not come due earlier than d can
 // wait.
 func RoundUp(d time.Duration, digits int) time.Duration {
-	down := roundDown(d, digits)
+	down := RoundDown(d, digits)
 	if down >= d {
 		return down
 	}
@@ -65,9 +65,9 @@ func Grid(digits int, longest time.Duration) []time.Duration {
 	return grid
 }
 
-// roundDown is Round rounding toward 0 instead: the largest delay of
+// RoundDown is Round rounding toward 0 instead: the largest delay of
 // digits significant milliseconds that is not above d.
-func roundDown(d time.Duration, digits int) time.Duration {
+func RoundDown(d time.Duration, digits int) time.Duration {
 	if d <= 0 {
 		return 0
 	}
