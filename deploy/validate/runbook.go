@@ -80,7 +80,6 @@ type ruleTests struct {
 	} `json:"tests"`
 }
 
-
 // CheckRuleTests checks that a promtool rule test file tests every alert
 // of groups both ways: one case where it fires, expecting its annotations
 // (runbook link included), and one where it must stay silent. promtool
