@@ -90,15 +90,17 @@ type Publisher struct {
 	timeout time.Duration
 	now     func() time.Time
 
-	// declMu guards declCh, declared, origins, detours and unchecked. It
-	// is held across declarations, which wait for the broker: the confirm
-	// loop never takes it. Whoever holds both takes declMu first.
-	declMu    sync.Mutex
-	declCh    *amqp.Channel
-	declared  map[int64]time.Time     // delay queue (ms) -> last publish to it
-	origins   map[string]time.Time    // origin queue -> when it was last seen to exist
-	detours   map[int64]time.Duration // unusable delay queue (ms) -> the delay used instead
-	unchecked map[string]time.Time    // origin queues the broker refused to check, and when
+	// declMu guards declCh, declared, origins, detours, unchecked and
+	// lockRefused. It is held across declarations, which wait for the
+	// broker: the confirm loop never takes it. Whoever holds both takes
+	// declMu first.
+	declMu      sync.Mutex
+	declCh      *amqp.Channel
+	declared    map[int64]time.Time     // delay queue (ms) -> last publish to it
+	origins     map[string]time.Time    // origin queue -> when it was last seen to exist
+	detours     map[int64]time.Duration // unusable delay queue (ms) -> the delay used instead
+	unchecked   map[string]time.Time    // origin queues the broker refused to check, and when
+	lockRefused bool                    // the broker refused the lock of the delay queues (noticed once)
 
 	mu       sync.Mutex // guards pending, blocked, stale and returned; never held across I/O
 	pending  map[uint64]*pending
@@ -403,16 +405,26 @@ func (p *Publisher) SweepIdle(idle time.Duration, remove bool) (deleted []string
 		}
 		return nil, nil
 	}
-	if err := p.withDeclareChannel(p.topo.Lock); errors.Is(err, topology.ErrLocked) {
+	switch err := p.withDeclareChannel(p.topo.Lock); {
+	case errors.Is(err, topology.ErrLocked):
 		return nil, nil
-	} else if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if uerr := p.withDeclareChannel(p.topo.Unlock); uerr != nil {
-			err = errors.Join(err, uerr)
+	case errors.Is(err, topology.ErrLockRefused):
+		// Permissions from before the lock: a command with rebound's
+		// user cannot take it either, so none can hold messages of these
+		// queues; sweep without it.
+		if !p.lockRefused {
+			p.lockRefused = true
+			p.notice(err.Error() + "; idle delay queues are swept without it")
 		}
-	}()
+	case err != nil:
+		return nil, err
+	default:
+		defer func() {
+			if uerr := p.withDeclareChannel(p.topo.Unlock); uerr != nil {
+				err = errors.Join(err, uerr)
+			}
+		}()
+	}
 	for _, ms := range stale {
 		q, _ := p.topo.DelayQueue(time.Duration(ms) * time.Millisecond)
 		err := p.deleteIfEmpty(q.Name)

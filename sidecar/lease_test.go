@@ -2,6 +2,9 @@ package sidecar
 
 import (
 	"context"
+	"fmt"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,5 +78,36 @@ func TestRunLeasesTheDelayQueuesItUses(t *testing.T) {
 			e.reject(e.app)
 			e.take(e.app)
 		})
+	}
+}
+
+// TestRunWithPermissionsFromBeforeLeases: a rebound whose user has the
+// permissions of a rebound before leases (no configure on the in-use queue
+// or the lock) runs on: it says what it cannot do, retries, and sweeps its
+// idle delay queues without the lock.
+func TestRunWithPermissionsFromBeforeLeases(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "classic")
+	names := regexp.QuoteMeta(e.prefix) + `(dlx|inbox|parked|delay\.[0-9]+)`
+	_, url := e.b.User(t, e.URL(), "pw", "^"+names+"$", `^(amq\.default|`+names+`)$`, "^"+names+"$")
+	e.start(e.options("REBOUND_AMQP_URL", url, "REBOUND_DELAY_QUEUE_IDLE", "100ms"))
+	e.Publish(e.app, amqp.Publishing{MessageId: "m1"})
+	e.reject(e.app)
+	e.take(e.app)
+	delayQueue, _ := e.topo.DelayQueue(50 * time.Millisecond)
+	e.eventually("the idle delay queue is deleted, without the lock", func() bool {
+		_, err := brokertest.QueueLen(e.URL(), delayQueue.Name)
+		return err != nil
+	})
+	for _, want := range []string{"cannot declare " + e.topo.InUseQueue(), "no permission to take the lock"} {
+		found := false
+		for _, l := range e.logged("topology") {
+			if strings.Contains(fmt.Sprint(l.ContextMap()["notice"]), want) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no topology notice saying %q", want)
+		}
 	}
 }

@@ -71,6 +71,10 @@ func ReadLease(body []byte) (Lease, error) {
 // ErrLocked means another connection holds the lock of the delay queues.
 var ErrLocked = errors.New("another rebound holds the lock of the delay queues (`rebound delayed flush` or `cancel`, `rebound topology prune`, or a replica sweeping idle delay queues)")
 
+// ErrLockRefused means the broker refuses the lock for want of a
+// permission (configure on the lock queue): permissions from before it.
+var ErrLockRefused = errors.New("no permission to take the lock of the delay queues: grant rebound's user configure on it (deploy/rabbitmq/setup.sh)")
+
 // Lock takes the lock of the delay queues for ch's connection: it
 // declares the lock queue, exclusive. It returns ErrLocked when another
 // connection holds it; the broker then closes ch. The lock is released by
@@ -80,6 +84,9 @@ func (t Topology) Lock(ch *amqp.Channel) error {
 	var aerr *amqp.Error
 	if errors.As(err, &aerr) && aerr.Code == amqp.ResourceLocked {
 		return ErrLocked
+	}
+	if isAccessRefused(err) {
+		return fmt.Errorf("%w: %w", ErrLockRefused, err)
 	}
 	if err != nil {
 		return fmt.Errorf("lock delay queues: %w", err)

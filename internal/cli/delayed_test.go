@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/rebound-mq/rebound/delayed"
 	"github.com/rebound-mq/rebound/internal/brokertest"
 )
 
@@ -101,4 +104,32 @@ func TestDelayedListsAndFlushes(t *testing.T) {
 		t.Errorf("flush --yes: %v\n%s", err, out)
 	}
 	d.WaitQueueLen(d.App, 5, 10*time.Second)
+}
+
+// TestProgressOnlyOnATerminal: progress goes to stderr only when stderr is
+// a terminal: not to a buffer, a pipe or the null device.
+func TestProgressOnlyOnATerminal(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	var buf bytes.Buffer
+	for name, stderr := range map[string]io.Writer{"a buffer": &buf, "a pipe": w, "the null device": null} {
+		p := newProgress(stderr, "delayed flush")
+		if p.w != nil {
+			t.Errorf("%s taken for a terminal", name)
+		}
+		p.show(delayed.Progress{Read: 1, Total: 2})
+		p.done()
+	}
+	if buf.Len() > 0 {
+		t.Errorf("progress written to a buffer: %q", buf.String())
+	}
 }
