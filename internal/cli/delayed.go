@@ -91,6 +91,19 @@ func openDelayed(ctx context.Context, in invocation, f *scanFlags, role string, 
 	}, nil
 }
 
+// findDelayed is openDelayed, and the delay queues found.
+func findDelayed(ctx context.Context, in invocation, f *scanFlags, role string, publish bool) (
+	dp delayed.Deployment, delays []time.Duration, queues []delayed.Queue, close func(), err error) {
+	if dp, delays, close, err = openDelayed(ctx, in, f, role, publish); err != nil {
+		return dp, nil, nil, nil, err
+	}
+	if queues, err = dp.Find(ctx, delays); err != nil {
+		close()
+		return dp, nil, nil, nil, fmt.Errorf("look for delay queues: %w", err)
+	}
+	return dp, delays, queues, close, nil
+}
+
 // DelayedJSON is `rebound delayed --format json`. Its field names are
 // public interface.
 type DelayedJSON struct {
@@ -132,15 +145,11 @@ func runDelayed(ctx context.Context, args []string, in invocation) error {
 	if *format != "table" && *format != "json" {
 		return usageError{fmt.Sprintf("--format %q: want table or json", *format)}
 	}
-	dp, delays, closeConns, err := openDelayed(ctx, in, scan, "delayed", false)
+	_, delays, queues, closeConns, err := findDelayed(ctx, in, scan, "delayed", false)
 	if err != nil {
 		return err
 	}
 	defer closeConns()
-	queues, err := dp.Find(ctx, delays)
-	if err != nil {
-		return fmt.Errorf("look for delay queues: %w", err)
-	}
 	doc := DelayedJSON{Queues: []DelayQueueJSON{}, Looked: len(delays)}
 	for _, q := range queues {
 		doc.Queues = append(doc.Queues, DelayQueueJSON{Queue: q.Name, DelayMs: q.Delay.Milliseconds(), Messages: q.Messages, Consumers: q.Consumers})
@@ -222,15 +231,11 @@ func runDelayedMove(ctx context.Context, args []string, in invocation, op delaye
 	if !*yes && !*dryRun {
 		return usageError{fmt.Sprintf("%s moves waiting copies: add --yes (see what it would do first with --dry-run)", name)}
 	}
-	dp, delays, closeConns, err := openDelayed(ctx, in, scan, name, !*dryRun)
+	dp, _, queues, closeConns, err := findDelayed(ctx, in, scan, name, !*dryRun)
 	if err != nil {
 		return err
 	}
 	defer closeConns()
-	queues, err := dp.Find(ctx, delays)
-	if err != nil {
-		return fmt.Errorf("look for delay queues: %w", err)
-	}
 	progress := newProgress(in.stderr, name)
 	res, err := dp.Move(ctx, queues, delayed.Options{Op: op, Origins: origins, DryRun: *dryRun, Progress: progress.show}, time.Now)
 	progress.done()
@@ -262,20 +267,30 @@ func runDelayedMove(ctx context.Context, args []string, in invocation, op delaye
 // reportKeptCopies lists the copies a move left where they were, grouped
 // by cause.
 func reportKeptCopies(w io.Writer, kept []delayed.Kept) {
+	reportByWhy(w, kept, "stay where they were", func(k delayed.Kept) (string, string) {
+		return k.Why, fmt.Sprintf("id %s origin %s in %s", orDash(k.ID), orDash(k.Origin), k.Queue)
+	})
+}
+
+// reportByWhy lists what a command left where it was, grouped by cause
+// (what says what became of them), the first 20 of each cause one by one:
+// describe gives an item's cause and its line.
+func reportByWhy[T any](w io.Writer, items []T, what string, describe func(T) (why, line string)) {
 	const maxIDs = 20
-	byWhy := map[string][]delayed.Kept{}
-	for _, k := range kept {
-		byWhy[k.Why] = append(byWhy[k.Why], k)
+	byWhy := map[string][]string{}
+	for _, item := range items {
+		why, line := describe(item)
+		byWhy[why] = append(byWhy[why], line)
 	}
 	for _, why := range slices.Sorted(maps.Keys(byWhy)) {
-		ks := byWhy[why]
-		fmt.Fprintf(w, "  %d stay where they were: %s\n", len(ks), why)
-		for i, k := range ks {
+		lines := byWhy[why]
+		fmt.Fprintf(w, "  %d %s: %s\n", len(lines), what, why)
+		for i, line := range lines {
 			if i == maxIDs {
-				fmt.Fprintf(w, "    ... and %d more\n", len(ks)-maxIDs)
+				fmt.Fprintf(w, "    ... and %d more\n", len(lines)-maxIDs)
 				break
 			}
-			fmt.Fprintf(w, "    id %s origin %s in %s\n", orDash(k.ID), orDash(k.Origin), k.Queue)
+			fmt.Fprintf(w, "    %s\n", line)
 		}
 	}
 }

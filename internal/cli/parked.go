@@ -418,22 +418,9 @@ func reportReplay(in invocation, q parking.Queue, res parking.ReplayResult, err 
 
 // reportKept lists the messages a replay left parked, grouped by cause.
 func reportKept(w io.Writer, kept []parking.Kept) {
-	const maxIDs = 20
-	byWhy := map[string][]parking.Kept{}
-	for _, k := range kept {
-		byWhy[k.Why] = append(byWhy[k.Why], k)
-	}
-	for _, why := range slices.Sorted(maps.Keys(byWhy)) {
-		ks := byWhy[why]
-		fmt.Fprintf(w, "  %d stay parked: %s\n", len(ks), why)
-		for i, k := range ks {
-			if i == maxIDs {
-				fmt.Fprintf(w, "    ... and %d more\n", len(ks)-maxIDs)
-				break
-			}
-			fmt.Fprintf(w, "    id %s origin %s\n", orDash(k.Message.ID()), orDash(k.Message.Origin))
-		}
-	}
+	reportByWhy(w, kept, "stay parked", func(k parking.Kept) (string, string) {
+		return k.Why, fmt.Sprintf("id %s origin %s", orDash(k.Message.ID()), orDash(k.Message.Origin))
+	})
 }
 
 const parkedPurgeUsage = `usage: rebound parked purge --yes [flags]
