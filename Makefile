@@ -14,7 +14,7 @@ BROKERS := 3.10 4.3
 CHAOS_TESTS := ^(TestNoLossUnderMemoryAlarm|TestLargeMessagesUnderMemoryAlarm|TestNoLossWhenBrokerRestarts)$$
 CLUSTER_TESTS := ^TestCluster
 
-.PHONY: demo run test build lint broker brokers clients bench chaos flaketest plots
+.PHONY: demo run test build lint alerts broker brokers clients bench chaos flaketest plots
 
 # The demo: rebound plus an application that fails every message.
 demo: broker build
@@ -25,13 +25,14 @@ run: broker build
 	./bin/rebound run
 
 # The whole test suite against both brokers of the matrix: formatting, vet,
-# staticcheck, a tidy go.mod, then for each broker the race-enabled tests,
+# staticcheck, a tidy go.mod, the alerting rules' unit tests, then for each
+# broker the race-enabled tests,
 # the disruptive ones (memory alarm, broker restarts) one at a time, and
 # the cluster tests on three extra nodes (stopped and deleted afterwards,
 # pass or fail); then the Kubernetes manifest checks. The clients target
 # installs what the client tests run besides Go (Node's amqplib, pika,
 # Qpid Proton).
-test: brokers clients lint
+test: brokers clients lint alerts
 	@for b in $(BROKERS); do \
 	  echo "=== RabbitMQ $$b: go test ./..."; \
 	  REBOUND_TEST_BROKER=$$b go test $(GO_TEST_FLAGS) ./... || exit 1; \
@@ -46,6 +47,14 @@ test: brokers clients lint
 	  echo "=== RabbitMQ $$b: deploy/validate"; \
 	  (cd deploy/validate && go vet ./... && REBOUND_TEST_BROKER=$$b go test -count=1 ./...) || exit 1; \
 	done
+
+# The alerting rules, checked and unit-tested by promtool (every alert,
+# firing and silent); scripts/ensure-promtool.sh takes promtool from
+# Debian's prometheus package when it is missing.
+alerts:
+	@./scripts/ensure-promtool.sh
+	promtool check rules deploy/prometheus/rebound-alerts.yaml
+	promtool test rules deploy/prometheus/rebound-alerts.test.yaml
 
 build:
 	@./scripts/ensure-go.sh

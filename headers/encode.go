@@ -110,6 +110,23 @@ func (c Codec) Replay(h amqp.Table, origin string, now time.Time) amqp.Table {
 	return out
 }
 
+// Moved returns the headers for a waiting copy an operator moves out of
+// its delay queue (`rebound delayed flush` and `cancel`, for the copies
+// they do not park): every header of h kept but the broker's, and due =
+// when the copy now comes due, which is when it came due before for one
+// put back into a delay queue, and zero, no header, for one sent back to
+// its origin queue at once.
+func (c Codec) Moved(h amqp.Table, due time.Time) amqp.Table {
+	out := clone(h)
+	strip(out)
+	if due.IsZero() {
+		delete(out, c.Names.DueAt)
+	} else {
+		out[c.Names.DueAt] = due.UnixMilli()
+	}
+	return out
+}
+
 // Parked reads what Park wrote, for tools that list parked messages. ok is
 // false when h has no readable parked reason; at is zero when the parked-at
 // header is absent or unreadable.

@@ -12,15 +12,20 @@ import (
 // Listing is what List found.
 type Listing struct {
 	Scanned  int       // messages read from the queue
-	Matched  int       // messages that matched the filter, limit aside
-	Messages []Message // matches, at most the filter's limit
-	// ByReason and ByOrigin count every match, limit aside, by parked
-	// reason and by origin queue ("" when unknown).
+	Matched  int       // messages read that matched the filter
+	Messages []Message // the matches
+	// ByReason and ByOrigin count the matches by parked reason and by
+	// origin queue ("" when unknown).
 	ByReason, ByOrigin map[string]int
+	// Limited says List stopped reading at the filter's limit; Unread is
+	// how many messages it left unread then.
+	Limited bool
+	Unread  int
 }
 
-// List reads every message once and returns the matching ones, leaving
-// them all in the queue.
+// List reads the messages once, up to the filter's limit of matches, and
+// returns the matching ones, leaving them all in the queue. Everything it
+// counts covers what it read.
 func (q Queue) List(ctx context.Context, f Filter, now time.Time) (l Listing, err error) {
 	l.ByReason, l.ByOrigin = map[string]int{}, map[string]int{}
 	r, err := q.open()
@@ -28,7 +33,7 @@ func (q Queue) List(ctx context.Context, f Filter, now time.Time) (l Listing, er
 		return l, err
 	}
 	defer func() { err = errors.Join(err, r.Close()) }()
-	for {
+	for f.Limit == 0 || l.Matched < f.Limit {
 		d, ok, err := r.Next(ctx)
 		if err != nil || !ok {
 			return l, errors.Join(err, ctx.Err())
@@ -41,10 +46,10 @@ func (q Queue) List(ctx context.Context, f Filter, now time.Time) (l Listing, er
 		l.Matched++
 		l.ByReason[m.Reason]++
 		l.ByOrigin[m.Origin]++
-		if f.Limit == 0 || len(l.Messages) < f.Limit {
-			l.Messages = append(l.Messages, m)
-		}
+		l.Messages = append(l.Messages, m)
 	}
+	l.Limited, l.Unread = true, r.Remaining()
+	return l, nil
 }
 
 // Purge removes the matching messages (at most the filter's limit) and
@@ -88,6 +93,16 @@ const (
 	WhyInterrupted   = "interrupted before the copy was confirmed (it may have been delivered too)"
 )
 
+// ReplayOptions say how a replay runs.
+type ReplayOptions struct {
+	DryRun bool // report what would be replayed, change nothing
+	// Rate is the most copies a second the replay sends, held over the
+	// run; 0 sends them as fast as the broker confirms them.
+	Rate float64
+	// Record lists the replayed messages in ReplayResult.Sent.
+	Record bool
+}
+
 // ReplayResult is what Replay did.
 type ReplayResult struct {
 	Scanned  int    // messages read from the queue
@@ -100,6 +115,11 @@ type ReplayResult struct {
 	// queue): a dry run cannot tell whether those queues exist, and a
 	// replay keeps parked any copy the broker returns.
 	Unchecked int
+	// Sent lists the messages replayed, with ReplayOptions.Record.
+	Sent []Message
+	// Took is how long the copies took to go out, from the first to the
+	// last one's confirm.
+	Took time.Duration
 }
 
 // replayBatch is how many copies are in flight before Replay waits for
@@ -115,6 +135,13 @@ const replayBatch = 256
 // Kept: the sidecar's rules (route.Router.CheckOrigin). With dryRun
 // nothing is published or removed; Replayed counts what would be.
 func (q Queue) Replay(ctx context.Context, f Filter, now time.Time, dryRun bool) (res ReplayResult, err error) {
+	return q.ReplayWith(ctx, f, now, ReplayOptions{DryRun: dryRun})
+}
+
+// ReplayWith is Replay, paced and recorded as opt says.
+func (q Queue) ReplayWith(ctx context.Context, f Filter, now time.Time, opt ReplayOptions) (res ReplayResult, err error) {
+	dryRun := opt.DryRun
+	pace := pacer{rate: opt.Rate}
 	r, err := q.open()
 	if err != nil {
 		return res, err
@@ -165,8 +192,11 @@ func (q Queue) Replay(ctx context.Context, f Filter, now time.Time, dryRun bool)
 			}
 			continue
 		}
+		if err := pace.wait(ctx); err != nil {
+			break // interrupted: m stays parked, and was not sent
+		}
 		dest, msg := q.Router.Replay(d, m.Origin, now)
-		if err := r.Move(d, dest, msg, res.outcome(m)); err != nil {
+		if err := r.Move(d, dest, msg, res.outcome(m, opt.Record)); err != nil {
 			res.Kept = append(res.Kept, Kept{m, WhyInterrupted})
 			break
 		}
@@ -176,15 +206,59 @@ func (q Queue) Replay(ctx context.Context, f Filter, now time.Time, dryRun bool)
 	if err := r.Settle(); err != nil {
 		return res, err
 	}
+	res.Took = pace.took()
 	return res, ctx.Err()
 }
 
-// outcome returns what records the outcome of m's copy in res.
-func (res *ReplayResult) outcome(m Message) func(republisher.Outcome) {
+// pacer holds a replay to a rate: the n-th copy (from 0) goes out no
+// sooner than n/rate seconds after the first, so that over any run the
+// rate is at most the one asked for, and close to it when the broker
+// keeps up.
+type pacer struct {
+	rate  float64 // copies a second; 0: no pacing
+	start time.Time
+	sent  int
+}
+
+// wait waits for the next copy's turn, or for ctx.
+func (p *pacer) wait(ctx context.Context) error {
+	if p.sent == 0 {
+		p.start = time.Now()
+	}
+	p.sent++
+	if p.rate <= 0 {
+		return ctx.Err()
+	}
+	at := p.start.Add(time.Duration(float64(p.sent-1) / p.rate * float64(time.Second)))
+	t := time.NewTimer(time.Until(at))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		p.sent--
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// took is the time since the first copy's turn; 0 before it.
+func (p *pacer) took() time.Duration {
+	if p.sent == 0 {
+		return 0
+	}
+	return time.Since(p.start)
+}
+
+// outcome returns what records the outcome of m's copy in res, and lists
+// m in res.Sent when confirmed with record.
+func (res *ReplayResult) outcome(m Message, record bool) func(republisher.Outcome) {
 	return func(o republisher.Outcome) {
 		switch o {
 		case republisher.Confirmed:
 			res.Replayed++
+			if record {
+				res.Sent = append(res.Sent, m)
+			}
 		case republisher.Returned:
 			res.Kept = append(res.Kept, Kept{m, WhyReturned})
 		case republisher.Nacked:

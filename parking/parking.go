@@ -51,6 +51,9 @@ type Filter struct {
 	OlderThan time.Duration // parked more than this long ago (unknown parked-at never matches)
 	ID        string        // message id equals this
 	Limit     int           // act on at most this many matches; 0 = no limit
+	// ParkedBefore: parked before this time (zero: any; an unknown
+	// parked-at matches).
+	ParkedBefore time.Time
 }
 
 // Match reports whether m passes every condition of f except Limit.
@@ -64,6 +67,8 @@ func (f Filter) Match(m Message, now time.Time) bool {
 		return false
 	case f.OlderThan > 0 && (m.ParkedAt.IsZero() || now.Sub(m.ParkedAt) < f.OlderThan):
 		return false
+	case !f.ParkedBefore.IsZero() && !m.ParkedAt.IsZero() && !m.ParkedAt.Before(f.ParkedBefore):
+		return false
 	}
 	return true
 }
@@ -72,6 +77,10 @@ func (f Filter) Match(m Message, now time.Time) bool {
 // connection.
 type Queue struct {
 	Conn *amqp.Connection
+	// PubConn, if not nil, is where replayed copies go out (Conn
+	// otherwise): the broker throttles a connection that publishes, and
+	// reads on it with it (see republisher.Mover.PublishThrough).
+	PubConn *amqp.Connection
 	// Router holds the deployment's topology (the allowlist of origins
 	// among it), policies and header names.
 	Router route.Router
@@ -123,5 +132,9 @@ func (q Queue) open() (*republisher.Mover, error) {
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
-	return republisher.OpenMover(q.Conn, q.Router.Topology, q.Name(), replayBatch, timeout)
+	m, err := republisher.OpenMover(q.Conn, q.Router.Topology, q.Name(), replayBatch, timeout)
+	if err == nil && q.PubConn != nil {
+		m.PublishThrough(q.PubConn)
+	}
+	return m, err
 }

@@ -94,6 +94,9 @@ const (
 	// the broker moved from rebound's quorum inbox to the parking queue
 	// after its delivery limit; rebound itself never parks with it.
 	DeliveryLimit Reason = "delivery-limit"
+	// Cancelled is the reason `rebound delayed cancel` parks a waiting
+	// copy for; the sidecar never parks with it.
+	Cancelled Reason = "cancelled"
 )
 
 // Reasons lists every reason rebound parks a message for.
@@ -258,7 +261,7 @@ func (p Policy) deadline(d, elapsed time.Duration) (delay, ceiling time.Duration
 func roundWithin(d, ceiling time.Duration, digits int) time.Duration {
 	rounded := Round(d, digits)
 	if rounded > ceiling {
-		rounded = roundDown(d, digits)
+		rounded = RoundDown(d, digits)
 	}
 	return rounded
 }

@@ -531,11 +531,65 @@ func TestRoundUpProperties(t *testing.T) {
 			if up < d || Round(up, digits) != up {
 				t.Fatalf("RoundUp(%v, %d) = %v: below d, or off the grid", d, digits, up)
 			}
-			if below := roundDown(up-1, digits); up > 0 && below >= d && below != up {
+			if below := RoundDown(up-1, digits); up > 0 && below >= d && below != up {
 				t.Fatalf("RoundUp(%v, %d) = %v, but %v is on the grid and not below d", d, digits, up, below)
 			}
 		}
 	}
+}
+
+// TestGrid: the grid holds every delay Round and RoundUp give within its
+// range, each once, in order, and nothing else; its size is what the
+// README says (90 names a decade at two digits).
+func TestGrid(t *testing.T) {
+	for _, tc := range []struct {
+		digits  int
+		longest time.Duration
+		n       int
+	}{
+		{1, time.Hour, 9 + 9 + 9 + 9 + 9 + 9 + 3},
+		{2, time.Hour, 99 + 90 + 90 + 90 + 90 + 27},
+		{3, time.Minute, 999 + 900 + 501},
+		{2, 0, 0},
+	} {
+		grid := Grid(tc.digits, tc.longest)
+		if len(grid) != tc.n {
+			t.Errorf("Grid(%d, %v): %d delays, want %d", tc.digits, tc.longest, len(grid), tc.n)
+		}
+		on := map[time.Duration]bool{}
+		for i, d := range grid {
+			if Round(d, tc.digits) != d || d > tc.longest || (i > 0 && d <= grid[i-1]) {
+				t.Fatalf("Grid(%d, %v)[%d] = %v: off the grid, past the range or out of order", tc.digits, tc.longest, i, d)
+			}
+			on[d] = true
+		}
+		r := rand.New(rand.NewPCG(5, 6))
+		for range 5000 {
+			d := time.Duration(r.Int64N(int64(tc.longest) + 1))
+			if rd := Round(d, tc.digits); rd > 0 && rd <= tc.longest && !on[rd] {
+				t.Fatalf("Round(%v, %d) = %v is not in the grid", d, tc.digits, rd)
+			}
+			if up := RoundUp(d, tc.digits); up > 0 && up <= tc.longest && !on[up] {
+				t.Fatalf("RoundUp(%v, %d) = %v is not in the grid", d, tc.digits, up)
+			}
+		}
+	}
+	if g1, g3 := Grid(1, time.Hour), Grid(3, time.Hour); !subset(g1, g3) {
+		t.Error("the one-digit grid is not within the three-digit one: a finer scan would miss a coarser deployment's queues")
+	}
+}
+
+func subset(a, b []time.Duration) bool {
+	in := map[time.Duration]bool{}
+	for _, d := range b {
+		in[d] = true
+	}
+	for _, d := range a {
+		if !in[d] {
+			return false
+		}
+	}
+	return true
 }
 
 func TestRemaining(t *testing.T) {

@@ -44,7 +44,7 @@ func Round(d time.Duration, digits int) time.Duration {
 // is not below d: where a copy that must not come due earlier than d can
 // wait.
 func RoundUp(d time.Duration, digits int) time.Duration {
-	down := roundDown(d, digits)
+	down := RoundDown(d, digits)
 	if down >= d {
 		return down
 	}
@@ -53,9 +53,21 @@ func RoundUp(d time.Duration, digits int) time.Duration {
 	return down + significantStep(d, digits)
 }
 
-// roundDown is Round rounding toward 0 instead: the largest delay of
+// Grid lists, shortest first, every delay of digits significant
+// milliseconds from 1ms up to longest: every delay Round, RoundUp and the
+// policies give a delay queue within that range, and so every name a
+// delay queue of that precision can have.
+func Grid(digits int, longest time.Duration) []time.Duration {
+	var grid []time.Duration
+	for d := time.Millisecond; d <= longest; d += significantStep(d, digits) {
+		grid = append(grid, d)
+	}
+	return grid
+}
+
+// RoundDown is Round rounding toward 0 instead: the largest delay of
 // digits significant milliseconds that is not above d.
-func roundDown(d time.Duration, digits int) time.Duration {
+func RoundDown(d time.Duration, digits int) time.Duration {
 	if d <= 0 {
 		return 0
 	}

@@ -96,6 +96,9 @@ func (d *Dialer) DialVia(ctx context.Context, role string, wrap func(net.Conn) n
 	return nil, fmt.Errorf("connect: %w", errors.Join(errs...))
 }
 
+// Name is what starts the name of every connection d opens.
+func (d *Dialer) Name() string { return d.client.Name }
+
 // Host names the broker that last accepted a connection (the first one
 // before any did) by its host and port: never the whole URL, which may
 // hold a password.

@@ -9,6 +9,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/rebound-mq/rebound/internal/brokertest"
 	"github.com/rebound-mq/rebound/topology"
 )
 
@@ -137,5 +138,49 @@ func TestMoverOnAMissingQueue(t *testing.T) {
 	e := newTestEnv(t, false)
 	if _, err := OpenMover(e.conn, e.topo, e.Prefix+"missing", 1, time.Second); !errors.Is(err, ErrNoQueue) {
 		t.Errorf("OpenMover on a missing queue: %v, want ErrNoQueue", err)
+	}
+}
+
+// TestMoverClosingAfterAcksKeepsThemOnAQuorumQueue: the messages a Mover
+// removed stay removed when it closes right after the last acks. Without
+// the round trip Close makes after them, RabbitMQ (3.10 and 4.3) undid
+// most of the acks a quorum queue received just before the channel
+// closed: the messages came back.
+func TestMoverClosingAfterAcksKeepsThemOnAQuorumQueue(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, true)
+	from := e.Prefix + "from"
+	e.Declare(from, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum})
+	const n, taken = 1000, 300
+	msgs := make([]amqp.Publishing, n)
+	e.Publish(from, msgs...)
+	e.WaitQueueLen(from, n, 30*time.Second)
+	m, err := OpenMover(e.conn, e.topo, from, 1, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Read them all, then remove them all, as Settle does a window of
+	// moved messages once their copies are confirmed.
+	var read []amqp.Delivery
+	for range taken {
+		d, ok, err := m.Next(context.Background())
+		if err != nil || !ok {
+			t.Fatalf("Next: %v, %v", ok, err)
+		}
+		read = append(read, d)
+	}
+	for _, d := range read {
+		if err := m.Remove(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitQueueLen(from, n-taken, 10*time.Second)
+	// The messages acked came back within a second, when they did: wait
+	// as long for them to, and they must not.
+	if brokertest.Await(2*time.Second, func() bool { return e.QueueLen(from) != n-taken }) {
+		t.Errorf("%d messages in the queue after the Mover removed %d of %d and closed; want %d", e.QueueLen(from), taken, n, n-taken)
 	}
 }

@@ -90,15 +90,17 @@ type Publisher struct {
 	timeout time.Duration
 	now     func() time.Time
 
-	// declMu guards declCh, declared, origins, detours and unchecked. It
-	// is held across declarations, which wait for the broker: the confirm
-	// loop never takes it. Whoever holds both takes declMu first.
-	declMu    sync.Mutex
-	declCh    *amqp.Channel
-	declared  map[int64]time.Time     // delay queue (ms) -> last publish to it
-	origins   map[string]time.Time    // origin queue -> when it was last seen to exist
-	detours   map[int64]time.Duration // unusable delay queue (ms) -> the delay used instead
-	unchecked map[string]time.Time    // origin queues the broker refused to check, and when
+	// declMu guards declCh, declared, origins, detours, unchecked and
+	// lockRefused. It is held across declarations, which wait for the
+	// broker: the confirm loop never takes it. Whoever holds both takes
+	// declMu first.
+	declMu      sync.Mutex
+	declCh      *amqp.Channel
+	declared    map[int64]time.Time     // delay queue (ms) -> last publish to it
+	origins     map[string]time.Time    // origin queue -> when it was last seen to exist
+	detours     map[int64]time.Duration // unusable delay queue (ms) -> the delay used instead
+	unchecked   map[string]time.Time    // origin queues the broker refused to check, and when
+	lockRefused bool                    // the broker refused the lock of the delay queues (noticed once)
 
 	mu       sync.Mutex // guards pending, blocked, stale and returned; never held across I/O
 	pending  map[uint64]*pending
@@ -367,28 +369,63 @@ func (p *Publisher) stop(outcome Outcome, err error) {
 	close(p.done)
 }
 
-// SweepIdle deletes the delay queues this Publisher declared that have had
-// no publish for idle, or for twice their delay if that is longer, and
-// that are empty. The broker refuses to delete a queue that still holds a
-// message (if-empty), so nothing waiting in one is lost; a copy published
-// by another replica just as the queue goes is returned, requeued, and the
-// queue is declared again. It returns the names of the queues deleted.
+// SweepIdle forgets the delay queues this Publisher declared that have had
+// no publish for idle, or for twice their delay if that is longer: it
+// declares one again on its next use, and its lease no longer names it
+// (see topology.Lease), so that `rebound topology prune` may delete it.
+// With remove, it first deletes those that are classic and empty, and
+// returns their names. The broker refuses to delete a queue that still
+// holds a message (if-empty), so nothing waiting in one is lost; a copy
+// published by another replica just as the queue goes is returned,
+// requeued, and the queue is declared again. A message a `rebound delayed`
+// command has read and not yet settled is invisible to if-empty, so the
+// sweep holds the lock of the delay queues (topology.Topology.Lock), and
+// when another rebound holds it, it skips this round.
 //
-// Quorum queues are never swept: RabbitMQ (3.10) refuses if-empty deletes
+// Quorum queues are never deleted here: RabbitMQ refuses if-empty deletes
 // on them with a connection error, and deleting without it could drop a
-// copy published between a check and the delete.
-func (p *Publisher) SweepIdle(idle time.Duration) ([]string, error) {
-	if p.topo.Quorum {
-		return nil, nil
-	}
+// copy published between a check and the delete (`rebound topology
+// prune` closes that window first).
+func (p *Publisher) SweepIdle(idle time.Duration, remove bool) (deleted []string, err error) {
 	p.declMu.Lock()
 	defer p.declMu.Unlock()
 	now := p.now()
-	var deleted []string
+	var stale []int64
 	for ms, last := range p.declared {
-		if now.Sub(last) < max(idle, 2*time.Duration(ms)*time.Millisecond) {
-			continue
+		if now.Sub(last) >= max(idle, 2*time.Duration(ms)*time.Millisecond) {
+			stale = append(stale, ms)
 		}
+	}
+	if len(stale) == 0 {
+		return nil, nil
+	}
+	if !remove || p.topo.Quorum {
+		for _, ms := range stale {
+			delete(p.declared, ms)
+		}
+		return nil, nil
+	}
+	switch err := p.withDeclareChannel(p.topo.Lock); {
+	case errors.Is(err, topology.ErrLocked):
+		return nil, nil
+	case errors.Is(err, topology.ErrLockRefused):
+		// Permissions from before the lock: a command with rebound's
+		// user cannot take it either, so none can hold messages of these
+		// queues; sweep without it.
+		if !p.lockRefused {
+			p.lockRefused = true
+			p.notice(err.Error() + "; idle delay queues are swept without it")
+		}
+	case err != nil:
+		return nil, err
+	default:
+		defer func() {
+			if uerr := p.withDeclareChannel(p.topo.Unlock); uerr != nil {
+				err = errors.Join(err, uerr)
+			}
+		}()
+	}
+	for _, ms := range stale {
 		q, _ := p.topo.DelayQueue(time.Duration(ms) * time.Millisecond)
 		err := p.deleteIfEmpty(q.Name)
 		var amqpErr *amqp.Error
@@ -405,6 +442,19 @@ func (p *Publisher) SweepIdle(idle time.Duration) ([]string, error) {
 		}
 	}
 	return deleted, nil
+}
+
+// PublishLease publishes l into the in-use queue, expiring after ttl. It
+// is not confirmed: a lease lost is replaced at the next refresh.
+func (p *Publisher) PublishLease(l topology.Lease, ttl time.Duration) error {
+	p.declMu.Lock()
+	defer p.declMu.Unlock()
+	return p.withDeclareChannel(func(ch *amqp.Channel) error {
+		if err := ch.PublishWithContext(context.Background(), "", p.topo.InUseQueue(), false, false, l.Publishing(ttl)); err != nil {
+			return fmt.Errorf("publish lease: %w", err)
+		}
+		return nil
+	})
 }
 
 // originRecheck is how long a queue seen to exist is trusted to still exist.

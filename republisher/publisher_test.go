@@ -432,13 +432,41 @@ func TestSweepIdleDeletesOnlyEmptyClassicQueues(t *testing.T) {
 	}
 	brokertest.PublishConfirmed(t, confirming, busy.Name, msg("waiting"))
 	e.clock.advance(time.Hour)
-	deleted, err := p.SweepIdle(time.Minute)
+
+	// While another connection holds the lock of the delay queues (a
+	// `rebound delayed` command may hold messages of this one unacked,
+	// which if-empty does not see), the sweep deletes nothing.
+	other, err := e.broker.Dial(t, e.broker.URL).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.topo.Lock(other); err != nil {
+		t.Fatal(err)
+	}
+	if deleted, err := p.SweepIdle(time.Minute, true); err != nil || len(deleted) != 0 {
+		t.Errorf("SweepIdle while another holds the lock = %v, %v; want nothing deleted", deleted, err)
+	}
+	if len(p.DelayQueues()) != 2 {
+		t.Errorf("the Publisher forgot %v while it could not sweep", p.DelayQueues())
+	}
+	if err := e.topo.Unlock(other); err != nil {
+		t.Fatal(err)
+	}
+
+	deleted, err := p.SweepIdle(time.Minute, true)
 	idle, _ := e.topo.DelayQueue(time.Second)
 	if err != nil || len(deleted) != 1 || deleted[0] != idle.Name {
 		t.Errorf("SweepIdle = %v, %v; want only %s", deleted, err, idle.Name)
 	}
 	if n, err := brokertest.QueueLen(e.broker.URL, busy.Name); err != nil || n != 1 {
 		t.Errorf("busy delay queue: %d, %v; want kept with its message", n, err)
+	}
+	// The busy one is still leased; the lock was released.
+	if got := p.DelayQueues(); len(got) != 1 || got[0] != busy.Name {
+		t.Errorf("DelayQueues after the sweep = %v, want [%s]", got, busy.Name)
+	}
+	if err := e.topo.Lock(other); err != nil {
+		t.Errorf("the sweep kept the lock: %v", err)
 	}
 }
 
@@ -450,8 +478,16 @@ func TestSweepIdleLeavesQuorumQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.clock.advance(time.Hour)
-	if deleted, err := p.SweepIdle(time.Minute); err != nil || len(deleted) != 0 {
+	if deleted, err := p.SweepIdle(time.Minute, true); err != nil || len(deleted) != 0 {
 		t.Errorf("SweepIdle = %v, %v; quorum delay queues are never swept", deleted, err)
+	}
+	// Forgotten, so no longer leased, but still there.
+	if got := p.DelayQueues(); len(got) != 0 {
+		t.Errorf("DelayQueues after the sweep = %v, want none", got)
+	}
+	q, _ := e.topo.DelayQueue(time.Second)
+	if _, err := brokertest.QueueLen(e.broker.URL, q.Name); err != nil {
+		t.Errorf("quorum delay queue %s: %v; want it kept", q.Name, err)
 	}
 }
 

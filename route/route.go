@@ -8,6 +8,8 @@
 //
 // The sidecar, `rebound parked replay` and `rebound delayed` all route
 // through it, so that a message gets the same answer whoever handles it.
+// A copy waiting in a delay queue goes back to the queue its routing key
+// names: that is where the broker sends it when its delay ends.
 package route
 
 import (
@@ -97,4 +99,21 @@ func (r Router) Plan(d amqp.Delivery, s headers.State, rt Route, now time.Time) 
 // state reset as of now (headers.Codec.Replay).
 func (r Router) Replay(d amqp.Delivery, origin string, now time.Time) (topology.Destination, amqp.Publishing) {
 	return topology.Direct(origin), copyOf(d, r.Codec.Replay(d.Headers, origin, now))
+}
+
+// Flush returns the copy `rebound delayed flush` sends straight back to
+// origin (a queue CheckOrigin allowed) from a delay queue, where d waited:
+// its headers as they were, but the broker's and the due time.
+func (r Router) Flush(d amqp.Delivery, origin string) (topology.Destination, amqp.Publishing) {
+	return topology.Direct(origin), copyOf(d, r.Codec.Moved(d.Headers, time.Time{}))
+}
+
+// Redelay returns the copy of d, read from a delay queue, that waits
+// there again for what it still had to wait, wait, and then goes back to
+// origin: through the delay queue of wait rounded up to the origin's
+// policy's precision (later, never earlier), with its headers as they
+// were but the broker's, its due time among them.
+func (r Router) Redelay(d amqp.Delivery, origin string, wait time.Duration, due time.Time) (topology.Destination, amqp.Publishing) {
+	delay := policy.RoundUp(wait, r.Policies.For(origin).Digits())
+	return r.Topology.Delayed(delay, origin), copyOf(d, r.Codec.Moved(d.Headers, due))
 }

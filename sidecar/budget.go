@@ -50,6 +50,12 @@ func (ss *session) budget(rt route.Route, st headers.State, now time.Time) route
 	if outcome == calendar.OnTime {
 		return rt
 	}
+	if outcome == calendar.Overflow {
+		// At the deadline, which is to the millisecond: a delay queue for
+		// it would be one of a kind, and a storm would make thousands.
+		// The delay queue just before it, never before the policy's.
+		delay = max(policy.RoundDown(delay, p.Digits()), rt.Decision.Delay)
+	}
 	added := delay - rt.Decision.Delay
 	rt.Decision.Delay = delay
 	switch outcome {

@@ -33,7 +33,7 @@ type Metrics struct {
 	InboxMessages      prometheus.Gauge
 	InboxConsumers     prometheus.Gauge
 	ParkedMessages     prometheus.Gauge
-	DelayQueueMessages *prometheus.GaugeVec // queue: a delay queue this replica has used
+	DelayQueueMessages *prometheus.GaugeVec // queue: a delay queue this replica uses
 
 	// The in-flight window (REBOUND_PREFETCH, REBOUND_INFLIGHT_BYTES).
 	Prefetch      prometheus.Gauge
@@ -98,7 +98,7 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 		InboxConsumers: gauge("rebound_inbox_consumers", "Consumers on the inbox: rebound's replicas (every replica reports the broker's count)."),
 		ParkedMessages: gauge("rebound_parked_messages", "Messages in the parking queue (every replica reports the broker's count: aggregate with max)."),
 		DelayQueueMessages: gaugeVec("rebound_delay_queue_messages",
-			"Messages waiting in each delay queue this replica has used (replicas report the same queue alike: aggregate with max by queue).", "queue"),
+			"Messages waiting in each delay queue this replica uses, having published to it within REBOUND_DELAY_QUEUE_IDLE (replicas report the same queue alike: aggregate with max by queue).", "queue"),
 
 		Prefetch:      gauge("rebound_prefetch", "The inbox prefetch in use: at most REBOUND_PREFETCH, lower when large messages fill REBOUND_INFLIGHT_BYTES."),
 		InflightBytes: gauge("rebound_inflight_bytes", "Message bytes of the inbox deliveries rebound holds unacked."),

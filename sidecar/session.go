@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/rebound-mq/rebound/policy"
 	"github.com/rebound-mq/rebound/republisher"
 	"github.com/rebound-mq/rebound/route"
+	"github.com/rebound-mq/rebound/topology"
 )
 
 // session is one connection generation: open builds it, loop runs it,
@@ -160,7 +162,7 @@ func (ss *session) loop(ctx context.Context) error {
 	s := ss.s
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	lastSweep := s.opt.Now()
+	lease := leaseState{swept: s.opt.Now()}
 	for {
 		select {
 		case <-ctx.Done():
@@ -205,18 +207,69 @@ func (ss *session) loop(ctx context.Context) error {
 			s.beat()
 			s.setBlocked(ss.pub.Blocked())
 			ss.inbox.refit(s.opt.Now())
-			if idle := s.opt.DelayQueueIdle; idle > 0 && s.opt.Now().Sub(lastSweep) >= min(idle, time.Minute) {
-				lastSweep = s.opt.Now()
-				deleted, err := ss.pub.SweepIdle(idle)
-				if len(deleted) > 0 {
-					s.log.Info("deleted idle empty delay queues", zap.Strings("queues", deleted))
-				}
-				if err != nil {
-					return err
-				}
+			if err := ss.tendDelayQueues(&lease); err != nil {
+				return err
 			}
 		}
 	}
+}
+
+// leaseState is what tendDelayQueues keeps between ticks.
+type leaseState struct {
+	swept  time.Time // last sweep, and full lease
+	sent   bool      // a lease went out in this session
+	queues []string  // what the last lease named, sorted
+	failed bool      // the last lease could not be published (logged once)
+}
+
+// tendDelayQueues runs on the loop's one-second tick. Every
+// REBOUND_DELAY_QUEUE_IDLE (at most every minute) it sweeps the idle
+// delay queues (Publisher.SweepIdle) and publishes this replica's lease of
+// the delay queues it still uses (topology.Lease), expiring after three
+// such rounds; between sweeps it publishes one at once when it starts
+// using a new delay queue, so that `rebound topology prune` sees it within
+// a second, and one when the session starts. It does nothing while the
+// broker blocks the publishing connection: a declaration or publish would
+// wait on it. Only an error that ends the session is returned.
+func (ss *session) tendDelayQueues(st *leaseState) error {
+	s := ss.s
+	if ss.pub.Blocked() {
+		return nil
+	}
+	idle := s.opt.DelayQueueIdle
+	window := idle
+	if window <= 0 {
+		window = DefaultLeaseIdle
+	}
+	every := min(window, time.Minute)
+	now := s.opt.Now()
+	sweep := now.Sub(st.swept) >= every
+	if sweep {
+		st.swept = now
+		deleted, err := ss.pub.SweepIdle(window, idle > 0)
+		if len(deleted) > 0 {
+			s.log.Info("deleted idle empty delay queues", zap.Strings("queues", deleted))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	queues := ss.pub.DelayQueues()
+	slices.Sort(queues)
+	if !sweep && st.sent && (st.failed || slices.Equal(queues, st.queues)) {
+		return nil
+	}
+	err := ss.pub.PublishLease(topology.Lease{Replica: s.replica, Queues: queues}, 3*every)
+	if err != nil {
+		if !st.failed {
+			s.log.Warn("cannot publish this replica's lease of the delay queues it uses; `rebound topology prune` may delete one of them under it",
+				zap.Error(err))
+		}
+		st.sent, st.failed = true, true
+		return nil
+	}
+	st.queues, st.sent, st.failed = queues, true, false
+	return nil
 }
 
 // waitWhileBlocked holds new work while a resource alarm blocks publishing.

@@ -48,7 +48,9 @@ type Options struct {
 	ConfirmTimeout time.Duration
 	ShutdownGrace  time.Duration
 	// DelayQueueIdle: delay queues with no publish for this long (or twice
-	// their delay) are deleted when empty; 0 keeps them forever.
+	// their delay) are deleted when classic and empty, and leased no more
+	// (see topology.Lease); 0 deletes none, and stops leasing them after
+	// DefaultLeaseIdle.
 	DelayQueueIdle time.Duration
 	Logger         *zap.Logger
 	Metrics        *Metrics
@@ -85,7 +87,15 @@ type Sidecar struct {
 
 	received, retried, parked, failed atomic.Int64 // for the periodic summary
 	peakInflightBytes                 atomic.Int64 // the most message bytes held (the meter's), for tests
+
+	// replica names this process in its leases of delay queues: the
+	// connections' name and a random id.
+	replica string
 }
+
+// DefaultLeaseIdle is how long a replica leases a delay queue it no longer
+// publishes to when REBOUND_DELAY_QUEUE_IDLE is 0.
+const DefaultLeaseIdle = 15 * time.Minute
 
 // New returns a Sidecar with defaults filled in.
 func New(opt Options) *Sidecar {
@@ -107,7 +117,12 @@ func New(opt Options) *Sidecar {
 			Multiplier: 2, Jitter: policy.EqualJitter, Deadline: policy.Lenient,
 		}
 	}
-	s := &Sidecar{opt: opt, log: opt.Logger, m: opt.Metrics, calendar: calendar.New()}
+	name := "rebound"
+	if opt.Dialer != nil {
+		name = opt.Dialer.Name()
+	}
+	s := &Sidecar{opt: opt, log: opt.Logger, m: opt.Metrics, calendar: calendar.New(),
+		replica: fmt.Sprintf("%s #%08x", name, rand.Uint32())}
 	s.setConsumers(1)
 	s.beat()
 	return s

@@ -30,11 +30,13 @@ type watcher struct {
 	ch   *amqp.Channel
 	stop chan struct{}
 	done sync.WaitGroup
+
+	reported map[string]bool // delay queues with a series in the gauge
 }
 
 // startWatcher starts the watcher of ss on conn; stopWatcher ends it.
 func (ss *session) startWatcher(conn *amqp.Connection) *watcher {
-	w := &watcher{ss: ss, conn: conn, stop: make(chan struct{})}
+	w := &watcher{ss: ss, conn: conn, stop: make(chan struct{}), reported: map[string]bool{}}
 	w.done.Add(1)
 	go func() {
 		defer w.done.Done()
@@ -43,9 +45,14 @@ func (ss *session) startWatcher(conn *amqp.Connection) *watcher {
 	return w
 }
 
+// close stops the watcher and removes the series of the delay queues it
+// reported: the next session reports those it uses.
 func (w *watcher) close() {
 	close(w.stop)
 	w.done.Wait()
+	for name := range w.reported {
+		w.ss.s.m.DelayQueueMessages.DeleteLabelValues(name)
+	}
 }
 
 func (w *watcher) run() {
@@ -98,24 +105,35 @@ func (w *watcher) inbox() {
 	s.setConsumers(q.Consumers)
 }
 
-// queues reads the parking queue and the delay queues this replica has
-// used.
+// queues reads the parking queue and the delay queues this replica uses
+// (those it has declared and not forgotten since: see
+// Publisher.SweepIdle). The series of a delay queue it no longer uses, or
+// that is gone, is removed, so that it does not report a stale count.
 func (w *watcher) queues() {
 	s := w.ss.s
 	topo := w.ss.router.Topology
 	if q, err := w.inspect(topo.ParkingQueue); err == nil {
 		s.m.ParkedMessages.Set(float64(q.Messages))
 	}
+	using := map[string]bool{}
 	for _, name := range w.ss.pub.DelayQueues() {
 		select {
 		case <-w.stop:
 			return
 		default:
 		}
+		using[name] = true
 		if q, err := w.inspect(name); err == nil {
 			s.m.DelayQueueMessages.WithLabelValues(name).Set(float64(q.Messages))
+			w.reported[name] = true
 		} else if isNotFound(err) {
+			delete(using, name)
+		}
+	}
+	for name := range w.reported {
+		if !using[name] {
 			s.m.DelayQueueMessages.DeleteLabelValues(name)
+			delete(w.reported, name)
 		}
 	}
 }

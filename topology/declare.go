@@ -90,6 +90,11 @@ var addedArgs = []string{"x-dead-letter-exchange", "x-dead-letter-routing-key", 
 
 func (t Topology) declareFixedQueue(conn *amqp.Connection, q Queue) (notice string, err error) {
 	err = withChannel(conn, q.Declare)
+	if q.Name == t.InUseQueue() && isAccessRefused(err) {
+		// Permissions from before leases: rebound runs on without them.
+		return fmt.Sprintf("cannot declare %s (%v): this replica's leases of the delay queues it uses are lost, and `rebound topology prune` "+
+			"refuses to delete any while it runs; grant rebound's user configure and read on it (deploy/rabbitmq/setup.sh)", q.Name, err), nil
+	}
 	if err == nil || !inequivalentAdded(err) {
 		return "", err
 	}
@@ -133,6 +138,13 @@ func inequivalent(err error, arg, current string) bool {
 	var aerr *amqp.Error
 	return errors.As(err, &aerr) && aerr.Code == amqp.PreconditionFailed &&
 		strings.Contains(aerr.Reason, "inequivalent arg '"+arg+"'") && strings.Contains(aerr.Reason, "current is "+current)
+}
+
+// isAccessRefused reports whether err is the broker refusing an operation
+// for want of a permission.
+func isAccessRefused(err error) bool {
+	var aerr *amqp.Error
+	return errors.As(err, &aerr) && aerr.Code == amqp.AccessRefused
 }
 
 // inequivalentAdded reports whether err is the broker refusing a queue

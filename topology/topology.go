@@ -108,7 +108,8 @@ func (t Topology) Exchanges() []Exchange {
 // killed each time with it unacked) is parked by the broker, its x-death
 // reason delivery_limit. The parking queue has no delivery limit on a
 // broker that would impose one: `rebound parked` killed while it holds
-// messages must not count against them.
+// messages must not count against them. The third is the in-use queue of
+// the replicas' leases (see InUseQueue).
 func (t Topology) Queues() []Queue {
 	inbox, parking := t.queueArgs(), t.queueArgs()
 	if t.Quorum {
@@ -123,6 +124,7 @@ func (t Topology) Queues() []Queue {
 	return []Queue{
 		{Name: t.InboxQueue, Args: inbox},
 		{Name: t.ParkingQueue, Args: parking},
+		{Name: t.InUseQueue(), Args: amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeClassic}},
 	}
 }
 
@@ -183,11 +185,12 @@ func (t Topology) DelayQueue(d time.Duration) (Queue, Binding) {
 }
 
 // Owns reports whether queue is one of rebound's own: the inbox, the
-// parking queue or a delay queue. None of them is ever an origin: a
-// message sent "back" to one would loop through rebound or slip into the
-// parking queue unmarked.
+// parking queue, a delay queue, the in-use queue or the lock. None of
+// them is ever an origin: a message sent "back" to one would loop through
+// rebound or slip into the parking queue unmarked.
 func (t Topology) Owns(queue string) bool {
-	return queue == t.InboxQueue || queue == t.ParkingQueue || t.IsDelayQueue(queue)
+	return queue == t.InboxQueue || queue == t.ParkingQueue || t.IsDelayQueue(queue) ||
+		queue == t.InUseQueue() || queue == t.LockQueue()
 }
 
 // IsDelayQueue reports whether queue is one of the topology's delay queues.

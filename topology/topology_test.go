@@ -81,7 +81,7 @@ func TestForServer(t *testing.T) {
 func TestOwns(t *testing.T) {
 	topo := testTopology(false, false)
 	for queue, want := range map[string]bool{
-		"in": true, "parked": true, "delay.1500": true, "delay.1": true,
+		"in": true, "parked": true, "delay.1500": true, "delay.1": true, "delay.in-use": true, "delay.lock": true,
 		"delay.": false, "delay.15x": false, "delay.-1": false, "orders": false, "in.x": false, "xdelay.15": false,
 	} {
 		if got := topo.Owns(queue); got != want {
@@ -120,12 +120,13 @@ func TestTopologyDefinitions(t *testing.T) {
 			t.Errorf("exchanges: %v", doc["exchanges"])
 		}
 		qs := names("queues", "name")
-		if len(qs) != 2 || qs["in"] == nil || qs["parked"] == nil {
+		if len(qs) != 3 || qs["in"] == nil || qs["parked"] == nil || qs["delay.in-use"] == nil {
 			t.Fatalf("queues: %v", doc["queues"])
 		}
 		for name, q := range qs {
 			args := q["arguments"].(map[string]any)
-			if q["durable"] != true || (args["x-queue-type"] == "quorum") != quorum {
+			// The leases' queue is classic whatever the type of the others.
+			if q["durable"] != true || (args["x-queue-type"] == "quorum") != (quorum && name != "delay.in-use") {
 				t.Errorf("quorum=%v queue %s: %v", quorum, name, q)
 			}
 		}

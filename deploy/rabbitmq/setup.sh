@@ -43,11 +43,15 @@ QUEUE_TYPE=${QUEUE_TYPE:-classic}
 # configure: rebound declares its exchanges and its queues (queue.delete,
 # for removing idle delay queues, needs the same). rebound.delay.<n> names
 # both a per-delay TTL queue (delay in milliseconds) and its fanout
-# exchange, declared on first use. rebound.delay alone is the shared
-# headers exchange of earlier rebound versions: older replicas still use it
-# during a rolling upgrade (drop it from the three patterns once none is
-# left). The application queues are not rebound's to declare.
-CONFIGURE='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+)$'
+# exchange, declared on first use. rebound.delay.in-use holds the replicas'
+# leases of the delay queues they use, and rebound.delay.lock is the
+# exclusive queue held by whoever reads or deletes delay queues (`rebound
+# delayed flush|cancel`, `rebound topology prune`, a replica's sweep).
+# rebound.delay alone is the shared headers exchange of earlier rebound
+# versions: older replicas still use it during a rolling upgrade (drop it
+# from the three patterns once none is left). The application queues are
+# not rebound's to declare.
+CONFIGURE='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+|delay\.in-use|delay\.lock)$'
 
 # write: rebound publishes delayed copies to the delay queues' exchanges
 # (rebound.delay.<n>), and immediate retries and parked messages to the
@@ -64,9 +68,11 @@ WRITE='^(amq\.default|rebound\.delay|rebound\.inbox|rebound\.delay\.[0-9]+)$'
 # purges rebound.parked; binding needs read on the source exchanges
 # rebound.dlx and rebound.delay.<n>. The delay queues too: declaring a
 # queue with a dead-letter exchange (theirs is the default exchange) needs
-# read on the queue and write on that exchange, checked at declaration.
-# Nothing else: rebound never consumes an application queue.
-READ='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+)$'
+# read on the queue and write on that exchange, checked at declaration,
+# and `rebound delayed flush|cancel` reads them. `rebound topology prune`
+# reads the leases in rebound.delay.in-use. Nothing else: rebound never
+# consumes an application queue.
+READ='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+|delay\.in-use)$'
 
 if ! rabbitmqctl -q list_users | awk '{print $1}' | grep -qx -- "$REBOUND_USER"; then
   # Prompts for nothing: the password comes from REBOUND_PASSWORD. Put the

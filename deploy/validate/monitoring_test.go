@@ -175,3 +175,64 @@ func TestMetricsAreTheSidecars(t *testing.T) {
 		t.Errorf("the sidecar registers %s, which the contract lacks", name)
 	}
 }
+
+const (
+	runbookFile   = "../../docs/runbook.md"
+	ruleTestsFile = "../prometheus/rebound-alerts.test.yaml"
+)
+
+// TestRunbook: every alert links to its section of the runbook, which
+// says what it means, what to check and which rebound command to run.
+func TestRunbook(t *testing.T) {
+	groups, problems := CheckRules(read(t, rulesFile))
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	for _, p := range CheckRunbook(groups, string(read(t, runbookFile))) {
+		t.Error(p)
+	}
+}
+
+// TestEveryAlertHasRuleTests: the promtool rule tests (run by make test)
+// cover every alert, firing and silent.
+func TestEveryAlertHasRuleTests(t *testing.T) {
+	groups, problems := CheckRules(read(t, rulesFile))
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	for _, p := range CheckRuleTests(groups, read(t, ruleTestsFile)) {
+		t.Error(p)
+	}
+}
+
+func TestCheckRunbookCatches(t *testing.T) {
+	groups, _ := CheckRules([]byte("groups:\n  - name: g\n    rules:\n      - alert: A\n        expr: rebound_ready == 0\n" +
+		"        labels: {severity: warning}\n        annotations: {summary: s, description: d, runbook_url: \"" + RunbookURL + "a\"}\n"))
+	for _, tc := range []struct{ name, runbook, want string }{
+		{"no section", "# r\n\n## B\n", "no section"},
+		{"extra section", "# r\n\n## A\n**What it means.** x **What to check.** y **What to run.** `rebound delayed`\n\n## B\nz\n", `section "B" is for no alert`},
+		{"no command", "# r\n\n## A\n**What it means.** x **What to check.** y **What to run.** restart it\n", "names no rebound command"},
+		{"missing part", "# r\n\n## A\n**What it means.** x **What to run.** `rebound delayed`\n", "no **What to check.**"},
+	} {
+		ps := CheckRunbook(groups, tc.runbook)
+		if !slices.ContainsFunc(ps, func(p string) bool { return strings.Contains(p, tc.want) }) {
+			t.Errorf("%s: want a problem mentioning %q, got %q", tc.name, tc.want, ps)
+		}
+	}
+}
+
+func TestCheckRuleTestsCatches(t *testing.T) {
+	groups, _ := CheckRules([]byte("groups:\n  - name: g\n    rules:\n      - alert: A\n        expr: rebound_ready == 0\n" +
+		"        labels: {severity: warning}\n        annotations: {summary: s, description: d, runbook_url: \"" + RunbookURL + "a\"}\n"))
+	const fires = "tests:\n  - name: t\n    alert_rule_test:\n      - alertname: A\n        exp_alerts:\n          - exp_labels: {severity: warning}\n"
+	for _, tc := range []struct{ name, tests, want string }{
+		{"never fires", "tests:\n  - name: t\n    alert_rule_test:\n      - alertname: A\n        exp_alerts: []\n", "no rule test where it fires"},
+		{"never silent", fires + "            exp_annotations: {runbook_url: u}\n", "no rule test where it must stay silent"},
+		{"no annotations", fires, "fires without its annotations"},
+	} {
+		ps := CheckRuleTests(groups, []byte(tc.tests))
+		if !slices.ContainsFunc(ps, func(p string) bool { return strings.Contains(p, tc.want) }) {
+			t.Errorf("%s: want a problem mentioning %q, got %q", tc.name, tc.want, ps)
+		}
+	}
+}

@@ -130,7 +130,10 @@ func Needs(c config.Config) []Access {
 		{"read", c.DeadLetterExchange, "bind the inbox to the dead-letter exchange"},
 		{"read", c.InboxQueue, "consume the inbox"},
 		{"read", c.ParkingQueue, "rebound parked: list, replay, purge"},
-		{"write", "amq.default", "publish immediate retries, parked messages and replays to the default exchange"},
+		{"write", "amq.default", "publish immediate retries, parked messages, replays and leases to the default exchange"},
+		{"configure", topo.InUseQueue(), "declare the queue of the replicas' leases"},
+		{"read", topo.InUseQueue(), "rebound topology prune: read the leases"},
+		{"configure", topo.LockQueue(), "take and release the lock of the delay queues"},
 	}
 	for _, d := range delays {
 		queue, _ := topo.DelayQueue(d)
@@ -141,7 +144,7 @@ func Needs(c config.Config) []Access {
 			Access{"read", x, "bind a delay queue to its exchange"},
 			Access{"configure", q, "declare a delay queue"},
 			Access{"write", q, "bind a delay queue to its exchange"},
-			Access{"read", q, "declare a delay queue that dead-letters to the default exchange"},
+			Access{"read", q, "declare a delay queue that dead-letters to the default exchange; rebound delayed: read it"},
 		)
 	}
 	return a
@@ -174,7 +177,7 @@ func CheckPermissions(p Permissions, c config.Config) []string {
 	foreign := []string{
 		"orders", "orders.created", "amq.topic", "amq.direct",
 		c.InboxQueue + "x", "x" + c.InboxQueue, c.DelayQueuePrefix + "abc", c.DelayQueuePrefix,
-		c.DeadLetterExchange + ".extra", c.ParkingQueue + "2",
+		c.DeadLetterExchange + ".extra", c.ParkingQueue + "2", c.DelayQueuePrefix + "lock.x", c.DelayQueuePrefix + "in-use2",
 	}
 	for perm, r := range res {
 		for _, name := range foreign {

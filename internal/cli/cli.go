@@ -46,8 +46,12 @@ func commands() []command {
 		{"parked show", "print one parked message in full", runParkedShow},
 		{"parked replay", "send parked messages back to their origin queue", runParkedReplay},
 		{"parked purge", "delete parked messages (needs --yes)", runParkedPurge},
+		{"delayed", "list the delay queues and what waits in them", runDelayed},
+		{"delayed flush", "send the copies waiting for matching origin queues back now (needs --yes)", runDelayedFlush},
+		{"delayed cancel", "park the copies waiting for matching origin queues (needs --yes)", runDelayedCancel},
 		{"topology print", "print what rebound needs on the broker as definitions JSON", runTopologyPrint},
 		{"topology declare", "declare what rebound needs on the broker now", runTopologyDeclare},
+		{"topology prune", "delete the delay queues no replica uses (needs --yes)", runTopologyPrune},
 		{"config check", "validate the configuration without connecting", runConfigCheck},
 		{"version", "print the version, revision and Go version", runVersion},
 	}
@@ -68,14 +72,21 @@ func Run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	if args[0] == "--version" || args[0] == "-version" {
 		args = append([]string{"version"}, args[1:]...)
 	}
+	// The command of the most words that args start with: `delayed flush`
+	// before `delayed`.
+	var match *command
+	n := 0
 	for _, c := range commands() {
 		words := strings.Fields(c.name)
-		if len(args) >= len(words) && strings.Join(args[:len(words)], " ") == c.name {
-			if err := c.run(ctx, args[len(words):], in); err != nil {
-				return commandError{name: c.name, err: err}
-			}
-			return nil
+		if len(words) > n && len(args) >= len(words) && strings.Join(args[:len(words)], " ") == c.name {
+			match, n = &c, len(words)
 		}
+	}
+	if match != nil {
+		if err := match.run(ctx, args[n:], in); err != nil {
+			return commandError{name: match.name, err: err}
+		}
+		return nil
 	}
 	// A group of commands (parked, topology, ...): its list is its help.
 	group := args[0]

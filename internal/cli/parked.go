@@ -28,13 +28,15 @@ import (
 )
 
 // parkedReasons are the reasons --reason accepts: every reason rebound
-// parks for, and the one the broker's delivery limit gives.
+// parks for, the one the broker's delivery limit gives, and cancelled.
 func parkedReasons() []string {
-	out := make([]string, 0, len(policy.Reasons)+1)
+	out := make([]string, 0, len(policy.Reasons)+2)
 	for _, r := range policy.Reasons {
 		out = append(out, string(r))
 	}
-	return append(out, string(policy.DeliveryLimit))
+	// Written by others than the sidecar: the broker (past a quorum
+	// queue's delivery limit) and `rebound delayed cancel`.
+	return append(out, string(policy.DeliveryLimit), string(policy.Cancelled))
 }
 
 // filterFlags adds the shared filter flags to fs.
@@ -43,7 +45,7 @@ func filterFlags(fs *flag.FlagSet) *parking.Filter {
 	fs.StringVar(&f.Reason, "reason", "", "only messages parked for this `reason`: "+strings.Join(parkedReasons(), ", "))
 	fs.StringVar(&f.Origin, "origin", "", "only messages whose origin is this `queue`")
 	fs.Var((*days)(&f.OlderThan), "older-than", "only messages parked longer ago than this `duration`: Go's units and d for days (90m, 36h, 2d, 2d12h)")
-	fs.IntVar(&f.Limit, "limit", 0, "act on at most `n` matching messages (0 = all)")
+	fs.IntVar(&f.Limit, "limit", 0, "act on at most `n` matching messages, and stop reading there (0 = all)")
 	return f
 }
 
@@ -117,6 +119,15 @@ func openParking(ctx context.Context, in invocation, role string) (parking.Queue
 	return q, conn, nil
 }
 
+// publishConn opens a second connection, for a command's copies.
+func publishConn(ctx context.Context, in invocation, role string) (*amqp.Connection, error) {
+	cfg, err := loadConfig(in)
+	if err != nil {
+		return nil, err
+	}
+	return connect(ctx, in, cfg, role)
+}
+
 // ParkedJSON is one message in `parked list --format json`. Its field
 // names are public interface.
 type ParkedJSON struct {
@@ -139,22 +150,26 @@ type ParkedJSON struct {
 }
 
 // ListJSON is the whole `parked list --format json` document. ByReason
-// and ByOrigin count every matching message, the limit aside; "-" stands
-// for an unknown reason or origin.
+// and ByOrigin count the matching messages read; "-" stands for an
+// unknown reason or origin. Limited says the reading stopped at --limit,
+// Unread how many parked messages it left unread.
 type ListJSON struct {
 	Scanned  int            `json:"scanned"`
 	Matched  int            `json:"matched"`
 	Messages []ParkedJSON   `json:"messages"`
 	ByReason map[string]int `json:"by_reason"`
 	ByOrigin map[string]int `json:"by_origin"`
+	Limited  bool           `json:"limited"`
+	Unread   int            `json:"unread"`
 }
 
 const parkedListUsage = `usage: rebound parked list [flags]
 
-Lists parked messages without removing them, then a summary of every
-matching message (the limit aside) by reason and by origin. Messages are
-read with manual acks and requeued, so the parking queue keeps them all
-(its order may change).`
+Lists parked messages without removing them, then a summary of the
+matching messages by reason and by origin. Messages are read with manual
+acks and requeued, so the parking queue keeps them all (its order may
+change). With --limit it stops reading at that many matches, and says so:
+the summary then covers what it read.`
 
 func runParkedList(ctx context.Context, args []string, in invocation) error {
 	fs := flag.NewFlagSet("parked list", flag.ContinueOnError)
@@ -179,7 +194,8 @@ func runParkedList(ctx context.Context, args []string, in invocation) error {
 	if err != nil {
 		return fmt.Errorf("list %s: %w", q.Name(), err)
 	}
-	doc := ListJSON{Scanned: l.Scanned, Matched: l.Matched, Messages: []ParkedJSON{}, ByReason: dashed(l.ByReason), ByOrigin: dashed(l.ByOrigin)}
+	doc := ListJSON{Scanned: l.Scanned, Matched: l.Matched, Messages: []ParkedJSON{}, ByReason: dashed(l.ByReason), ByOrigin: dashed(l.ByOrigin),
+		Limited: l.Limited, Unread: l.Unread}
 	for _, m := range l.Messages {
 		j := ParkedJSON{
 			ID: m.ID(), Origin: m.Origin, Reason: m.Reason, RetryCount: m.Retries,
@@ -213,6 +229,9 @@ func runParkedList(ctx context.Context, args []string, in invocation) error {
 	}
 	fmt.Fprintf(in.stdout, "%d shown, %d matching, %d parked read; matching by reason: %s; by origin: %s\n",
 		len(doc.Messages), doc.Matched, doc.Scanned, counts(doc.ByReason), counts(doc.ByOrigin))
+	if doc.Limited {
+		fmt.Fprintf(in.stdout, "stopped reading at --limit %d: %d parked messages not read, and not counted above\n", f.Limit, doc.Unread)
+	}
 	return nil
 }
 
@@ -358,30 +377,92 @@ routing key = origin) with their retry state reset: no retry count, a fresh
 task start, no park headers. A parked message is removed only once the
 broker has confirmed its copy; messages with an unknown or missing origin
 stay parked and are reported (exit status 1). Interrupted, it loses
-nothing: at worst a message is both replayed and still parked.`
+nothing: at worst a message is both replayed and still parked.
+
+--rate N holds the replay to N messages a second. --canary K replays K
+matching messages first, then watches the parking queue for
+--canary-wait: if one of them comes back parked, it stops there and says
+so (exit status 1); otherwise it replays the rest (those parked before the
+canaries went out).`
 
 func runParkedReplay(ctx context.Context, args []string, in invocation) error {
 	fs := flag.NewFlagSet("parked replay", flag.ContinueOnError)
 	f := filterFlags(fs)
 	dryRun := fs.Bool("dry-run", false, "report what would be replayed, change nothing")
+	rate := fs.Float64("rate", 0, "replay at most `n` messages a second (0 = as fast as the broker confirms)")
+	canary := fs.Int("canary", 0, "replay `k` messages first, and the rest only if none of them comes back parked within --canary-wait")
+	canaryWait := fs.Duration("canary-wait", time.Minute, "how long to watch the canaries (`duration`)")
 	if done, err := parseFlags(fs, args, parkedReplayUsage, 0, in); done || err != nil {
 		return err
 	}
 	if err := checkFilter(f); err != nil {
 		return err
 	}
+	switch {
+	case *rate < 0:
+		return usageError{fmt.Sprintf("--rate %g: want messages a second, 0 (no limit) or more", *rate)}
+	case *canary < 0:
+		return usageError{fmt.Sprintf("--canary %d: want 0 (none) or more messages", *canary)}
+	case *canary > 0 && *canaryWait <= 0:
+		return usageError{fmt.Sprintf("--canary-wait %s: want a duration above 0", *canaryWait)}
+	case *canary > 0 && *dryRun:
+		return usageError{"--canary with --dry-run: a dry run sends no canary to watch"}
+	}
 	q, conn, err := openParking(ctx, in, "parked replay")
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	res, err := q.Replay(ctx, *f, time.Now(), *dryRun)
+	if !*dryRun {
+		// Copies go out on a connection of their own: reads on a
+		// connection the broker throttles for its publishing crawl.
+		if q.PubConn, err = publishConn(ctx, in, "parked replay publish"); err != nil {
+			return err
+		}
+		defer q.PubConn.Close()
+	}
+	opt := parking.ReplayOptions{DryRun: *dryRun, Rate: *rate}
+	if *canary > 0 {
+		return replayCanary(ctx, in, q, *f, *canary, *canaryWait, opt)
+	}
+	res, err := q.ReplayWith(ctx, *f, time.Now(), opt)
+	return reportReplay(in, q, res, err, *dryRun)
+}
+
+// replayCanary runs `parked replay --canary`.
+func replayCanary(ctx context.Context, in invocation, q parking.Queue, f parking.Filter, k int, wait time.Duration, opt parking.ReplayOptions) error {
+	announce := func(c parking.ReplayResult) {
+		fmt.Fprintf(in.stdout, "canary: replayed %d of %d matching messages (%d parked read); watching %s for %s\n",
+			c.Replayed, c.Matched, c.Scanned, q.Name(), wait)
+	}
+	res, err := q.ReplayCanary(ctx, f, k, wait, time.Second, time.Now, opt, announce)
+	reportKept(in.stdout, res.Canaries.Kept)
+	if len(res.Back) > 0 {
+		fmt.Fprintf(in.stdout, "canary: %d of %d came back parked within %s; the rest stay parked\n",
+			len(res.Back), res.Canaries.Replayed, res.Watched.Round(time.Second))
+		for _, m := range res.Back {
+			fmt.Fprintf(in.stdout, "  id %s origin %s reason %s error %s\n", orDash(m.ID()), orDash(m.Origin), orDash(m.Reason), orDash(oneLine(m.Error, 60)))
+		}
+		return fmt.Errorf("%d canaries came back parked: replay stopped", len(res.Back))
+	}
+	if err != nil {
+		return fmt.Errorf("replay from %s: %w", q.Name(), err)
+	}
+	fmt.Fprintf(in.stdout, "canary: none came back parked within %s; the rest:\n", res.Watched.Round(time.Second))
+	return reportReplay(in, q, res.Rest, nil, false)
+}
+
+// reportReplay prints what a replay did and returns its error, if any.
+func reportReplay(in invocation, q parking.Queue, res parking.ReplayResult, err error, dryRun bool) error {
 	verb := "replayed"
-	if *dryRun {
+	if dryRun {
 		verb = "would replay"
 	}
 	fmt.Fprintf(in.stdout, "%s %d of %d matching messages (%d parked read); %d stay parked\n",
 		verb, res.Replayed, res.Matched, res.Scanned, len(res.Kept))
+	if res.Took > 0 && res.Replayed > 1 && !dryRun {
+		fmt.Fprintf(in.stdout, "  %.1f messages a second over %s\n", float64(res.Replayed)/res.Took.Seconds(), res.Took.Round(time.Millisecond))
+	}
 	if res.Unchecked > 0 {
 		fmt.Fprintf(in.stdout, "  %d of them to origin queues the broker would not let rebound check (no permission on them): a replay keeps any copy the broker returns\n", res.Unchecked)
 	}
@@ -397,22 +478,9 @@ func runParkedReplay(ctx context.Context, args []string, in invocation) error {
 
 // reportKept lists the messages a replay left parked, grouped by cause.
 func reportKept(w io.Writer, kept []parking.Kept) {
-	const maxIDs = 20
-	byWhy := map[string][]parking.Kept{}
-	for _, k := range kept {
-		byWhy[k.Why] = append(byWhy[k.Why], k)
-	}
-	for _, why := range slices.Sorted(maps.Keys(byWhy)) {
-		ks := byWhy[why]
-		fmt.Fprintf(w, "  %d stay parked: %s\n", len(ks), why)
-		for i, k := range ks {
-			if i == maxIDs {
-				fmt.Fprintf(w, "    ... and %d more\n", len(ks)-maxIDs)
-				break
-			}
-			fmt.Fprintf(w, "    id %s origin %s\n", orDash(k.Message.ID()), orDash(k.Message.Origin))
-		}
-	}
+	reportByWhy(w, kept, "stay parked", func(k parking.Kept) (string, string) {
+		return k.Why, fmt.Sprintf("id %s origin %s", orDash(k.Message.ID()), orDash(k.Message.Origin))
+	})
 }
 
 const parkedPurgeUsage = `usage: rebound parked purge --yes [flags]

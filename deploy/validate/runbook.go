@@ -1,0 +1,121 @@
+package validate
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/prometheus/prometheus/model/rulefmt"
+	"sigs.k8s.io/yaml"
+)
+
+// RunbookURL is where every alert's runbook_url points: its section of
+// docs/runbook.md, named after the alert as GitHub anchors a heading.
+const RunbookURL = "https://github.com/rebound-mq/rebound/blob/main/docs/runbook.md#"
+
+// runbookParts are what each section of the runbook says, in this order.
+var runbookParts = []string{"**What it means.**", "**What to check.**", "**What to run.**"}
+
+// CheckRunbook checks the alerts against the runbook: every alert's
+// runbook_url is its section, every alert has one section and every
+// section an alert, and each section says what the alert means, what to
+// check and which rebound command to run.
+func CheckRunbook(groups *rulefmt.RuleGroups, runbook string) []string {
+	var problems []string
+	sections := map[string]string{}
+	var order []string
+	for _, part := range strings.Split(runbook, "\n## ")[1:] {
+		title, body, _ := strings.Cut(part, "\n")
+		sections[title] = body
+		order = append(order, title)
+	}
+	alerts := map[string]bool{}
+	for _, g := range groups.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			alerts[r.Alert] = true
+			if want := RunbookURL + strings.ToLower(r.Alert); r.Annotations["runbook_url"] != want {
+				problems = append(problems, fmt.Sprintf("%s: runbook_url %q, want %q", r.Alert, r.Annotations["runbook_url"], want))
+			}
+			body, ok := sections[r.Alert]
+			if !ok {
+				problems = append(problems, fmt.Sprintf("%s: no section \"## %s\" in the runbook", r.Alert, r.Alert))
+				continue
+			}
+			at := 0
+			for _, p := range runbookParts {
+				i := strings.Index(body[at:], p)
+				if i < 0 {
+					problems = append(problems, fmt.Sprintf("runbook, %s: no %s (after the parts before it)", r.Alert, p))
+					break
+				}
+				at += i
+			}
+			if run := body[at:]; !strings.Contains(run, "`rebound ") {
+				problems = append(problems, fmt.Sprintf("runbook, %s: what to run names no rebound command", r.Alert))
+			}
+		}
+	}
+	for _, title := range order {
+		if !alerts[title] {
+			problems = append(problems, fmt.Sprintf("runbook section %q is for no alert", title))
+		}
+	}
+	return problems
+}
+
+// ruleTests is the part of a promtool rule test file CheckRuleTests reads.
+type ruleTests struct {
+	RuleFiles []string `json:"rule_files"`
+	Tests     []struct {
+		Name       string `json:"name"`
+		AlertTests []struct {
+			Alertname string `json:"alertname"`
+			ExpAlerts []struct {
+				ExpLabels      map[string]string `json:"exp_labels"`
+				ExpAnnotations map[string]string `json:"exp_annotations"`
+			} `json:"exp_alerts"`
+		} `json:"alert_rule_test"`
+	} `json:"tests"`
+}
+
+// CheckRuleTests checks that a promtool rule test file tests every alert
+// of groups both ways: one case where it fires, expecting its annotations
+// (runbook link included), and one where it must stay silent. promtool
+// checks that the cases hold (make test runs it).
+func CheckRuleTests(groups *rulefmt.RuleGroups, content []byte) []string {
+	var tests ruleTests
+	if err := yaml.Unmarshal(content, &tests); err != nil {
+		return []string{"rule tests: " + err.Error()}
+	}
+	fires, silent := map[string]bool{}, map[string]bool{}
+	var problems []string
+	for _, t := range tests.Tests {
+		for _, at := range t.AlertTests {
+			if len(at.ExpAlerts) == 0 {
+				silent[at.Alertname] = true
+			}
+			for _, a := range at.ExpAlerts {
+				fires[at.Alertname] = true
+				if a.ExpAnnotations["runbook_url"] == "" {
+					problems = append(problems, fmt.Sprintf("rule test %q: %s fires without its annotations", t.Name, at.Alertname))
+				}
+			}
+		}
+	}
+	for _, g := range groups.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			if !fires[r.Alert] {
+				problems = append(problems, fmt.Sprintf("%s: no rule test where it fires", r.Alert))
+			}
+			if !silent[r.Alert] {
+				problems = append(problems, fmt.Sprintf("%s: no rule test where it must stay silent", r.Alert))
+			}
+		}
+	}
+	return problems
+}

@@ -1,0 +1,103 @@
+package topology
+
+// What lets commands run beside the sidecar move and delete delay queues
+// safely: the leases in which running replicas name the delay queues they
+// use, and the lock that keeps one reader or deleter of the delay queues
+// at a time.
+//
+// A delay queue cannot tell who uses it: the broker keeps no time of last
+// publish that AMQP can read, and a replica that believes a queue exists
+// publishes to its exchange without declaring it again, so deleting that
+// exchange under it would close its channel. Each replica therefore
+// publishes, at least every minute, a lease naming the delay queues it
+// has declared and not yet forgotten (it forgets one idle for
+// REBOUND_DELAY_QUEUE_IDLE, and declares it again on next use), into the
+// in-use queue, each lease expiring after three refreshes. `rebound
+// topology prune` deletes no leased queue.
+//
+// A message read and not yet acknowledged (`rebound delayed` holds every
+// message it reads until it has moved it, and a dry run holds them all
+// until it ends) is invisible to a queue.delete if-empty and to a passive
+// declaration's count: deleting its queue then would lose it when it is
+// requeued. So whoever reads or deletes delay queues holds the lock, an
+// exclusive queue, which the broker gives one connection at a time and
+// deletes when that connection closes: `rebound delayed flush` and
+// `cancel` for their whole run, `rebound topology prune`, and each
+// replica while it sweeps its idle classic delay queues.
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// InUseQueue is the queue of the replicas' leases: a classic queue, since
+// leases are few and short-lived, whatever REBOUND_QUEUE_TYPE says.
+func (t Topology) InUseQueue() string { return t.DelayQueuePrefix + "in-use" }
+
+// LockQueue is the exclusive queue whoever reads or deletes delay queues
+// holds meanwhile.
+func (t Topology) LockQueue() string { return t.DelayQueuePrefix + "lock" }
+
+// Lease names the delay queues one replica uses.
+type Lease struct {
+	Replica string   `json:"replica"` // the replica's host and a per-process id
+	Queues  []string `json:"queues"`  // delay queues it may publish to without declaring them again
+}
+
+// Publishing returns the lease as a message that the broker drops after
+// ttl.
+func (l Lease) Publishing(ttl time.Duration) amqp.Publishing {
+	body, _ := json.Marshal(l) // strings only: cannot fail
+	return amqp.Publishing{
+		ContentType: "application/json", DeliveryMode: amqp.Persistent,
+		Expiration: strconv.FormatInt(max(ttl.Milliseconds(), 1), 10), Body: body,
+	}
+}
+
+// ReadLease reads a lease a replica published.
+func ReadLease(body []byte) (Lease, error) {
+	var l Lease
+	if err := json.Unmarshal(body, &l); err != nil {
+		return Lease{}, fmt.Errorf("read lease: %w", err)
+	}
+	return l, nil
+}
+
+// ErrLocked means another connection holds the lock of the delay queues.
+var ErrLocked = errors.New("another rebound holds the lock of the delay queues (`rebound delayed flush` or `cancel`, `rebound topology prune`, or a replica sweeping idle delay queues)")
+
+// ErrLockRefused means the broker refuses the lock for want of a
+// permission (configure on the lock queue): permissions from before it.
+var ErrLockRefused = errors.New("no permission to take the lock of the delay queues: grant rebound's user configure on it (deploy/rabbitmq/setup.sh)")
+
+// Lock takes the lock of the delay queues for ch's connection: it
+// declares the lock queue, exclusive. It returns ErrLocked when another
+// connection holds it; the broker then closes ch. The lock is released by
+// Unlock, or when the connection closes.
+func (t Topology) Lock(ch *amqp.Channel) error {
+	_, err := ch.QueueDeclare(t.LockQueue(), false, false, true, false, nil)
+	var aerr *amqp.Error
+	if errors.As(err, &aerr) && aerr.Code == amqp.ResourceLocked {
+		return ErrLocked
+	}
+	if isAccessRefused(err) {
+		return fmt.Errorf("%w: %w", ErrLockRefused, err)
+	}
+	if err != nil {
+		return fmt.Errorf("lock delay queues: %w", err)
+	}
+	return nil
+}
+
+// Unlock releases the lock Lock took on ch's connection.
+func (t Topology) Unlock(ch *amqp.Channel) error {
+	if _, err := ch.QueueDelete(t.LockQueue(), false, false, false); err != nil {
+		return fmt.Errorf("unlock delay queues: %w", err)
+	}
+	return nil
+}
