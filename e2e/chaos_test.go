@@ -255,7 +255,7 @@ func (e *testEnv) raiseMemoryAlarm() (lift func() time.Time) {
 // TestLargeMessagesUnderMemoryAlarm moves 8 MB messages with rebound's
 // defaults and the manifests' GOMEMLIMIT, raises a memory alarm while it
 // holds a window of them, and checks that its memory stays under the
-// manifests' 128Mi limit while publishing is blocked (deliveries go on
+// manifests' 192Mi limit while publishing is blocked (deliveries go on
 // during an alarm: only the window holds them back), and that every
 // message reaches its delay queue once the alarm clears.
 func TestLargeMessagesUnderMemoryAlarm(t *testing.T) {
@@ -268,12 +268,12 @@ func largeMessagesUnderAlarm(t *testing.T, queueType string) {
 	const (
 		n       = 100
 		size    = 8 << 20
-		limit   = 128 << 20 // the manifests' memory limit
+		limit   = 192 << 20 // the manifests' memory limit (deploy/kustomize/components/sidecar/sidecar.yaml)
 		moveBy  = 10        // messages moved before the alarm
 		observe = 10 * time.Second
 	)
 	e := newTestEnv(t, map[string]string{"REBOUND_QUEUE_TYPE": queueType, "REBOUND_BACKOFF": "constant",
-		"REBOUND_MIN_DELAY": "1h", "REBOUND_JITTER": "none", "GOMEMLIMIT": "110MiB"})
+		"REBOUND_MIN_DELAY": "1h", "REBOUND_JITTER": "none", "GOMEMLIMIT": "160MiB"})
 	cfg, err := config.Load(e.Environ())
 	if err != nil {
 		t.Fatal(err)
