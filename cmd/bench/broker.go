@@ -354,10 +354,13 @@ func (b *broker) fill(ctx context.Context, queue string, n int, msg func(i int) 
 		return fmt.Errorf("enable confirms to fill %s: %w", queue, err)
 	}
 	// Keep a bounded window of unconfirmed publishes, as a well-behaved
-	// producer does, so the broker's flow control does not kick in.
-	const window = 1000
+	// producer does, so the broker's flow control does not kick in: 1000
+	// messages, and no more than fillBytes of bodies.
+	const window, fillBytes = 1000, 64 << 20
 	pending := make([]*amqp.DeferredConfirmation, 0, window)
+	var pendingBytes int
 	wait := func() error {
+		pendingBytes = 0
 		for _, dc := range pending {
 			ok, err := dc.WaitContext(ctx)
 			if err != nil {
@@ -371,11 +374,13 @@ func (b *broker) fill(ctx context.Context, queue string, n int, msg func(i int) 
 		return nil
 	}
 	for i := range n {
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, msg(i))
+		m := msg(i)
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, m)
 		if err != nil {
 			return fmt.Errorf("fill %s: %w", queue, err)
 		}
-		if pending = append(pending, dc); len(pending) == window {
+		pendingBytes += len(m.Body)
+		if pending = append(pending, dc); len(pending) == window || pendingBytes >= fillBytes {
 			if err := wait(); err != nil {
 				return err
 			}
