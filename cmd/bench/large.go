@@ -53,35 +53,41 @@ type largeScenario struct {
 	Sizes []int
 }
 
-// largeScenarios returns the runs with n messages of largeSize each:
-// alone; one in 20 among messages of smallSize, interleaved; and behind a
-// run of 5000 of smallSize, the worst case the window does not cover (its
-// window is at its deepest when the large messages come).
+// largeScenarios returns the runs for n messages of largeSize: n alone;
+// n/2 of them among messages of smallSize, one in 20, interleaved; and
+// n/4 behind a run of smallRun of smallSize, the worst case the window
+// does not cover (it is at its deepest when the large messages come, and
+// each of them adds its size to the peak up to the window, so a quarter
+// of n shows it as well as n, in a quarter of the time).
 func largeScenarios(n int) []largeScenario {
 	alone := make([]int, n)
 	for i := range alone {
 		alone[i] = largeSize
 	}
-	mixed := make([]int, 20*n)
+	mixed := make([]int, 10*n)
 	for i := range mixed {
 		mixed[i] = smallSize
 		if i%20 == 19 {
 			mixed[i] = largeSize
 		}
 	}
-	run := make([]int, 5000+n)
+	run := make([]int, smallRun+max(n/4, 1))
 	for i := range run {
 		run[i] = smallSize
-		if i >= 5000 {
+		if i >= smallRun {
 			run[i] = largeSize
 		}
 	}
 	return []largeScenario{
 		{Name: fmt.Sprintf("%d × 8 MiB waiting", n), Sizes: alone},
-		{Name: fmt.Sprintf("%d × 1 KiB and %d × 8 MiB, one in 20, interleaved", 19*n, n), Sizes: mixed},
-		{Name: fmt.Sprintf("5000 × 1 KiB, then %d × 8 MiB", n), Sizes: run},
+		{Name: fmt.Sprintf("%d × 1 KiB and %d × 8 MiB, one in 20, interleaved", len(mixed)-len(mixed)/20, len(mixed)/20), Sizes: mixed},
+		{Name: fmt.Sprintf("%d × 1 KiB, then %d × 8 MiB", smallRun, len(run)-smallRun), Sizes: run},
 	}
 }
+
+// smallRun is how many small messages come before the large ones in the
+// worst case: enough for the window to open to REBOUND_PREFETCH's 1024.
+const smallRun = 5000
 
 // bytes is the scenario's total of bodies.
 func (s largeScenario) bytes() int64 {
@@ -96,6 +102,7 @@ func (s largeScenario) bytes() int64 {
 type largeResult struct {
 	Scenario    string
 	N           int
+	Large       int // of the N, those of largeSize
 	Bytes       int64
 	Elapsed     time.Duration // from rebound's consumer on the inbox to its last copy confirmed
 	Peak        int64         // VmHWM when the last copy was confirmed (or when stopped)
@@ -170,6 +177,11 @@ func (r largeResult) line() string {
 // default policy's delays are a second or less).
 func runLarge(ctx context.Context, b *broker, bin string, sc largeScenario, prefix string, stdout io.Writer) (largeResult, error) {
 	res := largeResult{Scenario: sc.Name, N: len(sc.Sizes), Bytes: sc.bytes()}
+	for _, size := range sc.Sizes {
+		if size == largeSize {
+			res.Large++
+		}
+	}
 	topo := topology.Topology{
 		InboxQueue: prefix + "inbox", DeadLetterExchange: prefix + "dlx", DelayExchange: prefix + "delay",
 		DelayQueuePrefix: prefix + "delay.", ParkingQueue: prefix + "parked",

@@ -425,10 +425,11 @@ func largeBound(r largeResult) string {
 		"held up to %s of message bodies unacked (rebound_inflight_bytes); its RSS was %s once it consumed, before the "+
 		"first delivery. ", r.MaxPrefetch, mib(r.MaxInflight), mib(r.Idle))
 	if int64(r.MaxPrefetch)*largeSize > budget {
+		held := int64(min(r.MaxPrefetch, r.Large)) * largeSize
 		fmt.Fprintf(&sb, "A window of %d holds %s of %s messages, past the %s budget: the small messages before them had "+
-			"opened it, and the broker filled it with large ones before rebound read the first. That is the worst case "+
-			"the window does not cover (the window at that moment × the largest message).",
-			r.MaxPrefetch, mib(int64(r.MaxPrefetch)*largeSize), mib(largeSize), mib(budget))
+			"opened it, and the large ones it let the broker send arrived before a smaller window took effect, %d of "+
+			"them here (%s). That is the worst case the window does not cover (the window at that moment × the largest "+
+			"message).", r.MaxPrefetch, mib(int64(r.MaxPrefetch)*largeSize), mib(largeSize), mib(budget), min(r.MaxPrefetch, r.Large), mib(held))
 	} else {
 		fmt.Fprintf(&sb, "The window kept the bodies in flight within what %d messages of %s weigh, %s; the rest of the "+
 			"RSS is the process beyond the bodies it holds unacked: frames being read and written, and garbage not yet "+

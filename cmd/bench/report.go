@@ -306,9 +306,10 @@ func writeMethod(w *writer, o options) {
 			"defaults), %d retries, then parked. It runs without a retry rate budget, then with `REBOUND_RETRY_RATE=%d` "+
 			"(one replica: its share is the whole rate), until every message is parked. The application notes when each "+
 			"retry arrives and its `x-retry-due-at`; the tables count them by wall-clock second. The cap holds when no "+
-			"second has more copies due than the cap (the calendar's promise, exact), and arrivals, which the broker "+
-			"hands back when a copy's TTL ends at the head of its delay queue, stay within %.1f× the cap in any one second "+
-			"and %.1f× over any %d seconds.\n\n", o.storm, o.storm, stormRetries, o.stormRate, stormSecondTolerance,
+			"second has more copies due than the cap (the calendar's promise, exact), and arrivals stay within %.1f× the cap "+
+			"in any one second and %.1f× over any %d seconds: a second's copies arrive together, and the hops back (the "+
+			"broker hands a copy back when its TTL ends at the head of its delay queue) may push that burst across a "+
+			"second's boundary, into the next second with that one's, so any w seconds may hold w + 1 seconds' worth.\n\n", o.storm, o.storm, stormRetries, o.stormRate, stormSecondTolerance,
 			stormWindowTolerance, stormWindow)
 	}
 	if o.large > 0 {
@@ -319,9 +320,10 @@ func writeMethod(w *writer, o options) {
 			"and at the end (VmHWM, the peak), its metrics every 100 ms, until every copy is confirmed (timed from its "+
 			"consumer appearing on the inbox); every copy must then come back to the application queue (the default "+
 			"policy's first delay is under a second). Three runs: %[2]d messages of 8 MiB; one in 20 of 8 MiB among "+
-			"messages of 1 KiB (%[3]d in all), interleaved; and 5000 of 1 KiB followed by %[2]d of 8 MiB, the worst case "+
-			"the window does not cover. Each is read against the manifests' memory limit, %[4]s; past %[5]s bench stops "+
-			"rebound (the machine is shared).\n\n", goMemLimit, o.large, 20*o.large, mib(memoryLimit), mib(stopAbove))
+			"messages of 1 KiB (%[3]d in all), interleaved; and %[4]d of 1 KiB followed by %[5]d of 8 MiB, the worst case "+
+			"the window does not cover (each large message behind the run adds to the peak, up to the window). Each is "+
+			"read against the manifests' memory limit, %[6]s; past %[7]s bench stops rebound (the machine is shared).\n\n",
+			goMemLimit, o.large, 10*o.large, smallRun, max(o.large/4, 1), mib(memoryLimit), mib(stopAbove))
 	}
 	w.p("**Memory under a backlog** (unpinned, when `-backlog` is set; `make bench` sets 1 000 000): rebound's " +
 		"inbox is filled with the backlog (1 h delay), then this process's RSS is sampled every second until " +

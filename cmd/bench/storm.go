@@ -26,17 +26,20 @@ import (
 // retries of a message come due within 1, 2 and 4 s of its failures.
 const stormRetries = 3
 
-// The storm's tolerance: the calendar's promise is exact, the copies'
-// due seconds (x-retry-due-at) hold at most the cap; the broker hands a
-// copy back when its TTL ends at the head of its delay queue, and
-// RabbitMQ 3.10's classic delay queues do that late, and in bursts, now
-// and then, so arrivals may exceed the cap in one second by
-// stormSecondTolerance, and over any stormWindow seconds by
-// stormWindowTolerance.
+// The storm's tolerance. The calendar's promise is exact: the copies'
+// due seconds (x-retry-due-at) hold at most the cap. Arrivals are counted
+// by the wall-clock second they land in, and a second's copies arrive
+// together, in a burst (rounded delays keep the sub-second phase of the
+// failures they follow): when the hops back (the delay queue hands a copy
+// back when its TTL ends at the head of the queue) push a burst across a
+// second's boundary, it lands in the next second with that one's. So any
+// w consecutive seconds may hold up to w + 1 seconds' worth: at most
+// stormSecondTolerance × the cap in one second, and
+// stormWindowTolerance × the cap a second over stormWindow seconds.
 const (
-	stormSecondTolerance = 1.5
+	stormSecondTolerance = 2.0
 	stormWindow          = 5
-	stormWindowTolerance = 1.1
+	stormWindowTolerance = 1.2 // (stormWindow + 1) / stormWindow
 )
 
 // stormResult is one storm.

@@ -10,6 +10,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -491,7 +492,7 @@ type reboundSettings struct {
 
 // reboundRun is a sidecar running in this process.
 type reboundRun struct {
-	stop func() error // cancels it and waits for its drain to finish
+	stop func() error // cancels it and waits for its drain to finish; again, returns what it did
 	reg  *prometheus.Registry
 }
 
@@ -553,9 +554,14 @@ func startRebound(ctx context.Context, url string, topo topology.Topology, s reb
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- sc.Run(runCtx) }()
+	var once sync.Once
+	var runErr error
 	return &reboundRun{reg: reg, stop: func() error {
-		cancel()
-		return <-done
+		once.Do(func() {
+			cancel()
+			runErr = <-done
+		})
+		return runErr
 	}}, nil
 }
 
