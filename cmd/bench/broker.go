@@ -389,6 +389,30 @@ func (b *broker) fill(ctx context.Context, queue string, n int, msg func(i int) 
 	return wait()
 }
 
+// consumeOn consumes queue, with prefetch, on a connection of its own,
+// which the caller closes; who names the consumer in errors.
+func consumeOn(url, queue string, prefetch int, who string) (*amqp.Connection, *amqp.Channel, <-chan amqp.Delivery, error) {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%s: connect: %w", who, err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		conn.Close()
+		return nil, nil, nil, fmt.Errorf("%s: open channel: %w", who, err)
+	}
+	if err := ch.Qos(prefetch, 0, false); err != nil {
+		conn.Close()
+		return nil, nil, nil, fmt.Errorf("%s: set prefetch: %w", who, err)
+	}
+	deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
+	if err != nil {
+		conn.Close()
+		return nil, nil, nil, fmt.Errorf("%s: consume %s: %w", who, queue, err)
+	}
+	return conn, ch, deliveries, nil
+}
+
 // waitFor polls a queue until cond holds for its counts, or the timeout.
 func (b *broker) waitFor(ctx context.Context, queue string, every, timeout time.Duration, cond func(messages, consumers int) bool) (messages int, err error) {
 	deadline := time.Now().Add(timeout)

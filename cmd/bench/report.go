@@ -304,7 +304,8 @@ func writeMethod(w *writer, o options) {
 			"consumer (prefetch 1000) rejects every delivery, the messages and then their retries, so all %d fail at once "+
 			"and their retries come back as fast as the policy spreads them: exponential from 1 s, full jitter (the "+
 			"defaults), %d retries, then parked. It runs without a retry rate budget, then with `REBOUND_RETRY_RATE=%d` "+
-			"(one replica: its share is the whole rate), until every message is parked. The application notes when each "+
+			"(one replica: its share is the whole rate), until every message is parked; before RabbitMQ 3.12 the delay "+
+			"queues are lazy, by the policy `deploy/rabbitmq/setup.sh` sets. The application notes when each "+
 			"retry arrives and its `x-retry-due-at`; the tables count them by wall-clock second. The cap holds when no "+
 			"second has more copies due than the cap (the calendar's promise, exact), and arrivals stay within %.1f× the cap "+
 			"in any one second and %.1f× over any %d seconds: a second's copies arrive together, and the hops back (the "+

@@ -600,27 +600,13 @@ func (b *broker) startShovel(ctx context.Context, name, src, dst string, prefetc
 // each delivery, publish a copy, wait for that one confirm, then ack.
 // stop closes its connection; unacked deliveries go back to src.
 func startNaive(ctx context.Context, url, src, dst string) (stop func() error, err error) {
-	conn, err := amqp.Dial(url)
+	conn, ch, deliveries, err := consumeOn(url, src, 256, "naive")
 	if err != nil {
-		return nil, fmt.Errorf("naive: connect: %w", err)
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("naive: open channel: %w", err)
-	}
-	if err := ch.Qos(256, 0, false); err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("naive: set prefetch: %w", err)
+		return nil, err
 	}
 	if err := ch.Confirm(false); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("naive: enable confirms: %w", err)
-	}
-	deliveries, err := ch.Consume(src, "", false, false, false, false, nil)
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("naive: consume %s: %w", src, err)
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
