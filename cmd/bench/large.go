@@ -30,7 +30,8 @@ import (
 // every REBOUND_* at its default but the names of bench's queues and the
 // HTTP address; its RSS is read from /proc/<pid>/status.
 
-// The manifests' memory settings (deploy/kustomize/base/deployment.yaml).
+// The manifests' memory settings for the rebound container (deploy/kustomize),
+// which deploy/validate checks against each other.
 const (
 	memoryLimit = 128 << 20 // resources.limits.memory: 128Mi
 	goMemLimit  = "110MiB"  // GOMEMLIMIT

@@ -107,7 +107,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.bgRate, "bg-rate", 1000, "background load, messages per second through rebound, while delays are measured")
 	fs.BoolVar(&o.micro, "micro", true, "run the Go micro-benchmarks of ./policy and ./headers")
 	fs.BoolVar(&o.throughput, "throughput", true, "run the throughput comparison")
-	fs.IntVar(&o.backlog, "backlog", 0, "measure rebound's RSS while it drains an inbox backlog of this many messages; 0 to skip (make bench uses 1000000)")
+	fs.IntVar(&o.backlog, "backlog", 0, "measure rebound's RSS while it drains an inbox backlog of this many messages; 0 to skip (make bench uses 500000)")
 	fs.IntVar(&o.large, "large", 200, "8 MiB messages of the large-message runs (rebound's binary with the manifests' GOMEMLIMIT): that many alone, half as many one in 20 among messages of 1 KiB, a quarter as many after 5000 of 1 KiB; 0 to skip them")
 	fs.IntVar(&o.storm, "storm", 2000, "messages rejected at once in each storm (without a retry rate cap, then with -storm-rate); 0 to skip them")
 	fs.IntVar(&o.stormRate, "storm-rate", 100, "REBOUND_RETRY_RATE of the capped storm, copies per second")

@@ -480,8 +480,9 @@ func stormBound(r stormResult) string {
 	}
 	if float64(peak) > stormSecondTolerance*float64(r.Rate) || window > stormWindowTolerance*float64(r.Rate) {
 		parts = append(parts, fmt.Sprintf("the copies came due at most %d a second, yet %d arrived in one second and %.0f a "+
-			"second over %d: the broker hands a copy back when its TTL ends at the head of its delay queue, and sent these "+
-			"later than due, then together", slices.Max(r.Due), peak, window, stormWindow))
+			"second over %d: the broker hands a copy back when its TTL ends at the head of its delay queue, and these "+
+			"arrived later than due (median, 99th percentile and most: %s), then together", slices.Max(r.Due), peak, window,
+			stormWindow, r.lateness()))
 	}
 	return strings.Join(parts, "; ") + "."
 }

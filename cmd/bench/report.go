@@ -326,7 +326,7 @@ func writeMethod(w *writer, o options) {
 			"read against the manifests' memory limit, %[6]s; past %[7]s bench stops rebound (the machine is shared).\n\n",
 			goMemLimit, o.large, 10*o.large, smallRun, max(o.large/4, 1), mib(memoryLimit), mib(stopAbove))
 	}
-	w.p("**Memory under a backlog** (unpinned, when `-backlog` is set; `make bench` sets 1 000 000): rebound's " +
+	w.p("**Memory under a backlog** (unpinned, when `-backlog` is set; `make bench` sets 500 000): rebound's " +
 		"inbox is filled with the backlog (1 h delay), then this process's RSS is sampled every second until " +
 		"all are moved. In-flight work is bounded by the window, so RSS should stay flat.\n\n")
 }
@@ -590,12 +590,13 @@ func joinInts(xs []int) string {
 // writeStorms writes the storms' retries per second.
 func writeStorms(w *writer, rs []stormResult) {
 	w.p("### Storm, unpinned\n\n")
-	w.p("| cap | messages | retries back | over | per second: peak | peak over %d s, a second | median | 90th percentile | due in one second, at most | deferred by the cap | past the deadline | all parked after |\n", stormWindow)
-	w.p("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	w.p("| cap | messages | retries back | over | per second: peak | peak over %d s, a second | median | 90th percentile | due in one second, at most | arrived after due: median / p99 / most | deferred by the cap | past the deadline | all parked after |\n", stormWindow)
+	w.p("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
 		peak, window, p50, p90 := stormCounts(r.Arrived)
-		w.p("| %s | %d | %d | %s | %d | %.0f | %.0f | %.0f | %d | %d | %d | %s |\n", r.capName(), r.N, r.Retries,
-			r.Span.Round(100*time.Millisecond), peak, window, p50, p90, slices.Max(r.Due), r.Deferred, r.Overflow, r.Elapsed.Round(100*time.Millisecond))
+		w.p("| %s | %d | %d | %s | %d | %.0f | %.0f | %.0f | %d | %s | %d | %d | %s |\n", r.capName(), r.N, r.Retries,
+			r.Span.Round(100*time.Millisecond), peak, window, p50, p90, slices.Max(r.Due), r.lateness(), r.Deferred, r.Overflow,
+			r.Elapsed.Round(100*time.Millisecond))
 	}
 	w.p("\nRetries arriving in the application queue, second by second:\n\n")
 	for _, r := range rs {

@@ -51,8 +51,11 @@ type stormResult struct {
 	// each wall-clock second, from the first retry's to the last's.
 	Arrived []int
 	// Due counts the copies by the second their x-retry-due-at falls in.
-	Due                []int
-	Span               time.Duration // from the first retry's arrival to the last's
+	Due  []int
+	Span time.Duration // from the first retry's arrival to the last's
+	// Late is how long after its x-retry-due-at each retry arrived,
+	// sorted: the hops back, dead-lettering from the delay queue included.
+	Late               []time.Duration
 	Deferred, Overflow int           // rebound_retry_rate_deferred_total, _overflow_total
 	Elapsed            time.Duration // from the first rejection to every message parked
 }
@@ -139,9 +142,17 @@ func measureStorms(ctx context.Context, b *broker, n, rate int, stdout io.Writer
 
 func (r stormResult) line() string {
 	peak, window, p50, p90 := stormCounts(r.Arrived)
-	return fmt.Sprintf("storm: %d messages, %s: %d retries back in %s; per second peak %d, over %d s %.0f, p50 %.0f, p90 %.0f; due per second peak %d; deferred %d, overflow %d; all parked after %s",
+	return fmt.Sprintf("storm: %d messages, %s: %d retries back in %s; per second peak %d, over %d s %.0f, p50 %.0f, p90 %.0f; due per second peak %d; arrived after due %s; deferred %d, overflow %d; all parked after %s",
 		r.N, r.capName(), r.Retries, r.Span.Round(100*time.Millisecond), peak, stormWindow, window, p50, p90, slices.Max(r.Due),
-		r.Deferred, r.Overflow, r.Elapsed.Round(100*time.Millisecond))
+		r.lateness(), r.Deferred, r.Overflow, r.Elapsed.Round(100*time.Millisecond))
+}
+
+// lateness is the median, 99th percentile and most of Late.
+func (r stormResult) lateness() string {
+	if len(r.Late) == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%s / %s / %s", ms(percentile(r.Late, 0.5)), ms(percentile(r.Late, 0.99)), ms(r.Late[len(r.Late)-1]))
 }
 
 // capName says which cap the storm ran with.
@@ -245,6 +256,7 @@ func runStorm(ctx context.Context, b *broker, n, rate int, stdout io.Writer) (st
 		arrived = append(arrived, a.at)
 		if a.hasDue {
 			due = append(due, a.dueAt)
+			res.Late = append(res.Late, a.at.Sub(a.dueAt))
 		}
 		if first.IsZero() || a.at.Before(first) {
 			first = a.at
@@ -255,6 +267,7 @@ func runStorm(ctx context.Context, b *broker, n, rate int, stdout io.Writer) (st
 	}
 	res.Retries, res.Span = len(arrived), last.Sub(first)
 	res.Arrived, res.Due = perSecond(arrived), perSecond(due)
+	slices.Sort(res.Late)
 	for i := range n {
 		if seen[strconv.Itoa(i)] < 1+stormRetries {
 			return res, fmt.Errorf("storm, %s: message %d arrived %d times, want %d: %w", res.capName(), i, seen[strconv.Itoa(i)], 1+stormRetries, errLost)

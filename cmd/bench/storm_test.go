@@ -50,9 +50,10 @@ func TestStormVerdict(t *testing.T) {
 		capped: stormResult{Rate: 100, N: 400, Arrived: steady, Due: []int{100, 120, 80}},
 		bound:  []string{"put 120 copies due in one second"},
 	}, {
-		name:   "the broker late, then together",
-		capped: stormResult{Rate: 100, N: 400, Arrived: []int{100, 0, 0, 300, 100}, Due: steady},
-		bound:  []string{"yet 300 arrived in one second", "later than due"},
+		name: "the broker late, then together",
+		capped: stormResult{Rate: 100, N: 400, Arrived: []int{100, 0, 0, 300, 100}, Due: steady,
+			Late: []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 2500 * time.Millisecond}},
+		bound: []string{"yet 300 arrived in one second", "later than due (median, 99th percentile and most: 20.0 ms / 2500.0 ms / 2500.0 ms)"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			v, ok := stormVerdict(&brokerResult{Version: "4.3.6", Storms: []stormResult{free, tc.capped}})
