@@ -85,11 +85,12 @@ clients:
 	@./scripts/ensure-clients.sh
 
 # rebound against RabbitMQ's Shovel, a bare amqp091-go relay and a naive
-# consumer on both brokers (4.3, then 3.10), pinned and unpinned, with the
-# delay spread, the levers, replicas, delay accuracy and a 1M-message
-# backlog; rewrites BENCHMARKS.md.
+# consumer on both brokers (4.3, then 3.10), pinned and unpinned, each at its
+# defaults, with the delay spread, the levers, replicas, delay accuracy, a
+# storm with and without a retry rate cap, large messages through rebound's
+# binary and a 500k-message backlog; rewrites BENCHMARKS.md.
 bench: brokers
-	go run ./cmd/bench -backlog 1000000
+	go run ./cmd/bench -backlog 500000
 
 # Fault injection with message accounting on both brokers (kill -9, broker
 # restarts, closed connections, memory alarm, deleted delay queue; classic

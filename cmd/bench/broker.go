@@ -354,10 +354,13 @@ func (b *broker) fill(ctx context.Context, queue string, n int, msg func(i int) 
 		return fmt.Errorf("enable confirms to fill %s: %w", queue, err)
 	}
 	// Keep a bounded window of unconfirmed publishes, as a well-behaved
-	// producer does, so the broker's flow control does not kick in.
-	const window = 1000
+	// producer does, so the broker's flow control does not kick in: 1000
+	// messages, and no more than fillBytes of bodies.
+	const window, fillBytes = 1000, 64 << 20
 	pending := make([]*amqp.DeferredConfirmation, 0, window)
+	var pendingBytes int
 	wait := func() error {
+		pendingBytes = 0
 		for _, dc := range pending {
 			ok, err := dc.WaitContext(ctx)
 			if err != nil {
@@ -371,17 +374,43 @@ func (b *broker) fill(ctx context.Context, queue string, n int, msg func(i int) 
 		return nil
 	}
 	for i := range n {
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, msg(i))
+		m := msg(i)
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, m)
 		if err != nil {
 			return fmt.Errorf("fill %s: %w", queue, err)
 		}
-		if pending = append(pending, dc); len(pending) == window {
+		pendingBytes += len(m.Body)
+		if pending = append(pending, dc); len(pending) == window || pendingBytes >= fillBytes {
 			if err := wait(); err != nil {
 				return err
 			}
 		}
 	}
 	return wait()
+}
+
+// consumeOn consumes queue, with prefetch, on a connection of its own,
+// which the caller closes; who names the consumer in errors.
+func consumeOn(url, queue string, prefetch int, who string) (*amqp.Connection, *amqp.Channel, <-chan amqp.Delivery, error) {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%s: connect: %w", who, err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		conn.Close()
+		return nil, nil, nil, fmt.Errorf("%s: open channel: %w", who, err)
+	}
+	if err := ch.Qos(prefetch, 0, false); err != nil {
+		conn.Close()
+		return nil, nil, nil, fmt.Errorf("%s: set prefetch: %w", who, err)
+	}
+	deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
+	if err != nil {
+		conn.Close()
+		return nil, nil, nil, fmt.Errorf("%s: consume %s: %w", who, queue, err)
+	}
+	return conn, ch, deliveries, nil
 }
 
 // waitFor polls a queue until cond holds for its counts, or the timeout.

@@ -10,7 +10,7 @@ type kind int
 const (
 	kindRebound    kind = iota // in-process sidecar: inbox -> a delay queue's exchange -> the delay queue
 	kindRelay                  // the bare amqp091-go relay (relay.go), in this process
-	kindShovel                 // a dynamic shovel, inside the broker, direct connection, ack-mode on-confirm, prefetch 256
+	kindShovel                 // a dynamic shovel, inside the broker, direct connection, ack-mode on-confirm, its default prefetch
 	kindNaive                  // one consumer: publish a copy, wait for its confirm, ack, next
 	kindShovelSame             // the shovel, moving rebound's copies into a queue like its delay queue
 )
@@ -41,15 +41,16 @@ type contender struct {
 	// the origin queue as routing key, as rebound does.
 	IntoDelayQueue bool
 	// Prefetch is REBOUND_PREFETCH for a rebound contender, the shovel's
-	// src-prefetch-count for a shovel; 0 for 256, the default of both.
+	// src-prefetch-count for a shovel; 0 for each one's default (rebound's
+	// ceiling of 1024, the Shovel's 1000).
 	Prefetch int
 	// Bound is how many delay queues are bound on rebound's delay
 	// exchange, the one its copies go to included; 0 or 1 for just that
 	// one.
 	Bound int
-	// Spread spreads rebound's copies evenly over that many delay queues
-	// (spread.go); 0 for one delay queue.
-	Spread int
+	// Spread, if set, spreads rebound's copies over delay queues as the
+	// default policy does (spread.go); nil for one delay queue.
+	Spread *policySpread
 	// Network connects a shovel to the broker over TCP, as an external
 	// client would, instead of directly inside the node.
 	Network bool

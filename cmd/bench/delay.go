@@ -131,22 +131,11 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 // its first delivery and returns, for each, its redelivery time minus the
 // reject time minus delay.
 func rejectOnce(ctx context.Context, url, app string, n int, delay time.Duration) ([]time.Duration, error) {
-	conn, err := amqp.Dial(url)
+	conn, _, deliveries, err := consumeOn(url, app, 500, "delay consumer")
 	if err != nil {
-		return nil, fmt.Errorf("delay consumer: connect: %w", err)
+		return nil, err
 	}
 	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return nil, fmt.Errorf("delay consumer: open channel: %w", err)
-	}
-	if err := ch.Qos(500, 0, false); err != nil {
-		return nil, fmt.Errorf("delay consumer: set prefetch: %w", err)
-	}
-	deliveries, err := ch.Consume(app, "", false, false, false, false, nil)
-	if err != nil {
-		return nil, fmt.Errorf("delay consumer: consume %s: %w", app, err)
-	}
 	pubCh, err := conn.Channel()
 	if err != nil {
 		return nil, fmt.Errorf("delay publisher: open channel: %w", err)

@@ -7,24 +7,27 @@
 // throughput runs alternate rebound, a bare amqp091-go relay (the floor any
 // amqp091-go client can reach), a RabbitMQ dynamic Shovel, the same Shovel
 // moving rebound's copies into a queue like its delay queue, and a naive
-// one-confirm-at-a-time consumer, each moving N persistent 512-byte
-// messages from one queue to another on the same broker, with the broker
-// and this process pinned to a core each, and unpinned. What matters is
-// the ratio within one invocation, since the machine is shared. Then: one
-// profiled rebound run and one probed run per contender, which show where
-// the CPU goes in rebound and in the broker; rebound with one delay queue
-// against 300 bound and copies spread over 300; the levers on the broker's
-// work per copy (relay variants, prefetch); 1, 2, 4 … replicas on one
-// inbox; how close delayed retries come back to their delay under load;
-// rebound's memory under a backlog; and, once, the Go micro-benchmarks of
-// the hot path.
+// one-confirm-at-a-time consumer, each at its defaults, each moving N
+// persistent 512-byte messages from one queue to another on the same
+// broker, with the broker and this process pinned to a core each, and
+// unpinned. What matters is the ratio within one invocation, since the
+// machine is shared. Then: one profiled rebound run and one probed run per
+// contender, which show where the CPU goes in rebound and in the broker;
+// rebound with one delay queue against 300 bound and copies spread as the
+// default policy spreads them at REBOUND_DELAY_DIGITS 2 and 1; the levers
+// on the broker's work per copy (relay variants, prefetch); 1, 2, 4 …
+// replicas on one inbox; how close delayed retries come back to their
+// delay under load; a storm of rejections with and without a retry rate
+// cap; rebound's binary, with the manifests' GOMEMLIMIT, moving 8 MiB
+// messages (its peak RSS against the manifests' limit); rebound's memory
+// under a backlog; and, once, the Go micro-benchmarks of the hot path.
 //
 // Every queue and exchange it declares has a unique "bench.<random>." prefix
 // and is deleted after its run; pinned cores are given back after each run.
 // A run that does not deliver all N messages makes bench exit with status 1.
 //
 //	go run ./cmd/bench -n 20000 -runs 5
-//	go run ./cmd/bench -brokers 4.3 -modes pinned -throughput=false -spread 0 -replicas= -delays= -micro=false -out=  # levers only
+//	go run ./cmd/bench -brokers 4.3 -modes pinned -throughput=false -spread 0 -replicas= -delays= -storm 0 -large 0 -micro=false -out=  # levers only
 package main
 
 import (
@@ -73,10 +76,14 @@ type options struct {
 	bgRate     int
 	micro      bool
 	throughput bool
-	spread     int   // delay queues of the spread runs; 0 to skip
+	spread     int   // delay queues bound in the spread runs; 0 to skip the spread runs
+	digits     []int // REBOUND_DELAY_DIGITS of the default policy's spreads
 	levers     bool  // run the lever runs
 	replicas   []int // replica counts, ascending
 	backlog    int
+	large      int // 8 MiB messages of each large-message run; 0 to skip them
+	storm      int // messages of the storms; 0 to skip them
+	stormRate  int // REBOUND_RETRY_RATE of the capped storm
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -91,7 +98,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.leverRuns, "lever-runs", 3, "rounds of lever runs")
 	fs.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write; empty for none")
 	fs.StringVar(&o.profile, "cpuprofile", os.TempDir()+"/rebound-bench", "prefix of the CPU profiles of rebound's profiled runs (one per broker: <prefix>-<broker>.pprof)")
-	fs.IntVar(&o.spread, "spread", 300, fmt.Sprintf("delay queues of the spread runs (at most %d); 0 to skip them", maxSpread))
+	fs.IntVar(&o.spread, "spread", 300, fmt.Sprintf("delay queues bound in the spread runs' routing run (at most %d); 0 to skip the spread runs", maxSpread))
+	digits := fs.String("digits", "2,1", "REBOUND_DELAY_DIGITS at which the spread runs spread copies as the default policy does, comma separated (1 to 3); empty for none")
 	fs.BoolVar(&o.levers, "levers", true, "run the lever runs (relay variants and rebound's prefetch)")
 	replicas := fs.String("replicas", "1,2,4", "replica counts to compare, comma separated: each runs that many rebound sidecars on one inbox (-n messages, -runs rounds); empty to skip")
 	delays := fs.String("delays", "1s,10s,60s", "delays whose accuracy to measure, comma separated; empty to skip")
@@ -99,12 +107,18 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.bgRate, "bg-rate", 1000, "background load, messages per second through rebound, while delays are measured")
 	fs.BoolVar(&o.micro, "micro", true, "run the Go micro-benchmarks of ./policy and ./headers")
 	fs.BoolVar(&o.throughput, "throughput", true, "run the throughput comparison")
-	fs.IntVar(&o.backlog, "backlog", 0, "measure rebound's RSS while it drains an inbox backlog of this many messages; 0 to skip (make bench uses 1000000)")
+	fs.IntVar(&o.backlog, "backlog", 0, "measure rebound's RSS while it drains an inbox backlog of this many messages; 0 to skip (make bench uses 500000)")
+	fs.IntVar(&o.large, "large", 200, "8 MiB messages of the large-message runs (rebound's binary with the manifests' GOMEMLIMIT): that many alone, half as many one in 20 among messages of 1 KiB, a quarter as many after 5000 of 1 KiB; 0 to skip them")
+	fs.IntVar(&o.storm, "storm", 2000, "messages rejected at once in each storm (without a retry rate cap, then with -storm-rate); 0 to skip them")
+	fs.IntVar(&o.stormRate, "storm-rate", 100, "REBOUND_RETRY_RATE of the capped storm, copies per second")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if o.n <= 0 || o.runs <= 0 || o.leverRuns <= 0 || o.delayMsgs <= 0 || o.bgRate < 0 || o.spread < 0 || o.spread > maxSpread {
 		return o, fmt.Errorf("-n, -runs, -lever-runs and -delay-msgs must be positive, -bg-rate not negative, -spread from 0 to %d", maxSpread)
+	}
+	if o.large < 0 || o.storm < 0 || o.stormRate <= 0 {
+		return o, fmt.Errorf("-large and -storm must not be negative, -storm-rate must be positive")
 	}
 	if o.naiveN <= 0 {
 		o.naiveN = max(o.n/4, 1)
@@ -149,6 +163,16 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		o.replicas = append(o.replicas, k)
 	}
 	slices.Sort(o.replicas)
+	for _, s := range strings.Split(*digits, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		d, err := strconv.Atoi(s)
+		if err != nil || d < 1 || d > 3 || slices.Contains(o.digits, d) {
+			return o, fmt.Errorf("-digits: %q is not 1, 2 or 3, or appears twice", s)
+		}
+		o.digits = append(o.digits, d)
+	}
 	for _, s := range strings.Split(*delays, ",") {
 		if s = strings.TrimSpace(s); s == "" {
 			continue
@@ -185,8 +209,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer unlock()
 	rep := &report{started: time.Now(), args: args, opts: o, machine: describeMachine(ctx)}
 	fmt.Fprint(stdout, rep.machine.String())
+	var bin string
+	if o.large > 0 {
+		var remove func()
+		if bin, remove, err = buildRebound(ctx); err != nil {
+			return fmt.Errorf("build rebound for the large-message runs: %w", err)
+		}
+		defer remove()
+	}
 	for _, name := range o.brokers {
-		res, err := measureBroker(ctx, brokertest.Brokers()[name], o, stdout)
+		res, err := measureBroker(ctx, brokertest.Brokers()[name], o, bin, stdout)
 		if res != nil {
 			rep.brokers = append(rep.brokers, res)
 		}
@@ -214,8 +246,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// measureBroker runs every measurement on one broker.
-func measureBroker(ctx context.Context, bt *brokertest.Broker, o options, stdout io.Writer) (*brokerResult, error) {
+// measureBroker runs every measurement on one broker; bin is rebound's
+// binary, for the large-message runs.
+func measureBroker(ctx context.Context, bt *brokertest.Broker, o options, bin string, stdout io.Writer) (*brokerResult, error) {
 	b, err := newBroker(ctx, bt)
 	if err != nil {
 		return nil, err
@@ -267,7 +300,11 @@ func measureBroker(ctx context.Context, bt *brokertest.Broker, o options, stdout
 	if o.spread > 0 {
 		// One mode: the spread costs the broker, whose core the pinned
 		// runs set apart (and make bench has no time for both).
-		s := &suite{Name: "spread", Mode: o.profiledMode(), Timing: afterWarmUp, Contenders: spreadContenders(o.spread)}
+		cs, err := spreadContenders(o.spread, o.n, o.digits)
+		if err != nil {
+			return res, err
+		}
+		s := &suite{Name: "spread", Mode: o.profiledMode(), Timing: afterWarmUp, Contenders: cs}
 		if err := runSuite(ctx, b, s, o, stdout); err != nil {
 			return res, err
 		}
@@ -320,6 +357,20 @@ func measureBroker(ctx context.Context, bt *brokertest.Broker, o options, stdout
 		fmt.Fprint(stdout, delayTable(res.Delays))
 		took("delays")
 	}
+	if o.storm > 0 {
+		res.Storms, err = measureStorms(ctx, b, o.storm, o.stormRate, stdout)
+		if err != nil {
+			return res, err
+		}
+		took("storms")
+	}
+	if o.large > 0 {
+		res.Large, err = measureLarge(ctx, b, bin, o.large, stdout)
+		if err != nil {
+			return res, err
+		}
+		took("large messages")
+	}
 	if o.backlog > 0 {
 		if res.Backlog, err = measureBacklog(ctx, b, o.backlog, stdout); err != nil {
 			return res, err
@@ -341,13 +392,24 @@ func throughputContenders(m mode) []contender {
 }
 
 // spreadContenders are rebound with one delay queue, with k bound, and
-// with its copies spread over k.
-func spreadContenders(k int) []contender {
-	return []contender{
-		reboundC,
-		{Name: fmt.Sprintf("rebound, %d delay queues bound", k), Kind: kindRebound, Bound: k},
-		{Name: fmt.Sprintf("rebound, copies over %d delay queues", k), Kind: kindRebound, Bound: k, Spread: k},
+// with its n copies spread as the default policy spreads them at each of
+// digits.
+func spreadContenders(k, n int, digits []int) ([]contender, error) {
+	cs := []contender{reboundC, {Name: fmt.Sprintf("rebound, %d delay queues bound", k), Kind: kindRebound, Bound: k}}
+	for _, d := range digits {
+		sp, err := defaultPolicySpread(n, d)
+		if err != nil {
+			return nil, err
+		}
+		cs = append(cs, contender{Name: spreadName(d), Kind: kindRebound, Spread: sp})
 	}
+	return cs, nil
+}
+
+// spreadName names the run whose copies are spread as the default policy
+// spreads them at digits.
+func spreadName(digits int) string {
+	return fmt.Sprintf("rebound, default policy's delays, %d digit%s", digits, map[bool]string{true: "s"}[digits > 1])
 }
 
 // lockPath is the lock one bench holds while it runs: two at once would

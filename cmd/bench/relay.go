@@ -36,8 +36,11 @@ type relayConfig struct {
 	Exchange, Key string
 }
 
-// baseRelay is the relay of the throughput runs.
-var baseRelay = relayConfig{Prefetch: 256, Channels: 1, Conns: 1}
+// baseRelay is the relay of the throughput runs: its prefetch is
+// rebound's default ceiling (REBOUND_PREFETCH), which rebound's window
+// reaches with these small messages, so that the two hold as many copies
+// unconfirmed and their CPU per message compares.
+var baseRelay = relayConfig{Prefetch: 1024, Channels: 1, Conns: 1}
 
 func (c relayConfig) String() string {
 	var parts []string

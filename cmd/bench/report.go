@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +38,8 @@ type brokerResult struct {
 	Replicas      *replicaScaling
 	Delays        []delayResult
 	Backlog       *backlogResult
+	Large         []largeResult
+	Storms        []stormResult // without a cap, then with one
 }
 
 // suite returns the suite of that name run in mode m, or nil.
@@ -161,7 +164,7 @@ func (r *report) writeTargets(w *writer) {
 		return
 	}
 	w.p("## Targets\n\n")
-	w.p("The targets of issue 13, for benchmarks rather than timed tests, as this invocation measured them " +
+	w.p("The targets, for benchmarks rather than timed tests, as this invocation measured them " +
 		"(each row from the tables further down):\n\n")
 	w.p("| target | RabbitMQ | runs | measured | met |\n|---|---|---|---|---|\n")
 	for _, v := range vs {
@@ -198,7 +201,8 @@ func writeMethod(w *writer, o options) {
 		"its copy, so none can lose a message. After the run bench waits 500 ms, stops the contender, checks that " +
 		"the destination holds N and the source none, and deletes the queues. A run short of N makes bench fail.\n\n")
 	w.p("- **rebound**: the sidecar in this process, built with `sidecar.New` from `config.Load` as `rebound run` " +
-		"builds it (defaults: prefetch 256, one consume and one publish connection), a no-op logger and a fresh " +
+		"builds it (defaults: `REBOUND_PREFETCH` 1024 as the window's ceiling and `REBOUND_INFLIGHT_BYTES` 64 MiB, " +
+		"so that with these messages the window opens to 1024; one consume and one publish connection), a no-op logger and a fresh " +
 		"Prometheus registry; `REBOUND_BACKOFF=constant`, `REBOUND_MIN_DELAY=10m`, `REBOUND_JITTER=none`. The " +
 		"messages are published straight into its inbox, as if dead-lettered from an application queue that " +
 		"rebound finds in their x-death entry. Per message it decodes the headers, decides, builds the copy " +
@@ -206,16 +210,15 @@ func writeMethod(w *writer, o options) {
 		"queue's fanout exchange with the origin queue as routing key, and acks after the confirm; the " +
 		"copies are counted in the one delay queue (10 min TTL).\n")
 	w.p("- **relay**: the bare relay, the floor any amqp091-go client can reach: in this process, one consume " +
-		"and one publish connection like rebound, prefetch 256; it publishes each delivery unchanged to a plain " +
+		"and one publish connection like rebound, prefetch 1024 (rebound's ceiling, so that both hold as many copies unconfirmed); it publishes each delivery unchanged to a plain " +
 		"queue through the default exchange and acks on confirm (one multiple ack per run of confirms, in " +
 		"delivery order); no decoding, no decision, no mandatory flag, no returns.\n")
 	w.p("- **shovel**: a RabbitMQ dynamic shovel (`rabbitmq_shovel`, enabled by bench with the node's " +
 		"rabbitmq-plugins and created with `rabbitmqctl set_parameter` on the broker under test) from one " +
-		"classic queue to another, `ack-mode: on-confirm`, `src-prefetch-count: 256`, connected directly inside " +
+		"classic queue to another, `ack-mode: on-confirm`, no `src-prefetch-count` (its default, 1000), connected directly inside " +
 		"the node (`amqp:///<vhost>`, as a shovel between queues of one broker is configured): no socket and no " +
 		"frames, so per message the broker does less than for any external client. It runs inside the broker: " +
-		"its client work is the broker's CPU. (Before issue 13 the shovel here connected over TCP; the levers " +
-		"show that one too.)\n")
+		"its client work is the broker's CPU. (The levers show it connected over TCP too.)\n")
 	w.p("- **shovel-same**: the same shovel moving rebound's copies (what `route.Router.Plan` makes of the messages) " +
 		"into a queue declared with the arguments of rebound's delay queue (`x-message-ttl` 10 min, " +
 		"dead-lettering to the default exchange): the broker's work per message as for rebound's copies, with " +
@@ -253,24 +256,29 @@ func writeMethod(w *writer, o options) {
 	if o.spread > 0 {
 		w.p("**Delay spread** (pinned when pinned runs are on): rebound with its copies into one delay queue; with %[1]d delay "+
 			"queues declared, each bound to its own exchange (the copies still into one: the cost of routing, if any); and with its "+
-			"copies spread evenly over those %[1]d (routing, and %[1]d queue processes at work). To spread them "+
-			"and still keep every copy in its queue for the whole run, rebound runs with full jitter on a "+
-			"constant delay of %[2]s and a random source that draws, in turn, the fractions landing on %[1]d "+
-			"delays of two significant digits from 10 minutes up (the longest about 10 days); everything else is "+
-			"rebound as `REBOUND_*` configures it. These runs are timed from rebound's %[3]s-th confirmed copy "+
-			"to its N-th (read from its metrics every 5 ms), so that a fresh sidecar's declaring each "+
-			"delay queue on first use stays out of the rate; the delay queues are counted after the run.\n\n",
-			o.spread, spreadMax, "N/5")
+			"copies spread as the default policy (exponential from 1 s to 1 h, full jitter, 10 retries) spreads them at each "+
+			"`REBOUND_DELAY_DIGITS` measured (%[2]s): the policy draws N delays, copy i being retry i mod 10 of a message (a seeded "+
+			"random source, so every invocation draws the same), rounds them at that many digits, and each delay queue it "+
+			"would use takes its share of the copies. A copy must stay in its delay queue for the whole run, where it is counted, "+
+			"so each of the policy's delays is stood for by a long delay of its own, from 10 minutes up (what a queue "+
+			"process does per copy does not depend on a TTL that does not expire during the run): rebound runs with full "+
+			"jitter on a constant delay of %[3]s, `REBOUND_DELAY_DIGITS=%[4]d` so that the long delays stay apart, and a random "+
+			"source that draws, in turn, the fractions landing on them; the first copy of every queue comes first, the "+
+			"others in the policy's order. Everything else is rebound as `REBOUND_*` configures it. These runs are timed "+
+			"from rebound's N/5-th confirmed copy (or later, once every delay queue has had one) to its N-th (read from "+
+			"its metrics every 5 ms), so that a fresh sidecar's declaring each delay queue on first use stays out of the "+
+			"rate; the delay queues are counted after the run.\n\n",
+			o.spread, joinInts(o.digits), spreadMax, spreadDigits)
 	}
 	if o.levers {
-		w.p("**Levers** (%d rounds, in the pinned mode when it is on): what a client can change about the "+
+		w.p("**Levers** (%[1]d rounds, in the pinned mode when it is on): what a client can change about the "+
 			"broker's work per copy, each variant against its base in the same round: the relay with one ack "+
-			"per message instead of one per run of confirms, with prefetch 1024, publishing over 4 "+
+			"per message instead of one per run of confirms, with prefetch %[2]d, publishing over 4 "+
 			"channels on its connection or over 4 connections, writing each burst of publishes in one write(2) "+
 			"(amqp091-go writes each publish on its own; the Erlang client, and so the Shovel, batches), moving "+
 			"the messages without their x-death entry, and moving rebound's copies into a queue like its delay "+
 			"queue through its fanout exchange, the origin as routing key, as rebound routes them; rebound and the shovel with "+
-			"prefetch 1024; the shovel over TCP connections to the broker, as an external client.\n\n", o.leverRuns)
+			"prefetch %[2]d (rebound's default before its byte budget); the shovel over TCP connections to the broker, as an external client.\n\n", o.leverRuns, leverPrefetch)
 	}
 	if len(o.replicas) > 0 {
 		w.p("**Replicas** (unpinned): each run fills a fresh inbox with N messages, then starts k rebound "+
@@ -291,9 +299,36 @@ func writeMethod(w *writer, o options) {
 			"rebound declares it and in lazy mode (the policy `deploy/rabbitmq/setup.sh` sets); 3.12 and later "+
 			"ignore the mode, and there it is measured once.\n\n", o.delayMsgs, o.bgRate)
 	}
-	w.p("**Memory under a backlog** (unpinned, when `-backlog` is set; `make bench` sets 1 000 000): rebound's " +
+	if o.storm > 0 {
+		w.p("**Storm** (unpinned): an application queue that dead-letters to rebound holds %d messages; an application "+
+			"consumer (prefetch 1000) rejects every delivery, the messages and then their retries, so all %d fail at once "+
+			"and their retries come back as fast as the policy spreads them: exponential from 1 s, full jitter (the "+
+			"defaults), %d retries, then parked. It runs without a retry rate budget, then with `REBOUND_RETRY_RATE=%d` "+
+			"(one replica: its share is the whole rate), until every message is parked; before RabbitMQ 3.12 the delay "+
+			"queues are lazy, by the policy `deploy/rabbitmq/setup.sh` sets. The application notes when each "+
+			"retry arrives and its `x-retry-due-at`; the tables count them by wall-clock second. The cap holds when no "+
+			"second has more copies due than the cap (the calendar's promise, exact), and arrivals stay within %.1f× the cap "+
+			"in any one second and %.1f× over any %d seconds: a second's copies arrive together, and the hops back (the "+
+			"broker hands a copy back when its TTL ends at the head of its delay queue) may push that burst across a "+
+			"second's boundary, into the next second with that one's, so any w seconds may hold w + 1 seconds' worth.\n\n", o.storm, o.storm, stormRetries, o.stormRate, stormSecondTolerance,
+			stormWindowTolerance, stormWindow)
+	}
+	if o.large > 0 {
+		w.p("**Large messages** (unpinned): rebound's own binary (`go build` of the module, started as a separate process) "+
+			"with `GOMEMLIMIT=%s` as the manifests set it and every `REBOUND_*` at its default (`REBOUND_INFLIGHT_BYTES` "+
+			"64 MiB, `REBOUND_PREFETCH` 1024, the default policy) but bench's queue names and a free HTTP port. The inbox "+
+			"is filled first (confirmed), then rebound starts; its RSS is read from /proc/<pid>/status every 20 ms (VmRSS) "+
+			"and at the end (VmHWM, the peak), its metrics every 100 ms, until every copy is confirmed (timed from its "+
+			"consumer appearing on the inbox); every copy must then come back to the application queue (the default "+
+			"policy's first delay is under a second). Three runs: %[2]d messages of 8 MiB; one in 20 of 8 MiB among "+
+			"messages of 1 KiB (%[3]d in all), interleaved; and %[4]d of 1 KiB followed by %[5]d of 8 MiB, the worst case "+
+			"the window does not cover (each large message behind the run adds to the peak, up to the window). Each is "+
+			"read against the manifests' memory limit, %[6]s; past %[7]s bench stops rebound (the machine is shared).\n\n",
+			goMemLimit, o.large, 10*o.large, smallRun, max(o.large/4, 1), mib(memoryLimit), mib(stopAbove))
+	}
+	w.p("**Memory under a backlog** (unpinned, when `-backlog` is set; `make bench` sets 500 000): rebound's " +
 		"inbox is filled with the backlog (1 h delay), then this process's RSS is sampled every second until " +
-		"all are moved. In-flight work is bounded by the prefetch, so RSS should stay flat.\n\n")
+		"all are moved. In-flight work is bounded by the window, so RSS should stay flat.\n\n")
 }
 
 func (r *report) writeBroker(w *writer, br *brokerResult, cpus int) {
@@ -310,13 +345,17 @@ func (r *report) writeBroker(w *writer, br *brokerResult, cpus int) {
 		w.p("%s\n\n", spreadReading(s))
 		writeTrials(w, s)
 		base := s.Contenders[0].Name
-		w.p("| contender | runs | msg/s | ratio to one delay queue | process CPU µs/msg | broker CPU µs/msg | of which schedulers / dirty I/O / other |\n|---|---|---|---|---|---|---|\n")
+		w.p("| contender | delay queues with copies | runs | msg/s | ratio to one delay queue | process CPU µs/msg | broker CPU µs/msg | of which schedulers / dirty I/O / other |\n|---|---|---|---|---|---|---|---|\n")
 		for _, c := range s.Contenders {
 			var split []string
 			for k := range numThreadKinds {
 				split = append(split, us(s.perMsg(c.Name, func(x cpu) time.Duration { return x.threads[k] })))
 			}
-			w.p("| %s | %d | %.0f | **%.2f** | %s | %s | %s |\n", c.Name, len(s.of(c.Name)), s.rate(c.Name), s.ratio(c.Name, base),
+			queues := "1"
+			if c.Spread != nil {
+				queues = fmt.Sprintf("%d (the busiest %.0f %% of the copies)", len(c.Spread.Queues), c.Spread.Busiest*100)
+			}
+			w.p("| %s | %s | %d | %.0f | **%.2f** | %s | %s | %s |\n", c.Name, queues, len(s.of(c.Name)), s.rate(c.Name), s.ratio(c.Name, base),
 				us(s.perMsg(c.Name, func(x cpu) time.Duration { return x.self })), us(s.perMsg(c.Name, func(x cpu) time.Duration { return x.broker })),
 				strings.Join(split, " / "))
 		}
@@ -357,6 +396,12 @@ func (r *report) writeBroker(w *writer, br *brokerResult, cpus int) {
 				"rounding before any hop: %s.\n", strings.Join(rounded, ", "))
 		}
 		w.p("%s\n", delayTable(br.Delays))
+	}
+	if len(br.Storms) > 0 {
+		writeStorms(w, br.Storms)
+	}
+	if len(br.Large) > 0 {
+		writeLarge(w, br.Large)
 	}
 	if br.Backlog != nil {
 		w.p("### Memory under a backlog\n\n%s\n", br.Backlog.String())
@@ -540,4 +585,41 @@ func joinInts(xs []int) string {
 		s[i] = strconv.Itoa(x)
 	}
 	return strings.Join(s, ", ")
+}
+
+// writeStorms writes the storms' retries per second.
+func writeStorms(w *writer, rs []stormResult) {
+	w.p("### Storm, unpinned\n\n")
+	w.p("| cap | messages | retries back | over | per second: peak | peak over %d s, a second | median | 90th percentile | due in one second, at most | arrived after due: median / p99 / most | deferred by the cap | past the deadline | all parked after |\n", stormWindow)
+	w.p("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rs {
+		peak, window, p50, p90 := stormCounts(r.Arrived)
+		w.p("| %s | %d | %d | %s | %d | %.0f | %.0f | %.0f | %d | %s | %d | %d | %s |\n", r.capName(), r.N, r.Retries,
+			r.Span.Round(100*time.Millisecond), peak, window, p50, p90, slices.Max(r.Due), r.lateness(), r.Deferred, r.Overflow,
+			r.Elapsed.Round(100*time.Millisecond))
+	}
+	w.p("\nRetries arriving in the application queue, second by second:\n\n")
+	for _, r := range rs {
+		w.p("- %s: `%s`\n", r.capName(), joinCounts(r.Arrived))
+	}
+	w.p("\n")
+}
+
+// writeLarge writes the large-message runs.
+func writeLarge(w *writer, rs []largeResult) {
+	w.p("### Large messages, unpinned\n\n")
+	w.p("| run | messages | bodies | seconds | msg/s | MiB/s | RSS peak (VmHWM) | sampled RSS, most | RSS once consuming | bodies in flight, most | prefetch, most | within %s |\n", mib(memoryLimit))
+	w.p("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rs {
+		within := "yes"
+		switch {
+		case r.Stopped:
+			within = fmt.Sprintf("**no**: stopped past %s, %d of %d moved", mib(stopAbove), r.Moved, r.N)
+		case !r.under():
+			within = "**no**"
+		}
+		w.p("| %s | %d | %s | %.2f | %.0f | %.1f | %s | %s | %s | %s | %d | %s |\n", r.Scenario, r.N, mib(r.Bytes), r.Elapsed.Seconds(),
+			r.rate(), r.mibPerSecond(), mib(r.Peak), mib(r.SampledPeak), mib(r.Idle), mib(r.MaxInflight), r.MaxPrefetch, within)
+	}
+	w.p("\n")
 }

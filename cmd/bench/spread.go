@@ -1,52 +1,153 @@
 package main
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
 	"time"
 
+	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/policy"
 )
 
-// Delay spread. With jitter, copies go to many delay queues: full jitter
-// between 1 s and 1 h, rounded to two significant digits, gives about 300.
-// The spread runs compare rebound moving every copy into one delay queue
-// with 300 delay queues declared, each bound to its exchange (copies still
-// into one: the cost of routing, if any) and with copies spread evenly over those 300
-// (the cost of routing and of keeping 300 queues busy).
+// Delay spread. With jitter, copies go to many delay queues: the default
+// policy (exponential from 1 s to 1 h, full jitter, 10 retries) spreads
+// them over about 400 delays of two significant digits, and about 50 of
+// one (REBOUND_DELAY_DIGITS). The spread runs compare rebound moving every
+// copy into one delay queue with k delay queues declared, each bound to
+// its exchange (copies still into one: the cost of routing, if any), and
+// with its copies spread as the default policy spreads them at each
+// number of digits measured (the cost of keeping that many queues busy,
+// each with its share of the copies).
 //
-// To spread them evenly and still keep every copy in its delay queue for
-// the whole run, rebound runs with full jitter on a constant delay of
-// spreadMax and a random source (sidecar.Options.NewRand) that draws, in
-// turn, the fractions of spreadMax that land on each of the delays: 300
-// delays of two significant digits from 10 minutes up, the longest about
-// 10 days. Everything else is rebound as configured by REBOUND_*.
+// A copy must stay in its delay queue for the whole run, where it is
+// counted, and the default policy's delays are mostly shorter than a run.
+// So each delay queue the policy would use is given a long delay of its
+// own, from 10 minutes up, and copy i goes to the long delay standing for
+// the i-th delay the policy draws: as many queues as the policy uses, each
+// with its share of the copies, in the policy's order. What the broker
+// does per queue does not depend on the TTL of a copy that does not
+// expire during the run. rebound runs with full jitter on a constant delay
+// of spreadMax, REBOUND_DELAY_DIGITS=3 (so that neighbouring long delays
+// stay apart), and a random source (sidecar.Options.NewRand) that draws, in
+// turn, the fractions of spreadMax that land on those long delays.
+// Everything else is rebound as configured by REBOUND_*.
 
 // spreadMax is the constant delay full jitter draws under.
 const spreadMax = 1_000_000_000 * time.Millisecond
 
 // maxSpread is how many delays of two significant digits lie between
-// retryDelay and spreadMax.
+// retryDelay and spreadMax: the most delay queues the bound runs bind.
 const maxSpread = 310
 
-// spreadDelays returns the first k delays of two significant digits in
-// milliseconds from retryDelay (10 min) up, ascending; k ≤ maxSpread.
-func spreadDelays(k int) []time.Duration {
+// spreadDigits is REBOUND_DELAY_DIGITS of the spread runs themselves,
+// whatever the digits of the spread they stand for.
+const spreadDigits = 3
+
+// gridDelays returns the first k delays of digits significant digits in
+// milliseconds from retryDelay (10 min) up to spreadMax, ascending.
+func gridDelays(k, digits int) []time.Duration {
 	var out []time.Duration
-	for step := 10 * time.Second; len(out) < k && step < spreadMax; step *= 10 {
-		for m := 10; m <= 99 && len(out) < k; m++ {
-			if d := time.Duration(m) * step; d >= retryDelay && d < spreadMax {
-				out = append(out, d)
-			}
-		}
+	for d := retryDelay; len(out) < k && d < spreadMax; {
+		out = append(out, d)
+		d = policy.RoundUp(d+time.Millisecond, digits)
 	}
 	return out
 }
 
+// spreadDelays returns the first k delays of two significant digits in
+// milliseconds from retryDelay (10 min) up, ascending; k ≤ maxSpread.
+func spreadDelays(k int) []time.Duration { return gridDelays(k, 2) }
+
+// policySpread is how the default policy spreads n copies over delay
+// queues at some REBOUND_DELAY_DIGITS, and the long delays that stand for
+// them in a run.
+type policySpread struct {
+	Digits int
+	// Sequence is the long delay of each copy, in the order rebound draws
+	// them: the first copy of every queue comes first, so that a run's
+	// warm-up declares them all; the others follow in the policy's order.
+	Sequence []time.Duration
+	// Queues maps each long delay to the policy's delay it stands for.
+	Queues map[time.Duration]time.Duration
+	// Busiest is the share of the copies the busiest queue takes.
+	Busiest float64
+}
+
+// spreadSeed makes the draws, and so the queues and shares, the same in
+// every invocation.
+const spreadSeed = 13
+
+// defaultPolicySpread draws n delays from the default policy at digits
+// significant digits: copy i is retry i mod REBOUND_MAX_RETRIES of a
+// message whose task has just started (so that each retry of the schedule
+// has an equal share, as when every message goes through all of them),
+// with a seeded random source. A draw that rounds to no delay at all goes
+// straight back to its queue, not to a delay queue, and is drawn again.
+func defaultPolicySpread(n, digits int) (*policySpread, error) {
+	cfg, err := config.Load([]string{"REBOUND_DELAY_DIGITS=" + strconv.Itoa(digits)})
+	if err != nil {
+		return nil, fmt.Errorf("default policy at %d digits: %w", digits, err)
+	}
+	p := cfg.Policy()
+	r := rand.New(rand.NewPCG(spreadSeed, uint64(digits)))
+	now := time.Now()
+	drawn := make([]time.Duration, 0, n)
+	for i := 0; len(drawn) < n; i++ {
+		d := p.Decide(policy.State{Retries: i % max(p.MaxRetries, 1), StartedAt: now}, now, r)
+		if d.Retry && d.Delay > 0 {
+			drawn = append(drawn, d.Delay)
+		}
+	}
+	distinct := slices.Clone(drawn)
+	slices.Sort(distinct)
+	distinct = slices.Compact(distinct)
+	long := gridDelays(len(distinct), spreadDigits)
+	if len(long) < len(distinct) {
+		return nil, fmt.Errorf("default policy at %d digits: %d delay queues, more than the %d long delays below %s", digits, len(distinct), len(long), spreadMax)
+	}
+	s := &policySpread{Digits: digits, Queues: make(map[time.Duration]time.Duration, len(distinct))}
+	standFor := make(map[time.Duration]time.Duration, len(distinct))
+	for i, d := range distinct {
+		standFor[d] = long[i]
+		s.Queues[long[i]] = d
+	}
+	first, rest := make([]time.Duration, 0, len(distinct)), make([]time.Duration, 0, n)
+	count := map[time.Duration]int{}
+	for _, d := range drawn {
+		if count[d] == 0 {
+			first = append(first, standFor[d])
+		} else {
+			rest = append(rest, standFor[d])
+		}
+		count[d]++
+	}
+	s.Sequence = append(first, rest...)
+	most := 0
+	for _, c := range count {
+		most = max(most, c)
+	}
+	s.Busiest = float64(most) / float64(n)
+	return s, nil
+}
+
+// delays returns the long delays of the spread, ascending.
+func (s *policySpread) delays() []time.Duration {
+	out := make([]time.Duration, 0, len(s.Queues))
+	for d := range s.Queues {
+		out = append(out, d)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // spreadEnv configures full jitter under spreadMax, with no budget that
-// would clamp a long delay.
+// would clamp a long delay, at spreadDigits.
 func spreadEnv() []string {
 	return []string{
 		"REBOUND_MIN_DELAY=" + spreadMax.String(), "REBOUND_MAX_DELAY=" + spreadMax.String(),
-		"REBOUND_JITTER=full", "REBOUND_MAX_DURATION=0",
+		"REBOUND_JITTER=full", "REBOUND_MAX_DURATION=0", "REBOUND_DELAY_DIGITS=" + strconv.Itoa(spreadDigits),
 	}
 }
 
@@ -66,11 +167,11 @@ func (r *roundRobin) Float64() float64 {
 
 func (r *roundRobin) NormFloat64() float64 { return 0 }
 
-// spreadRand returns rebound's random source for a spread over delays:
+// spreadRand returns rebound's random source for a sequence of delays:
 // full jitter on spreadMax then picks each of them in turn.
-func spreadRand(delays []time.Duration) func() policy.Rand {
-	fractions := make([]float64, len(delays))
-	for i, d := range delays {
+func spreadRand(sequence []time.Duration) func() policy.Rand {
+	fractions := make([]float64, len(sequence))
+	for i, d := range sequence {
 		fractions[i] = float64(d) / float64(spreadMax)
 	}
 	return func() policy.Rand { return &roundRobin{fractions: fractions} }

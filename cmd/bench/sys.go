@@ -160,8 +160,12 @@ func startTime(pid int) string {
 
 // memory reads this process's resident set size now and its peak since the
 // last resetPeakRSS, in bytes.
-func memory() (rss, peak int64) {
-	f, err := os.Open("/proc/self/status")
+func memory() (rss, peak int64) { return procMemory("self") }
+
+// procMemory reads process pid's (or "self"'s) resident set size now and
+// its peak (VmHWM), in bytes; 0 when it cannot be read.
+func procMemory(pid string) (rss, peak int64) {
+	f, err := os.Open("/proc/" + pid + "/status")
 	if err != nil {
 		return 0, 0
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +10,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -158,6 +158,7 @@ type setup struct {
 	src   string
 	dests []string // counted together
 	total int      // copies the destinations hold at the end
+	warm  int      // copies an afterWarmUp run lets pass before its clock starts
 	start func(context.Context) (stop func() error, confirmed func() int, err error)
 }
 
@@ -171,7 +172,7 @@ func prepare(ctx context.Context, b *broker, c contender, prefix string, n int) 
 		b.deleteExchanges(exchanges...)
 	}
 	app := prefix + "app"
-	s.total = n
+	s.total, s.warm = n, warmUp(n)
 	switch c.Kind {
 	case kindRebound:
 		topo := topology.Topology{
@@ -180,9 +181,10 @@ func prepare(ctx context.Context, b *broker, c contender, prefix string, n int) 
 		}
 		settings := reboundSettings{Delay: retryDelay, Prefetch: c.Prefetch}
 		delays := []time.Duration{retryDelay}
-		if c.Spread > 0 {
-			settings.Spread = spreadDelays(c.Spread)
-			delays = settings.Spread
+		if c.Spread != nil {
+			settings.Spread = c.Spread.Sequence
+			delays = c.Spread.delays()
+			s.warm = max(warmUp(n), len(delays))
 		}
 		// Other delay queues, each bound to its exchange, beside those
 		// the copies go to.
@@ -277,7 +279,7 @@ func prepare(ctx context.Context, b *broker, c contender, prefix string, n int) 
 		}
 	case kindShovel, kindShovelSame:
 		s.start = func(ctx context.Context) (func() error, func() int, error) {
-			stop, err := b.startShovel(ctx, prefix+"shovel", s.src, dst, cmp.Or(c.Prefetch, 256), c.Network)
+			stop, err := b.startShovel(ctx, prefix+"shovel", s.src, dst, c.Prefetch, c.Network)
 			return stop, noCount, err
 		}
 	case kindNaive:
@@ -290,8 +292,8 @@ func prepare(ctx context.Context, b *broker, c contender, prefix string, n int) 
 }
 
 // warmUp is how many copies an afterWarmUp run lets rebound confirm
-// before its clock starts: enough for it to have declared every delay
-// queue of a spread over 300.
+// before its clock starts, at least: enough for it to have declared
+// every delay queue of a spread (prepare makes sure of it).
 func warmUp(n int) int { return n / 5 }
 
 // backgroundWindow is how long the broker's CPU is sampled before a run.
@@ -386,7 +388,7 @@ func runTrial(ctx context.Context, b *broker, c contender, m mode, tm timing, pr
 			if h.started != nil {
 				h.started()
 			}
-		}, warmUp(n))
+		}, s.warm)
 		t.Finished = time.Now()
 		t.Elapsed, t.CPU, t.N = t.Finished.Sub(t0), sampleCPU(brokerPID).sub(cpu0), n-from
 	}
@@ -480,33 +482,39 @@ func (b *broker) declareTopology(topo topology.Topology, delays ...time.Duration
 type reboundSettings struct {
 	Delay    time.Duration // REBOUND_MIN_DELAY, constant backoff, no jitter
 	Prefetch int           // REBOUND_PREFETCH; 0 for the default
-	// Spread, if set, replaces Delay: copies go round robin to the delay
-	// queues of these delays (spread.go).
+	// Spread, if set, replaces Delay: copies go to the delay queues of
+	// these delays in turn (spread.go).
 	Spread []time.Duration
+	// Env is more REBOUND_* settings, after the others (the last of a
+	// name wins).
+	Env []string
 }
 
 // reboundRun is a sidecar running in this process.
 type reboundRun struct {
-	stop func() error // cancels it and waits for its drain to finish
+	stop func() error // cancels it and waits for its drain to finish; again, returns what it did
 	reg  *prometheus.Registry
 }
 
 // confirmed is how many copies the broker has confirmed to rebound so
 // far, from its metrics.
-func (r *reboundRun) confirmed() int {
+func (r *reboundRun) confirmed() int { return int(r.sum("rebound_messages_retried_total")) }
+
+// sum is the counter name's value summed over its labels, 0 when absent.
+func (r *reboundRun) sum(name string) float64 {
 	families, err := r.reg.Gather()
 	if err != nil {
 		return 0
 	}
 	var sum float64
 	for _, f := range families {
-		if f.GetName() == "rebound_messages_retried_total" {
+		if f.GetName() == name {
 			for _, m := range f.GetMetric() {
 				sum += m.GetCounter().GetValue()
 			}
 		}
 	}
-	return int(sum)
+	return sum
 }
 
 // startRebound runs rebound in this process with a constant delay and no
@@ -531,6 +539,7 @@ func startRebound(ctx context.Context, url string, topo topology.Topology, s reb
 	if s.Prefetch > 0 {
 		env = append(env, fmt.Sprintf("REBOUND_PREFETCH=%d", s.Prefetch))
 	}
+	env = append(env, s.Env...)
 	cfg, err := config.Load(env)
 	if err != nil {
 		return nil, fmt.Errorf("configure rebound: %w", err)
@@ -545,25 +554,35 @@ func startRebound(ctx context.Context, url string, topo topology.Topology, s reb
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- sc.Run(runCtx) }()
+	var once sync.Once
+	var runErr error
 	return &reboundRun{reg: reg, stop: func() error {
-		cancel()
-		return <-done
+		once.Do(func() {
+			cancel()
+			runErr = <-done
+		})
+		return runErr
 	}}, nil
 }
 
 // startShovel creates a dynamic shovel from src to dst with rabbitmqctl on
 // the broker, in bench's virtual host, connected directly inside the node
-// unless network is set (shovelURI); stop deletes it.
+// unless network is set (shovelURI), with src-prefetch-count prefetch or,
+// when it is 0, none (the Shovel's default, 1000); stop deletes it.
 func (b *broker) startShovel(ctx context.Context, name, src, dst string, prefetch int, network bool) (stop func() error, err error) {
 	uri, err := shovelURI(b.url, !network)
 	if err != nil {
 		return nil, err
 	}
-	def, err := json.Marshal(map[string]any{
-		"src-protocol": "amqp091", "src-uri": uri, "src-queue": src, "src-prefetch-count": prefetch,
+	params := map[string]any{
+		"src-protocol": "amqp091", "src-uri": uri, "src-queue": src,
 		"dest-protocol": "amqp091", "dest-uri": uri, "dest-queue": dst,
 		"ack-mode": "on-confirm",
-	})
+	}
+	if prefetch > 0 {
+		params["src-prefetch-count"] = prefetch
+	}
+	def, err := json.Marshal(params)
 	if err != nil {
 		return nil, fmt.Errorf("encode shovel definition: %w", err)
 	}
@@ -581,27 +600,13 @@ func (b *broker) startShovel(ctx context.Context, name, src, dst string, prefetc
 // each delivery, publish a copy, wait for that one confirm, then ack.
 // stop closes its connection; unacked deliveries go back to src.
 func startNaive(ctx context.Context, url, src, dst string) (stop func() error, err error) {
-	conn, err := amqp.Dial(url)
+	conn, ch, deliveries, err := consumeOn(url, src, 256, "naive")
 	if err != nil {
-		return nil, fmt.Errorf("naive: connect: %w", err)
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("naive: open channel: %w", err)
-	}
-	if err := ch.Qos(256, 0, false); err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("naive: set prefetch: %w", err)
+		return nil, err
 	}
 	if err := ch.Confirm(false); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("naive: enable confirms: %w", err)
-	}
-	deliveries, err := ch.Consume(src, "", false, false, false, false, nil)
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("naive: consume %s: %w", src, err)
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
