@@ -22,8 +22,8 @@ import (
 	"github.com/rebound-mq/rebound/topology"
 )
 
-// Large messages. rebound's window keeps the bytes it holds unacked
-// within REBOUND_INFLIGHT_BYTES; these runs check that, with the
+// Large messages. rebound's window and meter keep the message bytes it
+// holds within REBOUND_INFLIGHT_BYTES; these runs check that, with the
 // manifests' memory settings, large messages keep rebound's memory under
 // the manifests' limit. rebound runs as its own process, the binary `go
 // build` makes of the module, with GOMEMLIMIT as the manifests set it and
@@ -33,8 +33,8 @@ import (
 // The manifests' memory settings for the rebound container (deploy/kustomize),
 // which deploy/validate checks against each other.
 const (
-	memoryLimit = 128 << 20 // resources.limits.memory: 128Mi
-	goMemLimit  = "110MiB"  // GOMEMLIMIT
+	memoryLimit = 192 << 20 // resources.limits.memory: 192Mi
+	goMemLimit  = "160MiB"  // GOMEMLIMIT
 )
 
 // Message sizes of the large-message runs.
