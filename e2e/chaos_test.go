@@ -273,7 +273,7 @@ func largeMessagesUnderAlarm(t *testing.T, queueType string) {
 		observe = 10 * time.Second
 	)
 	e := newTestEnv(t, map[string]string{"REBOUND_QUEUE_TYPE": queueType, "REBOUND_BACKOFF": "constant",
-		"REBOUND_MIN_DELAY": "1h", "REBOUND_JITTER": "none", "GOMEMLIMIT": "160MiB"})
+		"REBOUND_MIN_DELAY": "1h", "REBOUND_JITTER": "none", "GOMEMLIMIT": "144MiB"})
 	cfg, err := config.Load(e.Environ())
 	if err != nil {
 		t.Fatal(err)

@@ -34,7 +34,7 @@ import (
 // which deploy/validate checks against each other.
 const (
 	memoryLimit = 192 << 20 // resources.limits.memory: 192Mi
-	goMemLimit  = "160MiB"  // GOMEMLIMIT
+	goMemLimit  = "144MiB"  // GOMEMLIMIT
 )
 
 // Message sizes of the large-message runs.
