@@ -152,7 +152,10 @@ func dialOne(ctx context.Context, rawURL string, tlsConfig *tls.Config, properti
 			if err := conn.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
 				return nil, err
 			}
-			stopWatching = context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
+			// The socket itself, not conn: conn is reassigned below to the
+			// TLS client and the wrap, while this may run on another goroutine.
+			socket := conn
+			stopWatching = context.AfterFunc(ctx, func() { _ = socket.SetDeadline(time.Now()) })
 			if serverName != "" {
 				cfg := &tls.Config{}
 				if tlsConfig != nil {
