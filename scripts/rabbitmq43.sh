@@ -70,9 +70,21 @@ build() {
   log "building $ROOT from $src (sid, rabbitmq-server)"
   # sid's Release file on a snapshot-style mirror can be past its
   # Valid-Until: the signature is still checked, the date is not.
-  mmdebstrap --quiet --variant=apt --include=rabbitmq-server,procps \
-    --aptopt='Acquire::Check-Valid-Until "false"' \
-    sid "$tmp" "$src" >&2
+  # A fresh machine's first fetch from the mirror can fail (seen: apt-get
+  # update inside mmdebstrap failing minutes after boot, then passing):
+  # three tries, a little apart, before giving up.
+  local try
+  for try in 1 2 3; do
+    rm -rf "$tmp"
+    if mmdebstrap --quiet --variant=apt --include=rabbitmq-server,procps \
+      --aptopt='Acquire::Check-Valid-Until "false"' \
+      sid "$tmp" "$src" >&2; then
+      break
+    fi
+    [ "$try" -lt 3 ] || die "mmdebstrap failed three times; is $src reachable?"
+    log "mmdebstrap failed (try $try of 3); trying again in $((try * 10)) s"
+    sleep $((try * 10))
+  done
   mkdir -p "$tmp/etc/rabbitmq"
   cat >"$tmp/etc/rabbitmq/rabbitmq-env.conf" <<EOF
 NODENAME=$NODE
