@@ -284,7 +284,15 @@ func largeMessagesUnderAlarm(t *testing.T, queueType string) {
 		msgs[i] = amqp.Publishing{MessageId: strconv.Itoa(i), DeliveryMode: amqp.Persistent, Body: body,
 			Headers: amqp.Table{"x-retry-origin-queue": e.App}}
 	}
+	// The messages wait in the inbox before rebound starts: the inbox
+	// must exist first, or the default exchange drops them unrouted.
+	if _, stderr, err := e.cli("topology", "declare"); err != nil {
+		t.Fatalf("topology declare: %v\n%s", err, stderr)
+	}
 	e.Publish(e.Vars["REBOUND_INBOX_QUEUE"], msgs...)
+	if got := e.QueueLen(e.Vars["REBOUND_INBOX_QUEUE"]); got != n {
+		t.Fatalf("%d of %d messages in the inbox before rebound starts", got, n)
+	}
 	p := e.startBinary()
 	if !brokertest.Await(2*time.Minute, func() bool { return e.QueueLenOr(delayQueue.Name, 0) >= moveBy }) {
 		t.Fatalf("%d of %d messages moved before the alarm", e.QueueLenOr(delayQueue.Name, 0), moveBy)
