@@ -103,7 +103,7 @@ chaos: brokers
 # broker), nothing retried; a summary names each failing test. Run it
 # before relying on a new broker test. FLAKE_RUNS=N for more or fewer.
 FLAKE_RUNS ?= 6
-flaketest: brokers
+flaketest: brokers clients
 	./scripts/flaketest.sh -n $(FLAKE_RUNS)
 
 # The plots of README.md's "Simulating a policy", from the default policy

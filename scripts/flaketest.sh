@@ -77,6 +77,10 @@ report() { # broker run load status logfile
   printf '%-5s run %-2s %-6s FAIL %s(%s)\n' "$1" "$2" "$3" "${failed:-(no test named: see the log) }" "$5" | tee -a "$summary"
 }
 
+# The client tests run the guide's Node and Python snippets: install what
+# they need into this checkout, as make test does.
+./scripts/ensure-clients.sh
+
 # Build once with the race detector so that the runs measure tests, not
 # the compiler.
 go test "${flags[@]}" -run '^$' ./... >/dev/null
