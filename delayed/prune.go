@@ -36,9 +36,19 @@ func (dp Deployment) ReadLeases(ctx context.Context) (l Leases, err error) {
 		return l, err
 	}
 	defer func() { err = errors.Join(err, m.Close()) }()
+	// Each replica's newest lease names every queue it still uses: an
+	// older one may name a queue it has since forgotten (and a sweep
+	// deleted), and counting it would keep prune off that queue until the
+	// old lease expires. A lease without a sequence is counted whole.
+	newest := map[string]topology.Lease{}
 	for {
 		d, ok, err := m.Next(ctx)
 		if err != nil || !ok {
+			for _, lease := range newest {
+				for _, q := range lease.Queues {
+					l.Queues[q] = true
+				}
+			}
 			return l, errors.Join(err, ctx.Err())
 		}
 		lease, err := topology.ReadLease(d.Body)
@@ -47,8 +57,14 @@ func (dp Deployment) ReadLeases(ctx context.Context) (l Leases, err error) {
 			continue
 		}
 		l.Replicas[lease.Replica] = true
-		for _, q := range lease.Queues {
-			l.Queues[q] = true
+		if lease.Sequence == 0 {
+			for _, q := range lease.Queues {
+				l.Queues[q] = true
+			}
+			continue
+		}
+		if seen, ok := newest[lease.Replica]; !ok || lease.Sequence > seen.Sequence {
+			newest[lease.Replica] = lease
 		}
 	}
 }

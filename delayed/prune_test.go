@@ -3,6 +3,7 @@ package delayed
 import (
 	"context"
 	"errors"
+	"maps"
 	"testing"
 	"time"
 
@@ -158,4 +159,31 @@ func TestDeleteQueueRestoresWhatItFindsInUse(t *testing.T) {
 		e.seed(waiting{id: "w2", origin: "a", delay: time.Minute}) // through the exchange, restored
 		e.WaitQueueLen(q.Name, 2, 10*time.Second)
 	})
+}
+
+// TestReadLeasesTakesEachReplicasNewest: a replica's newest lease names
+// every delay queue it still uses, so an older one naming a queue it has
+// since forgotten does not count, in whichever order the two wait; a
+// lease without a sequence counts whole.
+func TestReadLeasesTakesEachReplicasNewest(t *testing.T) {
+	e := newEnv(t, "classic", nil)
+	for _, l := range []topology.Lease{
+		{Replica: "a", Queues: []string{"q1"}, Sequence: 2},
+		{Replica: "a", Queues: []string{"q1", "forgotten-by-a"}, Sequence: 1},
+		{Replica: "b", Queues: []string{"q2", "forgotten-by-b"}, Sequence: 7},
+		{Replica: "b", Queues: []string{"q2"}, Sequence: 8},
+		{Replica: "unsequenced", Queues: []string{"q3"}},
+	} {
+		e.Publish(e.topo.InUseQueue(), l.Publishing(time.Hour))
+	}
+	l, err := e.dp.ReadLeases(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]bool{"q1": true, "q2": true, "q3": true}; !maps.Equal(l.Queues, want) {
+		t.Errorf("leased queues %v, want %v", l.Queues, want)
+	}
+	if want := map[string]bool{"a": true, "b": true, "unsequenced": true}; !maps.Equal(l.Replicas, want) {
+		t.Errorf("replicas %v, want %v", l.Replicas, want)
+	}
 }

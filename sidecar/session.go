@@ -259,7 +259,7 @@ func (ss *session) tendDelayQueues(st *leaseState) error {
 	if !sweep && st.sent && (st.failed || slices.Equal(queues, st.queues)) {
 		return nil
 	}
-	err := ss.pub.PublishLease(topology.Lease{Replica: s.replica, Queues: queues}, 3*every)
+	err := ss.pub.PublishLease(topology.Lease{Replica: s.replica, Queues: queues, Sequence: s.leases.Add(1)}, 3*every)
 	if err != nil {
 		if !st.failed {
 			s.log.Warn("cannot publish this replica's lease of the delay queues it uses; `rebound topology prune` may delete one of them under it",

@@ -89,8 +89,10 @@ type Sidecar struct {
 	peakInflightBytes                 atomic.Int64 // the most message bytes held (the meter's), for tests
 
 	// replica names this process in its leases of delay queues: the
-	// connections' name and a random id.
+	// connections' name and a random id. leases counts the leases it
+	// published, across sessions, so that readers know its newest.
 	replica string
+	leases  atomic.Uint64
 }
 
 // DefaultLeaseIdle is how long a replica leases a delay queue it no longer

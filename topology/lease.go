@@ -43,10 +43,15 @@ func (t Topology) InUseQueue() string { return t.DelayQueuePrefix + "in-use" }
 // holds meanwhile.
 func (t Topology) LockQueue() string { return t.DelayQueuePrefix + "lock" }
 
-// Lease names the delay queues one replica uses.
+// Lease names the delay queues one replica uses. Each lease names all of
+// them, so a replica's newest lease supersedes its older ones, which wait
+// in the in-use queue until they expire.
 type Lease struct {
 	Replica string   `json:"replica"` // the replica's host and a per-process id
 	Queues  []string `json:"queues"`  // delay queues it may publish to without declaring them again
+	// Sequence counts the replica's leases from 1, so that a reader takes
+	// its newest whatever order it reads them in; 0 when unknown.
+	Sequence uint64 `json:"sequence,omitempty"`
 }
 
 // Publishing returns the lease as a message that the broker drops after
