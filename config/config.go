@@ -142,20 +142,14 @@ func Load(environ []string) (Config, error) {
 	var c Config
 	var problems []FieldError
 	failed := map[string]bool{} // variables that did not parse: skip their checks
-	err := env.ParseWithOptions(&c, env.Options{Environment: vars, Prefix: Prefix})
-	var agg env.AggregateError
-	if errors.As(err, &agg) {
-		for _, e := range agg.Errors {
-			var pe env.ParseError
-			if !errors.As(e, &pe) {
-				problems = append(problems, FieldError{Variable: "?", Value: "", Allowed: e.Error()})
-				continue
-			}
-			name := Prefix + fieldVariable(pe.Name)
-			failed[name] = true
-			problems = append(problems, FieldError{Variable: name, Value: vars[name], Allowed: allowedForType(pe.Type)})
-		}
-	} else if err != nil {
+	err := parseEnv(&c, vars, func(pe env.ParseError) {
+		name := Prefix + fieldVariable[Config](pe.Name)
+		failed[name] = true
+		problems = append(problems, FieldError{Variable: name, Value: vars[name], Allowed: allowedForType(pe.Type)})
+	}, func(e error) {
+		problems = append(problems, FieldError{Variable: "?", Value: "", Allowed: e.Error()})
+	})
+	if err != nil {
 		return c, &Error{Problems: []FieldError{{Variable: Prefix + "*", Allowed: err.Error()}}}
 	}
 	if c.AMQPURLFile != "" {
@@ -177,10 +171,32 @@ func Load(environ []string) (Config, error) {
 	return c, nil
 }
 
-// fieldVariable maps a Config field name, the default policy's included,
-// to its variable name (no prefix).
-func fieldVariable(field string) string {
-	f, ok := reflect.TypeFor[Config]().FieldByName(field)
+// parseEnv fills target from environment as package env does, reading
+// the variables of Prefix. Each field env could not parse goes to
+// badField, each other problem it lists to badOther; an error it returns
+// in place of that list is parseEnv's.
+func parseEnv(target any, environment map[string]string, badField func(env.ParseError), badOther func(error)) error {
+	err := env.ParseWithOptions(target, env.Options{Environment: environment, Prefix: Prefix})
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return err
+	}
+	for _, e := range agg.Errors {
+		var pe env.ParseError
+		if errors.As(e, &pe) {
+			badField(pe)
+		} else {
+			badOther(e)
+		}
+	}
+	return nil
+}
+
+// fieldVariable maps the name of a field of T (Config, the default
+// policy's fields included, or PolicyConfig) to its variable name (no
+// prefix).
+func fieldVariable[T any](field string) string {
+	f, ok := reflect.TypeFor[T]().FieldByName(field)
 	if !ok {
 		return field
 	}

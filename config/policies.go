@@ -1,7 +1,6 @@
 package config
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -152,23 +151,18 @@ func loadPolicy(vars map[string]string, name string, defFailed map[string]bool) 
 		}
 	}
 	failed := map[string]bool{}
-	err := env.ParseWithOptions(&p.PolicyConfig, env.Options{Environment: merged, Prefix: Prefix})
-	var agg env.AggregateError
-	if errors.As(err, &agg) {
-		for _, e := range agg.Errors {
-			var pe env.ParseError
-			if !errors.As(e, &pe) {
-				problems = append(problems, FieldError{Variable: prefix + "*", Allowed: e.Error()})
-				continue
-			}
-			field := policyField(pe.Name)
-			failed[prefix+field] = true
-			if own[field] {
-				problems = append(problems, FieldError{Variable: prefix + field, Value: vars[prefix+field], Allowed: allowedForType(pe.Type)})
-			}
+	badOther := func(e error) {
+		problems = append(problems, FieldError{Variable: prefix + "*", Allowed: e.Error()})
+	}
+	err := parseEnv(&p.PolicyConfig, merged, func(pe env.ParseError) {
+		field := fieldVariable[PolicyConfig](pe.Name)
+		failed[prefix+field] = true
+		if own[field] {
+			problems = append(problems, FieldError{Variable: prefix + field, Value: vars[prefix+field], Allowed: allowedForType(pe.Type)})
 		}
-	} else if err != nil {
-		problems = append(problems, FieldError{Variable: prefix + "*", Allowed: err.Error()})
+	}, badOther)
+	if err != nil {
+		badOther(err)
 	}
 	for field := range defFailed {
 		if f, ok := strings.CutPrefix(field, Prefix); ok && !own[f] {
@@ -184,15 +178,6 @@ func loadPolicy(vars map[string]string, name string, defFailed map[string]bool) 
 		}
 	}
 	return p, problems
-}
-
-// policyField maps a PolicyConfig field name to its variable (no prefix).
-func policyField(field string) string {
-	f, ok := reflect.TypeFor[PolicyConfig]().FieldByName(field)
-	if !ok {
-		return field
-	}
-	return f.Tag.Get("env")
 }
 
 // strayPolicyVariables reports the REBOUND_POLICY_* variables no listed

@@ -208,26 +208,25 @@ func (m *meter) release() {
 // SetReadDeadline remembers the span amqp091-go asks for (it sets one
 // after every frame, for heartbeats), so that a wait does not use it up.
 func (m *meter) SetReadDeadline(t time.Time) error {
-	m.mu.Lock()
-	if t.IsZero() {
-		m.span = 0
-	} else {
-		m.span = time.Until(t)
-	}
-	m.mu.Unlock()
+	m.rememberSpan(t)
 	return m.Conn.SetReadDeadline(t)
 }
 
 // SetDeadline is SetReadDeadline for both directions.
 func (m *meter) SetDeadline(t time.Time) error {
+	m.rememberSpan(t)
+	return m.Conn.SetDeadline(t)
+}
+
+// rememberSpan keeps how long from now the deadline t is, 0 for none.
+func (m *meter) rememberSpan(t time.Time) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	if t.IsZero() {
 		m.span = 0
 	} else {
 		m.span = time.Until(t)
 	}
-	m.mu.Unlock()
-	return m.Conn.SetDeadline(t)
 }
 
 func (m *meter) Close() error {

@@ -72,14 +72,11 @@ func measureDelay(ctx context.Context, b *broker, delay time.Duration, lazy bool
 		return res, err
 	}
 
-	r, err := startRebound(ctx, b.url, topo, reboundSettings{Delay: delay})
+	r, err := b.startConsuming(ctx, topo, reboundSettings{Delay: delay})
 	if err != nil {
 		return res, err
 	}
 	defer func() { _ = r.stop() }()
-	if _, err := b.waitFor(ctx, topo.InboxQueue, 5*time.Millisecond, 30*time.Second, func(_, consumers int) bool { return consumers > 0 }); err != nil {
-		return res, fmt.Errorf("rebound did not start consuming: %w", err)
-	}
 
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()

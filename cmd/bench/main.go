@@ -124,10 +124,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		o.naiveN = max(o.n/4, 1)
 	}
 	matrix := brokertest.Brokers()
-	for _, s := range strings.Split(*brokers, ",") {
-		if s = strings.TrimSpace(s); s == "" {
-			continue
-		}
+	for _, s := range listItems(*brokers) {
 		if matrix[s] == nil || slices.Contains(o.brokers, s) {
 			return o, fmt.Errorf("-brokers: %q is not a broker of the matrix (3.10, 4.3), or appears twice", s)
 		}
@@ -149,10 +146,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if len(o.modes) == 0 {
 		return o, fmt.Errorf("-modes: name at least one mode")
 	}
-	for _, s := range strings.Split(*replicas, ",") {
-		if s = strings.TrimSpace(s); s == "" {
-			continue
-		}
+	for _, s := range listItems(*replicas) {
 		k, err := strconv.Atoi(s)
 		if err != nil || k <= 0 {
 			return o, fmt.Errorf("-replicas: %q is not a positive count", s)
@@ -163,20 +157,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		o.replicas = append(o.replicas, k)
 	}
 	slices.Sort(o.replicas)
-	for _, s := range strings.Split(*digits, ",") {
-		if s = strings.TrimSpace(s); s == "" {
-			continue
-		}
+	for _, s := range listItems(*digits) {
 		d, err := strconv.Atoi(s)
 		if err != nil || d < 1 || d > 3 || slices.Contains(o.digits, d) {
 			return o, fmt.Errorf("-digits: %q is not 1, 2 or 3, or appears twice", s)
 		}
 		o.digits = append(o.digits, d)
 	}
-	for _, s := range strings.Split(*delays, ",") {
-		if s = strings.TrimSpace(s); s == "" {
-			continue
-		}
+	for _, s := range listItems(*delays) {
 		d, err := time.ParseDuration(s)
 		if err != nil || d <= 0 {
 			return o, fmt.Errorf("-delays: %q is not a positive Go duration", s)
@@ -184,6 +172,18 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		o.delays = append(o.delays, d)
 	}
 	return o, nil
+}
+
+// listItems splits a comma-separated flag value into its items, trimmed,
+// leaving out empty ones.
+func listItems(s string) []string {
+	var items []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			items = append(items, item)
+		}
+	}
+	return items
 }
 
 // profiledMode is the mode of the profiled and probed runs: pinned when

@@ -97,6 +97,18 @@ type writer struct{ strings.Builder }
 
 func (w *writer) p(format string, a ...any) { fmt.Fprintf(&w.Builder, format, a...) }
 
+// trialNotes notes a trial that took more than one attempt, or that left
+// messages in the queue it read (from) or extra copies in the one it
+// filled (to); trial names it in the sentence ("orders round 2").
+func (w *writer) trialNotes(trial string, attempts, leftover, extra int, from, to string) {
+	if attempts > 1 {
+		w.p("Note: %s is attempt %d; the earlier attempts failed without losing messages (broker connection lost).\n\n", trial, attempts)
+	}
+	if leftover != 0 || extra != 0 {
+		w.p("Note: %s left %d messages in the %s and %d extra copies (duplicates) in the %s.\n\n", trial, leftover, from, extra, to)
+	}
+}
+
 // markdown renders BENCHMARKS.md.
 func (r *report) markdown() string {
 	w := &writer{}
@@ -421,14 +433,7 @@ func writeTrials(w *writer, s *suite) {
 		if t.Unpinned != "" {
 			w.p("Note: %s round %d ran unpinned: %s.\n\n", t.Contender, t.Round+1, t.Unpinned)
 		}
-		if t.Attempts > 1 {
-			w.p("Note: %s round %d is attempt %d; the earlier attempts failed without losing messages (broker connection lost).\n\n",
-				t.Contender, t.Round+1, t.Attempts)
-		}
-		if t.Leftover != 0 || t.Extra != 0 {
-			w.p("Note: %s round %d left %d messages in the source and %d extra copies (duplicates) in the destination.\n\n",
-				t.Contender, t.Round+1, t.Leftover, t.Extra)
-		}
+		w.trialNotes(fmt.Sprintf("%s round %d", t.Contender, t.Round+1), t.Attempts, t.Leftover, t.Extra, "source", "destination")
 	}
 }
 
@@ -552,14 +557,7 @@ func writeReplicas(w *writer, rs *replicaScaling, cpus int) {
 	}
 	w.p("\n")
 	for _, t := range rs.Trials {
-		if t.Attempts > 1 {
-			w.p("Note: %d replicas, round %d, is attempt %d; the earlier attempts failed without losing messages (broker connection lost).\n\n",
-				t.Replicas, t.Round+1, t.Attempts)
-		}
-		if t.Leftover != 0 || t.Extra != 0 {
-			w.p("Note: %d replicas, round %d, left %d messages in the inbox and %d extra copies (duplicates) in the delay queue.\n\n",
-				t.Replicas, t.Round+1, t.Leftover, t.Extra)
-		}
+		w.trialNotes(fmt.Sprintf("%d replicas, round %d,", t.Replicas, t.Round+1), t.Attempts, t.Leftover, t.Extra, "inbox", "delay queue")
 	}
 	if p := rs.Probe; p != nil {
 		w.p("The probed run with %s (%d messages):", nReplicas(p.Replicas), p.Trial.N)

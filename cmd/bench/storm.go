@@ -205,14 +205,11 @@ func runStorm(ctx context.Context, b *broker, n, rate int, stdout io.Writer) (st
 	if rate > 0 {
 		env = append(env, "REBOUND_RETRY_RATE="+strconv.Itoa(rate))
 	}
-	r, err := startRebound(ctx, b.url, topo, reboundSettings{Delay: time.Second, Env: env})
+	r, err := b.startConsuming(ctx, topo, reboundSettings{Delay: time.Second, Env: env})
 	if err != nil {
 		return res, err
 	}
 	defer func() { _ = r.stop() }()
-	if _, err := b.waitFor(ctx, topo.InboxQueue, 5*time.Millisecond, 30*time.Second, func(_, consumers int) bool { return consumers > 0 }); err != nil {
-		return res, fmt.Errorf("rebound did not start consuming: %w", err)
-	}
 
 	appCtx, stopApp := context.WithCancel(ctx)
 	defer stopApp()

@@ -565,6 +565,20 @@ func startRebound(ctx context.Context, url string, topo topology.Topology, s reb
 	}}, nil
 }
 
+// startConsuming starts rebound as startRebound does and waits until it
+// consumes the inbox; on an error, rebound is stopped.
+func (b *broker) startConsuming(ctx context.Context, topo topology.Topology, s reboundSettings) (*reboundRun, error) {
+	r, err := startRebound(ctx, b.url, topo, s)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := b.waitFor(ctx, topo.InboxQueue, 5*time.Millisecond, 30*time.Second, func(_, consumers int) bool { return consumers > 0 }); err != nil {
+		_ = r.stop()
+		return nil, fmt.Errorf("rebound did not start consuming: %w", err)
+	}
+	return r, nil
+}
+
 // startShovel creates a dynamic shovel from src to dst with rabbitmqctl on
 // the broker, in bench's virtual host, connected directly inside the node
 // unless network is set (shovelURI), with src-prefetch-count prefetch or,

@@ -200,6 +200,31 @@ func hasFlags(fs *flag.FlagSet) bool {
 	return n > 0
 }
 
+// addFormatFlag adds --format to a command that prints a table or JSON;
+// checkFormat checks its value once the flags are parsed.
+func addFormatFlag(fs *flag.FlagSet) *string {
+	return fs.String("format", "table", "output `format`: table or json")
+}
+
+func checkFormat(format string) error {
+	if format != "table" && format != "json" {
+		return usageError{fmt.Sprintf("--format %q: want table or json", format)}
+	}
+	return nil
+}
+
+// parseConfigCommand parses the arguments of a command that takes no
+// flags, as parseFlags does, and then loads the configuration: done means
+// -h was answered.
+func parseConfigCommand(name, usage string, args []string, in invocation) (cfg config.Config, done bool, err error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	if done, err := parseFlags(fs, args, usage, 0, in); done || err != nil {
+		return cfg, done, err
+	}
+	cfg, err = loadConfig(in)
+	return cfg, false, err
+}
+
 // loadConfig reads the configuration from the invocation's environment.
 func loadConfig(in invocation) (config.Config, error) {
 	return config.Load(in.environ)

@@ -25,12 +25,8 @@ one it does.`
 // environment's configuration without connecting anywhere, for CI and for
 // manifests.
 func runConfigCheck(ctx context.Context, args []string, in invocation) error {
-	fs := flag.NewFlagSet("config check", flag.ContinueOnError)
-	if done, err := parseFlags(fs, args, configCheckUsage, 0, in); done || err != nil {
-		return err
-	}
-	cfg, err := loadConfig(in)
-	if err != nil {
+	cfg, done, err := parseConfigCommand("config check", configCheckUsage, args, in)
+	if done || err != nil {
 		return err
 	}
 	// The TLS files too, as `rebound run` reads them before it connects.
@@ -91,8 +87,14 @@ func addPolicyFlags(fs *flag.FlagSet, origin bool) *policyFlags {
 	return f
 }
 
-// choose returns the policy the flags name, of the configuration's set.
-func (f *policyFlags) choose(set policy.Set) (*policy.Named, error) {
+// choose loads the configuration and returns the policy of its set the
+// flags name.
+func (f *policyFlags) choose(in invocation) (*policy.Named, error) {
+	cfg, err := loadConfig(in)
+	if err != nil {
+		return nil, err
+	}
+	set := cfg.PolicySet()
 	switch {
 	case f.name != "" && f.origin != "":
 		return nil, usageError{"--policy and --origin both choose a policy: give one"}

@@ -51,3 +51,14 @@ func connect(ctx context.Context, in invocation, cfg config.Config, role string)
 	}
 	return d.Dial(ctx, role)
 }
+
+// loadAndConnect loads the configuration and opens a connection as
+// connect does.
+func loadAndConnect(ctx context.Context, in invocation, role string) (config.Config, *amqp.Connection, error) {
+	cfg, err := loadConfig(in)
+	if err != nil {
+		return cfg, nil, err
+	}
+	conn, err := connect(ctx, in, cfg, role)
+	return cfg, conn, err
+}

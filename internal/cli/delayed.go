@@ -138,12 +138,12 @@ the search to an earlier configuration's queues.
 func runDelayed(ctx context.Context, args []string, in invocation) error {
 	fs := flag.NewFlagSet("delayed", flag.ContinueOnError)
 	scan := addScanFlags(fs)
-	format := fs.String("format", "table", "output `format`: table or json")
+	format := addFormatFlag(fs)
 	if done, err := parseFlags(fs, args, delayedUsage, 0, in); done || err != nil {
 		return err
 	}
-	if *format != "table" && *format != "json" {
-		return usageError{fmt.Sprintf("--format %q: want table or json", *format)}
+	if err := checkFormat(*format); err != nil {
+		return err
 	}
 	_, delays, queues, closeConns, err := findDelayed(ctx, in, scan, "delayed", false)
 	if err != nil {

@@ -107,25 +107,12 @@ func parseDays(s string) (time.Duration, error) {
 // openParking loads the configuration and connects to the broker. The
 // caller closes the connection.
 func openParking(ctx context.Context, in invocation, role string) (parking.Queue, *amqp.Connection, error) {
-	cfg, err := loadConfig(in)
-	if err != nil {
-		return parking.Queue{}, nil, err
-	}
-	conn, err := connect(ctx, in, cfg, role)
+	cfg, conn, err := loadAndConnect(ctx, in, role)
 	if err != nil {
 		return parking.Queue{}, nil, err
 	}
 	q := parking.Queue{Conn: conn, Router: cfg.Router(), ConfirmTimeout: cfg.ConfirmTimeout}
 	return q, conn, nil
-}
-
-// publishConn opens a second connection, for a command's copies.
-func publishConn(ctx context.Context, in invocation, role string) (*amqp.Connection, error) {
-	cfg, err := loadConfig(in)
-	if err != nil {
-		return nil, err
-	}
-	return connect(ctx, in, cfg, role)
 }
 
 // ParkedJSON is one message in `parked list --format json`. Its field
@@ -174,15 +161,15 @@ the summary then covers what it read.`
 func runParkedList(ctx context.Context, args []string, in invocation) error {
 	fs := flag.NewFlagSet("parked list", flag.ContinueOnError)
 	f := filterFlags(fs)
-	format := fs.String("format", "table", "output `format`: table or json")
+	format := addFormatFlag(fs)
 	if done, err := parseFlags(fs, args, parkedListUsage, 0, in); done || err != nil {
 		return err
 	}
 	if err := checkFilter(f); err != nil {
 		return err
 	}
-	if *format != "table" && *format != "json" {
-		return usageError{fmt.Sprintf("--format %q: want table or json", *format)}
+	if err := checkFormat(*format); err != nil {
+		return err
 	}
 	q, conn, err := openParking(ctx, in, "parked list")
 	if err != nil {
@@ -416,7 +403,7 @@ func runParkedReplay(ctx context.Context, args []string, in invocation) error {
 	if !*dryRun {
 		// Copies go out on a connection of their own: reads on a
 		// connection the broker throttles for its publishing crawl.
-		if q.PubConn, err = publishConn(ctx, in, "parked replay publish"); err != nil {
+		if _, q.PubConn, err = loadAndConnect(ctx, in, "parked replay publish"); err != nil {
 			return err
 		}
 		defer q.PubConn.Close()

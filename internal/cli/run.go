@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -31,12 +30,8 @@ Configuration comes from REBOUND_* environment variables (see README.md).`
 
 // runSidecar runs the retry sidecar until ctx is cancelled.
 func runSidecar(ctx context.Context, args []string, in invocation) error {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	if done, err := parseFlags(fs, args, runUsage, 0, in); done || err != nil {
-		return err
-	}
-	cfg, err := loadConfig(in)
-	if err != nil {
+	cfg, done, err := parseConfigCommand("run", runUsage, args, in)
+	if done || err != nil {
 		return err
 	}
 	log, err := newLogger(cfg, in.stderr)

@@ -49,19 +49,15 @@ printed.`
 // runSchedule is "rebound schedule".
 func runSchedule(ctx context.Context, args []string, in invocation) error {
 	fs := flag.NewFlagSet("schedule", flag.ContinueOnError)
-	format := fs.String("format", "table", "output `format`: table or json")
+	format := addFormatFlag(fs)
 	which := addPolicyFlags(fs, true)
 	if done, err := parseFlags(fs, args, scheduleUsage, 0, in); done || err != nil {
 		return err
 	}
-	if *format != "table" && *format != "json" {
-		return usageError{fmt.Sprintf("--format %q: want table or json", *format)}
-	}
-	cfg, err := loadConfig(in)
-	if err != nil {
+	if err := checkFormat(*format); err != nil {
 		return err
 	}
-	named, err := which.choose(cfg.PolicySet())
+	named, err := which.choose(in)
 	if err != nil {
 		return err
 	}

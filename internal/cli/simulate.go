@@ -167,23 +167,11 @@ func runSimulateBurst(ctx context.Context, args []string, in invocation) error {
 	fs.DurationVar(&b.Tick, "tick", b.Tick, "what one tick is to the policy strategy")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of every random draw")
 	strategies := fs.String("strategies", strings.Join(simulate.BurstStrategyNames(), ","), "comma-separated strategies to run")
-	format := fs.String("format", "table", "output `format`: table or json")
-	svg := fs.String("svg", "", "also write the plot to this `file`")
-	which := addPolicyFlags(fs, false)
-	if done, err := parseFlags(fs, args, burstUsage, 0, in); done || err != nil {
+	out := addSimulateFlags(fs)
+	if done, err := out.parse(fs, args, burstUsage, in, &c); done || err != nil {
 		return err
 	}
-	if err := checkFormat(*format); err != nil {
-		return err
-	}
-	if err := c.Validate(); err != nil {
-		return usageError{fmt.Sprintf("%v", err)}
-	}
-	cfg, err := config.Load(in.environ)
-	if err != nil {
-		return err
-	}
-	named, err := which.choose(cfg.PolicySet())
+	named, err := out.which.choose(in)
 	if err != nil {
 		return err
 	}
@@ -201,7 +189,7 @@ func runSimulateBurst(ctx context.Context, args []string, in invocation) error {
 		runs = append(runs, s)
 	}
 	return playAll(ctx, in.stdout, playback[simulate.BurstStrategy, simulate.BurstResult, simulate.BurstSummary]{
-		model: "burst", seed: c.Seed, format: *format, svg: *svg,
+		model: "burst", seed: c.Seed, format: *out.format, svg: *out.svg,
 		play:    func(s simulate.BurstStrategy) (simulate.BurstResult, error) { return simulate.Burst(c, s) },
 		summary: func(r simulate.BurstResult) simulate.BurstSummary { return r.Summary },
 		plot:    func(w io.Writer, rs []simulate.BurstResult) error { return simulate.WriteBurstSVG(w, c, rs) },
@@ -218,6 +206,36 @@ type playback[S, R, Sum any] struct {
 	summary            func(R) Sum
 	plot               func(io.Writer, []R) error
 	table              func(io.Writer, []Sum) error
+}
+
+// simulateFlags are the flags both simulate subcommands take: how to
+// print, where to plot and which policy to play.
+type simulateFlags struct {
+	format, svg *string
+	which       *policyFlags
+}
+
+func addSimulateFlags(fs *flag.FlagSet) simulateFlags {
+	return simulateFlags{
+		format: addFormatFlag(fs),
+		svg:    fs.String("svg", "", "also write the plot to this `file`"),
+		which:  addPolicyFlags(fs, false),
+	}
+}
+
+// parse parses args into fs as parseFlags does, then checks the format
+// and the model's configuration, each a usageError.
+func (f simulateFlags) parse(fs *flag.FlagSet, args []string, usage string, in invocation, model interface{ Validate() error }) (done bool, err error) {
+	if done, err := parseFlags(fs, args, usage, 0, in); done || err != nil {
+		return done, err
+	}
+	if err := checkFormat(*f.format); err != nil {
+		return false, err
+	}
+	if err := model.Validate(); err != nil {
+		return false, usageError{fmt.Sprintf("%v", err)}
+	}
+	return false, nil
 }
 
 // playAll plays every strategy, writes the plot if one was asked for, and
@@ -288,26 +306,14 @@ func runSimulateOutage(ctx context.Context, args []string, in invocation) error 
 		compares = append(compares, s)
 		return nil
 	})
-	format := fs.String("format", "table", "output `format`: table or json")
-	svg := fs.String("svg", "", "also write the plot to this `file`")
-	which := addPolicyFlags(fs, false)
-	if done, err := parseFlags(fs, args, outageUsage, 0, in); done || err != nil {
+	out := addSimulateFlags(fs)
+	if done, err := out.parse(fs, args, outageUsage, in, &c); done || err != nil {
 		return err
-	}
-	if err := checkFormat(*format); err != nil {
-		return err
-	}
-	if err := c.Validate(); err != nil {
-		return usageError{fmt.Sprintf("%v", err)}
 	}
 	if *interval < time.Millisecond {
 		return usageError{fmt.Sprintf("--interval %s: want at least 1ms (delay queues count milliseconds)", *interval)}
 	}
-	cfg, err := config.Load(in.environ)
-	if err != nil {
-		return err
-	}
-	named, err := which.choose(cfg.PolicySet())
+	named, err := out.which.choose(in)
 	if err != nil {
 		return err
 	}
@@ -351,7 +357,7 @@ func runSimulateOutage(ctx context.Context, args []string, in invocation) error 
 		runs = append(runs, simulate.OutageStrategy{Name: name, Policy: cmpPolicy.Policy})
 	}
 	return playAll(ctx, in.stdout, playback[simulate.OutageStrategy, simulate.OutageResult, simulate.OutageSummary]{
-		model: "outage", seed: c.Seed, format: *format, svg: *svg,
+		model: "outage", seed: c.Seed, format: *out.format, svg: *out.svg,
 		play:    func(s simulate.OutageStrategy) (simulate.OutageResult, error) { return simulate.Outage(c, s) },
 		summary: func(r simulate.OutageResult) simulate.OutageSummary { return r.Summary },
 		plot:    func(w io.Writer, rs []simulate.OutageResult) error { return simulate.WriteOutageSVG(w, c, rs) },
@@ -466,14 +472,6 @@ func overlay(environ, assignments []string) []string {
 		}
 	}
 	return append(out, assignments...)
-}
-
-// checkFormat checks the --format both subcommands take.
-func checkFormat(format string) error {
-	if format != "table" && format != "json" {
-		return usageError{fmt.Sprintf("--format %q: want table or json", format)}
-	}
-	return nil
 }
 
 // splitList splits a comma-separated list, refusing empty and repeated

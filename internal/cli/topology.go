@@ -105,12 +105,8 @@ Upgrading). Policies, application queues and their dead-letter policy are
 left to you (see rebound topology print).`
 
 func runTopologyDeclare(ctx context.Context, args []string, in invocation) error {
-	fs := flag.NewFlagSet("topology declare", flag.ContinueOnError)
-	if done, err := parseFlags(fs, args, topologyDeclareUsage, 0, in); done || err != nil {
-		return err
-	}
-	cfg, err := loadConfig(in)
-	if err != nil {
+	cfg, done, err := parseConfigCommand("topology declare", topologyDeclareUsage, args, in)
+	if done || err != nil {
 		return err
 	}
 	conn, err := connect(ctx, in, cfg, "topology declare")
