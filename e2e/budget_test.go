@@ -19,15 +19,18 @@ import (
 // REBOUND_RETRY_RATE=40:
 //   - the copies are due (x-retry-due-at) at most 40 in any second, both
 //     replicas together: the calendar's own promise, exact;
-//   - they reach the application queue at most 2 × 40 in any second and
-//     1.2 × 40 a second over any 5 seconds: the broker hands a copy back
-//     when its TTL ends at the head of its delay queue, and RabbitMQ 3.10's
-//     classic delay queues do that late and in bursts now and then (4.3
-//     keeps to 40 a second exactly);
+//   - they reach the application queue at most 3 × 40 in any second and
+//     1.2 × 40 a second over any 10 seconds: the broker hands a copy back
+//     when its TTL ends at the head of its delay queue, and it does that
+//     late and in bursts when it is busy (RabbitMQ 3.10's classic delay
+//     queues now and then; both brokers on a loaded machine, where a
+//     stalled second's copies arrive with the next: 88 in one second and
+//     447 over ten were seen on 4.3 with the load average at 40 on two
+//     cores);
 //   - every message is parked after its two retries, none lost.
 //
-// Without the cap they all come back within a second, which the same
-// measures catch.
+// Without the cap all 800 retries come back within a few seconds, over
+// the ten-second bound, which the test checks so that it can fail.
 func TestRetryRateBudgetHoldsAStorm(t *testing.T) {
 	t.Parallel()
 	const n, rate, retries = 400, 40, 2
@@ -82,20 +85,22 @@ func TestRetryRateBudgetHoldsAStorm(t *testing.T) {
 				v, _ := strconv.Atoi(r.metric(`rebound_retry_rate_deferred_total{policy="default"}`))
 				deferred += v
 			}
-			peak, peakDue, peak5 := slices.Max(arrived), slices.Max(due), maxWindow(arrived, 5)
-			t.Logf("BUDGET broker=%s capped=%v rate=%d replicas=2 messages=%d retries=%d peak_due_per_second=%d peak_arrived_per_second=%d peak_arrived_per_5s=%d span=%s deferred=%d arrived_per_second=%v",
-				e.Broker.Version(), capped, rate, n, len(app.seen())-n, peakDue, peak, peak5, span.Round(100*time.Millisecond), deferred, arrived)
+			const window = 10 // seconds
+			peak, peakDue, peakWindow := slices.Max(arrived), slices.Max(due), maxWindow(arrived, window)
+			t.Logf("BUDGET broker=%s capped=%v rate=%d replicas=2 messages=%d retries=%d peak_due_per_second=%d peak_arrived_per_second=%d peak_arrived_per_%ds=%d span=%s deferred=%d arrived_per_second=%v",
+				e.Broker.Version(), capped, rate, n, len(app.seen())-n, peakDue, peak, window, peakWindow, span.Round(100*time.Millisecond), deferred, arrived)
+			windowBound := window * rate * 6 / 5
 			if !capped {
-				if peak <= 2*rate {
-					t.Errorf("without the cap the retries peaked at %d a second: the storm this test needs did not happen", peak)
+				if peakWindow <= windowBound {
+					t.Errorf("without the cap at most %d retries arrived in %d seconds: the storm this test needs did not happen", peakWindow, window)
 				}
 				return
 			}
 			if peakDue > rate {
 				t.Errorf("%d copies due in one second, over the cap of %d", peakDue, rate)
 			}
-			if peak > 2*rate || peak5 > 5*rate*6/5 {
-				t.Errorf("retries reached the application queue %d in one second and %d in five, over the cap of %d a second (tolerance: 2× in a second, 1.2× over five)", peak, peak5, rate)
+			if peak > 3*rate || peakWindow > windowBound {
+				t.Errorf("retries reached the application queue %d in one second and %d in %d, over the cap of %d a second (tolerance: 3× in a second, 1.2× over %d)", peak, peakWindow, window, rate, window)
 			}
 			if span < time.Duration(n*retries/rate)*time.Second*4/5 {
 				t.Errorf("%d retries took %s, faster than the cap of %d a second allows", n*retries, span, rate)

@@ -16,12 +16,40 @@ import (
 // inbox's consumers, keeping the calendar of when its copies come due
 // (package calendar).
 
-// setConsumers records the inbox's consumer count, which divides every
-// policy's rate into this replica's share.
-func (s *Sidecar) setConsumers(n int) {
+// consumerMemory is how long a consumer count read keeps counting
+// towards the share. A replica replacing its inbox consumer for a new
+// prefetch (inbox.refit) has none for a moment, and a count read then
+// would hand every other replica a larger share (on 4.3, two replicas
+// sent 60 a second under a cap of 40 for ten seconds at a time); so the
+// share divides by the largest count read within consumerMemory. A
+// replica that joins lowers the others' share at once, one that leaves
+// raises it that much later: the safe way.
+const consumerMemory = 3 * inboxEvery
+
+// consumerRead is one reading of the inbox's consumer count.
+type consumerRead struct {
+	at time.Time
+	n  int
+}
+
+// setConsumers records the inbox's consumer count as read at now; the
+// largest count read within consumerMemory divides every policy's rate
+// into this replica's share.
+func (s *Sidecar) setConsumers(n int, now time.Time) {
 	if n < 1 {
 		n = 1 // this replica consumes, whatever the broker says
 	}
+	s.consumerMu.Lock()
+	s.consumerReads = append(s.consumerReads, consumerRead{at: now, n: n})
+	recent := s.consumerReads[:0]
+	for _, r := range s.consumerReads {
+		if now.Sub(r.at) < consumerMemory {
+			recent = append(recent, r)
+			n = max(n, r.n)
+		}
+	}
+	s.consumerReads = recent
+	s.consumerMu.Unlock()
 	if s.consumers.Swap(int64(n)) == int64(n) {
 		return
 	}

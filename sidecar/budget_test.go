@@ -51,3 +51,35 @@ func TestBudgetKeepsDeadlineCopiesOnTheGrid(t *testing.T) {
 		t.Errorf("%v copies over budget, want 4", overflow)
 	}
 }
+
+// TestShareIgnoresAMomentWithoutAConsumer: the share divides by the
+// largest consumer count read within consumerMemory, so a reading taken
+// while another replica replaces its consumer (one fewer for a moment)
+// does not raise this replica's share; a replica that joins lowers it at
+// once, and one that left raises it once consumerMemory has passed.
+func TestShareIgnoresAMomentWithoutAConsumer(t *testing.T) {
+	p := policy.Policy{Backoff: policy.Constant, MinDelay: time.Second, MaxDelay: time.Second, Jitter: policy.NoJitter,
+		MaxDuration: time.Hour, RetryRate: 60}
+	r := route.Router{Policies: policy.Single(p), Codec: headers.NewCodec(headers.DefaultNames())}
+	start := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	s := New(Options{Router: r, Logger: zap.NewNop(), Metrics: NewMetrics(prometheus.NewRegistry(), r), Now: func() time.Time { return start }})
+	named := r.Policies.Default()
+	for _, step := range []struct {
+		after     time.Duration
+		consumers int
+		share     float64
+	}{
+		{0, 2, 30},
+		{inboxEvery, 1, 30}, // the other replica between two consumers
+		{2 * inboxEvery, 3, 20},
+		{3 * inboxEvery, 2, 20},                  // the third left: not yet
+		{3*inboxEvery + consumerMemory, 2, 30},   // now
+		{4*inboxEvery + consumerMemory, 0, 30},   // a reading of none: this replica counts
+		{4*inboxEvery + 2*consumerMemory, 0, 60}, // alone for consumerMemory
+	} {
+		s.setConsumers(step.consumers, start.Add(step.after))
+		if got := s.share(named); got != step.share {
+			t.Errorf("after %v, %d consumers read: share %v, want %v", step.after, step.consumers, got, step.share)
+		}
+	}
+}

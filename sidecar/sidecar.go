@@ -81,7 +81,9 @@ type Sidecar struct {
 	// inbox's consumer count that divides each rate into this replica's
 	// share.
 	calendar       *calendar.Calendar
-	consumers      atomic.Int64
+	consumers      atomic.Int64 // the divisor of the share (setConsumers)
+	consumerMu     sync.Mutex
+	consumerReads  []consumerRead // within consumerMemory
 	consumerWarned atomic.Bool
 	deferrals      deferralLog // used by the session's goroutine only
 
@@ -125,7 +127,7 @@ func New(opt Options) *Sidecar {
 	}
 	s := &Sidecar{opt: opt, log: opt.Logger, m: opt.Metrics, calendar: calendar.New(),
 		replica: fmt.Sprintf("%s #%08x", name, rand.Uint32())}
-	s.setConsumers(1)
+	s.setConsumers(1, opt.Now())
 	s.beat()
 	return s
 }

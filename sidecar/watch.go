@@ -102,7 +102,7 @@ func (w *watcher) inbox() {
 	}
 	s.m.InboxMessages.Set(float64(q.Messages))
 	s.m.InboxConsumers.Set(float64(q.Consumers))
-	s.setConsumers(q.Consumers)
+	s.setConsumers(q.Consumers, s.opt.Now())
 }
 
 // queues reads the parking queue and the delay queues this replica uses
