@@ -52,6 +52,9 @@ type meter struct {
 	peak                  int64 // the most of held plus waiting
 	released              bool  // no more waiting: the connection is closing
 	span                  time.Duration
+	// observe hears what rebound holds after each take and settle (the
+	// gauge rebound_inflight_bytes); it is called with mu held.
+	observe func(bytes int64)
 
 	// The frame being read, on the reader's goroutine only.
 	head    [7]byte
@@ -170,6 +173,7 @@ func (m *meter) take(size int64) {
 	defer m.mu.Unlock()
 	m.taken += size
 	m.held += size
+	m.report()
 }
 
 // settle records that deliveries of size body bytes in all were acked or
@@ -178,7 +182,17 @@ func (m *meter) settle(size int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.held = max(m.held-size, 0)
+	m.report()
 	m.ready.Broadcast()
+}
+
+// report hands what rebound holds to observe, if set. m.mu is held: the
+// session's takes and the acker's settles report in the order they
+// happen, so the last report is never a stale one.
+func (m *meter) report() {
+	if m.observe != nil {
+		m.observe(m.held + m.received - m.taken)
+	}
 }
 
 // bytes is what rebound holds of message bodies: taken and not settled,

@@ -65,6 +65,7 @@ func (ss *session) open(ctx context.Context) error {
 	var m *meter
 	if ss.consConn, err = s.opt.Dialer.DialVia(ctx, "consume", func(conn net.Conn) net.Conn {
 		m = newMeter(conn, s.opt.InflightBytes)
+		m.observe = func(bytes int64) { s.m.InflightBytes.Set(float64(bytes)) }
 		return m
 	}); err != nil {
 		return err
@@ -95,9 +96,8 @@ func (ss *session) open(ctx context.Context) error {
 	ss.closed = ss.consCh.NotifyClose(make(chan *amqp.Error, 1))
 	ss.cancelled = ss.consCh.NotifyCancel(make(chan string, 1))
 	ss.acks = newAcker(ss.consCh, func(settled, inflight int, bytes int64) {
-		ss.meter.settle(bytes)
+		ss.meter.settle(bytes) // which sets rebound_inflight_bytes
 		s.m.InFlight.Set(float64(inflight))
-		s.m.InflightBytes.Set(float64(ss.meter.bytes()))
 		s.beat()
 	})
 	ss.inbox = &inbox{ch: ss.consCh, queue: topo.InboxQueue, win: newWindow(s.opt.Prefetch, s.opt.InflightBytes),
@@ -333,7 +333,6 @@ func (ss *session) take(d amqp.Delivery) {
 	size := int64(len(d.Body))
 	ss.meter.take(size)
 	ss.inbox.took(d.DeliveryTag, size, ss.s.opt.Now())
-	ss.s.m.InflightBytes.Set(float64(ss.meter.bytes()))
 	if peak := ss.meter.peakBytes(); peak > ss.s.peakInflightBytes.Load() {
 		ss.s.peakInflightBytes.Store(peak) // only this goroutine stores it
 	}
