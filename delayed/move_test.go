@@ -181,17 +181,22 @@ func TestFlushTenThousand(t *testing.T) {
 		e := newEnv(t, queueType, nil)
 		a, b := e.app("a"), e.app("b")
 		const n = 10000
-		due := time.Now().Add(5 * time.Minute)
+		// Due long after the test's end, however slowly a loaded machine
+		// runs it: a copy already due when the flush reads it stays where
+		// it is, and one put back for a short remaining time would reach
+		// its origin before it is counted (a flush took 4m40s with the
+		// load average at 40 on two cores).
+		due := time.Now().Add(40 * time.Minute)
 		ws := make([]waiting, n)
 		for i := range ws {
 			origin := a
 			if i%2 == 1 {
 				origin = b
 			}
-			ws[i] = waiting{id: fmt.Sprint(i), origin: origin, delay: 10 * time.Minute, due: due}
+			ws[i] = waiting{id: fmt.Sprint(i), origin: origin, delay: 50 * time.Minute, due: due}
 		}
 		e.seed(ws...)
-		e.WaitQueueLen(e.delayQueue(10*time.Minute), n, time.Minute)
+		e.WaitQueueLen(e.delayQueue(50*time.Minute), n, time.Minute)
 		queues := e.find()
 		start := time.Now()
 		res, err := e.dp.Move(context.Background(), queues, matching(Flush, `^`+regexp.QuoteMeta(a)+`$`), time.Now)
