@@ -112,28 +112,17 @@ func (e *testEnv) cli(args ...string) (stdout, stderr string, err error) {
 // and waits until it is ready. It is stopped (as by SIGTERM) at cleanup.
 func (e *testEnv) startInProcess() (stop func() error) {
 	e.t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
 	logs := &syncBuffer{}
-	done := make(chan error, 1)
-	go func() { done <- cli.Run(ctx, []string{"run"}, e.Environ(), io.Discard, logs) }()
-	var once sync.Once
-	var runErr error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case runErr = <-done:
-			case <-time.After(30 * time.Second):
-				runErr = fmt.Errorf("rebound did not stop within 30s")
-			}
-			if e.t.Failed() {
-				e.t.Logf("rebound logs:\n%s", logs.String())
-			}
-		})
-		return runErr
-	}
-	e.t.Cleanup(func() { _ = stop() })
-	e.waitReady(done)
+	exited, stop := brokertest.RunInBackground("rebound", func(ctx context.Context) error {
+		return cli.Run(ctx, []string{"run"}, e.Environ(), io.Discard, logs)
+	}, 30*time.Second)
+	e.t.Cleanup(func() {
+		_ = stop()
+		if e.t.Failed() {
+			e.t.Logf("rebound logs:\n%s", logs.String())
+		}
+	})
+	e.waitReady(exited)
 	return stop
 }
 

@@ -3,7 +3,6 @@ package sidecar
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -452,7 +451,7 @@ func TestRunKeepsReconnectingUntilCancelled(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
 	var skew atomic.Int64 // added to the sidecar's clock
 	s := New(Options{
-		Dialer: republisher.NewDialer([]string{refusingURL(t)}, nil, republisher.Client{Name: "rebound test"}), Logger: zap.New(core), Metrics: NewMetrics(reg, route.Router{}), ConfirmTimeout: time.Second,
+		Dialer: republisher.NewDialer([]string{brokertest.RefusingURL(t)}, nil, republisher.Client{Name: "rebound test"}), Logger: zap.New(core), Metrics: NewMetrics(reg, route.Router{}), ConfirmTimeout: time.Second,
 		Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) },
 		Reconnect: policy.Policy{Backoff: policy.Constant, MinDelay: 10 * time.Millisecond, MaxDelay: 10 * time.Millisecond,
 			Jitter: policy.NoJitter, Deadline: policy.Lenient},
@@ -496,23 +495,11 @@ func TestRunKeepsReconnectingUntilCancelled(t *testing.T) {
 	}
 	for _, l := range ended {
 		msg, _ := l.ContextMap()["error"].(string)
-		if !strings.Contains(msg, "connection refused") || strings.Contains(msg, "Pw9zq7") {
+		if !strings.Contains(msg, "connection refused") || strings.Contains(msg, brokertest.RefusingPassword) {
 			t.Errorf("session ended with %q, want connection refused and no password", msg)
 		}
 	}
 	if all := logs.All(); all[len(all)-1].Message != "stopped" {
 		t.Errorf("last log line %q, want stopped", all[len(all)-1].Message)
 	}
-}
-
-// refusingURL is an AMQP URL whose port nothing listens on.
-func refusingURL(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return "amqp://guest:guest@" + addr + "/"
 }

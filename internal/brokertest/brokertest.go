@@ -29,6 +29,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -303,6 +304,48 @@ func Await(timeout time.Duration, cond func() bool) bool {
 		}
 	}
 	return true
+}
+
+// RefusingPassword is RefusingURL's password, which must never show up in
+// an error or a log line.
+const RefusingPassword = "Pw9zq7"
+
+// RefusingURL is an AMQP URL whose port nothing listens on: a broker that
+// is down.
+func RefusingURL(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return "amqp://guest:" + RefusingPassword + "@" + addr + "/"
+}
+
+// RunInBackground runs run in a goroutine under a context of its own, as
+// a test runs a long-lived program in-process. exited receives what run
+// returns should it end by itself. stop cancels the context and returns
+// what run returned, or an error naming what once it has not returned
+// within timeout; every call of stop returns the same.
+func RunInBackground(what string, run func(ctx context.Context) error, timeout time.Duration) (exited <-chan error, stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	var once sync.Once
+	var runErr error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case runErr = <-done:
+			case <-time.After(timeout):
+				runErr = fmt.Errorf("%s did not return within %s of its context's end", what, timeout)
+			}
+		})
+		return runErr
+	}
+	return done, stop
 }
 
 // WaitQueueLen waits up to timeout until queue, in url's virtual host,
