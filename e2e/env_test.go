@@ -279,17 +279,6 @@ func with(base map[string]string, extra ...string) map[string]string {
 // fastLoop is a policy that parks after two quick retries.
 var fastLoop = map[string]string{"REBOUND_BACKOFF": "constant", "REBOUND_MIN_DELAY": "20ms", "REBOUND_MAX_RETRIES": "2"}
 
-// queueTypes runs a scenario once with classic and once with quorum
-// queues, in parallel.
-func queueTypes(t *testing.T, scenario func(t *testing.T, queueType string)) {
-	for _, qt := range []string{"classic", "quorum"} {
-		t.Run(qt, func(t *testing.T) {
-			t.Parallel()
-			scenario(t, qt)
-		})
-	}
-}
-
 // syncBuffer collects a process's output while the test reads it.
 type syncBuffer struct {
 	mu  sync.Mutex

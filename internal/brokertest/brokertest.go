@@ -306,6 +306,18 @@ func Await(timeout time.Duration, cond func() bool) bool {
 	return true
 }
 
+// EachQueueType runs test as two parallel subtests, on classic and on
+// quorum queues; queueType is "classic" or "quorum", as
+// REBOUND_QUEUE_TYPE takes it.
+func EachQueueType(t *testing.T, test func(t *testing.T, queueType string)) {
+	for _, queueType := range []string{"classic", "quorum"} {
+		t.Run(queueType, func(t *testing.T) {
+			t.Parallel()
+			test(t, queueType)
+		})
+	}
+}
+
 // RefusingPassword is RefusingURL's password, which must never show up in
 // an error or a log line.
 const RefusingPassword = "Pw9zq7"
