@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -112,7 +111,7 @@ func (e *testEnv) cli(args ...string) (stdout, stderr string, err error) {
 // and waits until it is ready. It is stopped (as by SIGTERM) at cleanup.
 func (e *testEnv) startInProcess() (stop func() error) {
 	e.t.Helper()
-	logs := &syncBuffer{}
+	logs := &brokertest.SyncBuffer{}
 	exited, stop := brokertest.RunInBackground("rebound", func(ctx context.Context) error {
 		return cli.Run(ctx, []string{"run"}, e.Environ(), io.Discard, logs)
 	}, 30*time.Second)
@@ -130,7 +129,7 @@ func (e *testEnv) startInProcess() (stop func() error) {
 type proc struct {
 	cmd     *exec.Cmd
 	exited  chan error
-	logs    *syncBuffer
+	logs    *brokertest.SyncBuffer
 	started time.Time // just before the process was started
 }
 
@@ -165,7 +164,7 @@ func (e *testEnv) launch() *proc {
 	e.t.Helper()
 	cmd := exec.Command(binary(e.t), "run")
 	cmd.Env = append(os.Environ(), e.Environ()...)
-	logs := &syncBuffer{}
+	logs := &brokertest.SyncBuffer{}
 	cmd.Stderr = logs
 	p := &proc{cmd: cmd, exited: make(chan error, 1), logs: logs, started: time.Now()}
 	if err := cmd.Start(); err != nil {
@@ -278,21 +277,3 @@ func with(base map[string]string, extra ...string) map[string]string {
 
 // fastLoop is a policy that parks after two quick retries.
 var fastLoop = map[string]string{"REBOUND_BACKOFF": "constant", "REBOUND_MIN_DELAY": "20ms", "REBOUND_MAX_RETRIES": "2"}
-
-// syncBuffer collects a process's output while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}

@@ -140,7 +140,7 @@ func TestAMQPSWithPrivateCAAndClientCertificate(t *testing.T) {
 func TestPasswordNeverLogged(t *testing.T) {
 	t.Parallel()
 	b := brokertest.Require(t)
-	logs := &syncBuffer{}
+	logs := &brokertest.SyncBuffer{}
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Second)
 	defer cancel()
 	const secret = "hunter2-not-the-password"

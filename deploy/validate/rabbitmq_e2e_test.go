@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -72,7 +71,7 @@ func TestRabbitMQSetupEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
-	logs := &syncBuffer{}
+	logs := &brokertest.SyncBuffer{}
 	rebound := exec.CommandContext(ctx, bin, "run")
 	rebound.Env = append(os.Environ(), "REBOUND_AMQP_URL_FILE="+urlFile, "REBOUND_HTTP_ADDR="+addr,
 		"REBOUND_MIN_DELAY=1s", "REBOUND_JITTER=none", "REBOUND_IMMEDIATE_RETRIES=1", "REBOUND_MAX_RETRIES=2")
@@ -236,22 +235,4 @@ func waitReady(t *testing.T, ctx context.Context, url string) {
 
 func refused(log string) bool {
 	return strings.Contains(strings.ToLower(log), "access_refused")
-}
-
-// syncBuffer collects a process's output while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -306,6 +306,24 @@ func Await(timeout time.Duration, cond func() bool) bool {
 	return true
 }
 
+// SyncBuffer collects a process's output while the test reads it.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 // EachQueueType runs test as two parallel subtests, on classic and on
 // quorum queues; queueType is "classic" or "quorum", as
 // REBOUND_QUEUE_TYPE takes it.
