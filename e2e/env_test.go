@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -77,7 +76,7 @@ func newTestEnv(t *testing.T, overrides map[string]string) *testEnv {
 // newTestEnvOn is newTestEnv on node b, a node of a cluster say.
 func newTestEnvOn(t *testing.T, b *brokertest.Broker, overrides map[string]string) *testEnv {
 	t.Helper()
-	addr := freeAddr(t)
+	addr := brokertest.FreeAddr(t)
 	vars := map[string]string{
 		"REBOUND_HTTP_ADDR":      addr,
 		"REBOUND_LOG_LEVEL":      "warn",
@@ -90,15 +89,6 @@ func newTestEnvOn(t *testing.T, b *brokertest.Broker, overrides map[string]strin
 
 // vhost is the virtual host of the env's broker URL.
 func (e *testEnv) vhost() string { return config.VhostOf(e.URL()) }
-
-func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // cli runs a rebound command in-process with the env's variables.
 func (e *testEnv) cli(args ...string) (stdout, stderr string, err error) {
@@ -152,7 +142,7 @@ func (e *testEnv) replica() *testEnv {
 	r := *e
 	d := *e.Deployment
 	r.Deployment = &d
-	r.http = freeAddr(e.t)
+	r.http = brokertest.FreeAddr(e.t)
 	d.Vars = maps.Clone(e.Vars)
 	d.Vars["REBOUND_HTTP_ADDR"] = r.http
 	return &r

@@ -2,10 +2,7 @@ package validate
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -40,7 +37,7 @@ func TestRabbitMQSetupEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	suffix := randomSuffix(t)
+	suffix := brokertest.RandomSuffix()
 	vhost, reboundUser, appUser := "deploy-validate-"+suffix, "rebound-"+suffix, "app-"+suffix
 	password := "pw-" + suffix
 	rabbitmqctl(t, "add_vhost", vhost)
@@ -70,7 +67,7 @@ func TestRabbitMQSetupEndToEnd(t *testing.T) {
 	if err := os.WriteFile(urlFile, []byte(url), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr := brokertest.FreeAddr(t)
 	logs := &brokertest.SyncBuffer{}
 	rebound := exec.CommandContext(ctx, bin, "run")
 	rebound.Env = append(os.Environ(), "REBOUND_AMQP_URL_FILE="+urlFile, "REBOUND_HTTP_ADDR="+addr,
@@ -195,24 +192,6 @@ func userURL(t *testing.T, brokerURL, user, password, vhost string) string {
 	}
 	u.Username, u.Password, u.Vhost = user, password, vhost
 	return u.String()
-}
-
-func randomSuffix(t *testing.T) string {
-	b := make([]byte, 4)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
-}
-
-// freeAddr returns a loopback address with a port nothing listens on.
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func waitReady(t *testing.T, ctx context.Context, url string) {

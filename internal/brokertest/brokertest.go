@@ -344,13 +344,18 @@ const RefusingPassword = "Pw9zq7"
 // is down.
 func RefusingURL(t testing.TB) string {
 	t.Helper()
+	return "amqp://guest:" + RefusingPassword + "@" + FreeAddr(t) + "/"
+}
+
+// FreeAddr returns a loopback address with a port nothing listens on.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	return "amqp://guest:" + RefusingPassword + "@" + addr + "/"
+	defer l.Close()
+	return l.Addr().String()
 }
 
 // RunInBackground runs run in a goroutine under a context of its own, as
