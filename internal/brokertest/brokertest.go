@@ -2,7 +2,9 @@
 // gives them a real HTTP server: which broker of the test matrix this run
 // is against, the rule for skipping or requiring it, rabbitmqctl on its
 // node, and the few helpers every broker test needs (unique names, queue
-// length, private virtual hosts, stopping and starting the node).
+// length, private virtual hosts, stopping and starting the node, a run on
+// classic and on quorum queues, a program run in-process in the
+// background, a free port and a broker URL that refuses).
 //
 // The matrix has two brokers, picked by REBOUND_TEST_BROKER:
 //
