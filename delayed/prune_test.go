@@ -9,6 +9,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/rebound-mq/rebound/internal/brokertest"
 	"github.com/rebound-mq/rebound/topology"
 )
 
@@ -41,7 +42,7 @@ func (e *env) exchangeExists(name string) bool {
 // consumer reads; it deletes the exchange a replica's sweep left without
 // its queue. A dry run deletes nothing. Classic and quorum delay queues.
 func TestPruneDeletesOnlyEmptyUnusedDelayQueues(t *testing.T) {
-	eachType(t, func(t *testing.T, queueType string) {
+	brokertest.EachQueueType(t, func(t *testing.T, queueType string) {
 		e := newEnv(t, queueType, nil)
 		for _, d := range []time.Duration{time.Second, 3 * time.Second, 4 * time.Second} {
 			if err := e.topo.DeclareDelayQueue(e.Ch, d); err != nil {
@@ -147,7 +148,7 @@ func TestPruneRefusesWhileAReplicaHasNoLease(t *testing.T) {
 // exchange and binding back as they were and keeps it. Classic and
 // quorum delay queues.
 func TestDeleteQueueRestoresWhatItFindsInUse(t *testing.T) {
-	eachType(t, func(t *testing.T, queueType string) {
+	brokertest.EachQueueType(t, func(t *testing.T, queueType string) {
 		e := newEnv(t, queueType, nil)
 		e.seed(waiting{id: "w", origin: "a", delay: time.Minute})
 		q := Queue{Name: e.delayQueue(time.Minute), Delay: time.Minute}

@@ -37,6 +37,21 @@ func cluster(t *testing.T) []*brokertest.Broker {
 	return nodes
 }
 
+// atOnce runs op on every node at the same time, and waits for them all.
+func atOnce(t *testing.T, nodes []*brokertest.Broker, op func(*brokertest.Broker) error) {
+	var wg sync.WaitGroup
+	for _, nd := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := op(nd); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
 // clusterEnv is a test deployment on the cluster: rebound gets every
 // node's URL (through REBOUND_AMQP_URL_FILE, which wins over
 // REBOUND_AMQP_URL), the test's own clients the first node's.
@@ -222,17 +237,7 @@ func TestClusterMinorityLosesNothing(t *testing.T) {
 			_ = nd.Start()
 		}
 	})
-	var wg sync.WaitGroup
-	for _, nd := range nodes[1:] {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := nd.Stop(); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
+	atOnce(t, nodes[1:], (*brokertest.Broker).Stop)
 	base, _ := e.progress()
 	// What rebound meets: a queue declared now, on the node left.
 	probe := make(chan error, 1)
@@ -253,16 +258,7 @@ func TestClusterMinorityLosesNothing(t *testing.T) {
 	if e.Broker.AtLeast(4, 2) && during.reconnects == base.reconnects {
 		t.Errorf("RabbitMQ %s: rebound never met a failed declaration on a minority (no reconnect): the test did not exercise it", e.Broker.Version())
 	}
-	for _, nd := range nodes[1:] {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := nd.Start(); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
+	atOnce(t, nodes[1:], (*brokertest.Broker).Start)
 	t.Logf("nodes back after %s", time.Since(stopped).Round(time.Second))
 	e.account(n, 0, 3*time.Minute)
 }

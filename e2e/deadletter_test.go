@@ -357,7 +357,7 @@ func (e *testEnv) waitParked(parking string, n, killed int) {
 // during a rolling upgrade.
 func TestUpgradeFromHeadersExchange(t *testing.T) {
 	t.Parallel()
-	queueTypes(t, func(t *testing.T, queueType string) {
+	brokertest.EachQueueType(t, func(t *testing.T, queueType string) {
 		e := newTestEnv(t, with(fastLoop, "REBOUND_QUEUE_TYPE", queueType, "REBOUND_MIN_DELAY", "100ms"))
 		cfg, err := config.Load(e.Environ())
 		if err != nil {

@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -78,7 +76,7 @@ func newTestEnv(t *testing.T, overrides map[string]string) *testEnv {
 // newTestEnvOn is newTestEnv on node b, a node of a cluster say.
 func newTestEnvOn(t *testing.T, b *brokertest.Broker, overrides map[string]string) *testEnv {
 	t.Helper()
-	addr := freeAddr(t)
+	addr := brokertest.FreeAddr(t)
 	vars := map[string]string{
 		"REBOUND_HTTP_ADDR":      addr,
 		"REBOUND_LOG_LEVEL":      "warn",
@@ -92,15 +90,6 @@ func newTestEnvOn(t *testing.T, b *brokertest.Broker, overrides map[string]strin
 // vhost is the virtual host of the env's broker URL.
 func (e *testEnv) vhost() string { return config.VhostOf(e.URL()) }
 
-func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // cli runs a rebound command in-process with the env's variables.
 func (e *testEnv) cli(args ...string) (stdout, stderr string, err error) {
 	var out, errOut bytes.Buffer
@@ -112,28 +101,17 @@ func (e *testEnv) cli(args ...string) (stdout, stderr string, err error) {
 // and waits until it is ready. It is stopped (as by SIGTERM) at cleanup.
 func (e *testEnv) startInProcess() (stop func() error) {
 	e.t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	logs := &syncBuffer{}
-	done := make(chan error, 1)
-	go func() { done <- cli.Run(ctx, []string{"run"}, e.Environ(), io.Discard, logs) }()
-	var once sync.Once
-	var runErr error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case runErr = <-done:
-			case <-time.After(30 * time.Second):
-				runErr = fmt.Errorf("rebound did not stop within 30s")
-			}
-			if e.t.Failed() {
-				e.t.Logf("rebound logs:\n%s", logs.String())
-			}
-		})
-		return runErr
-	}
-	e.t.Cleanup(func() { _ = stop() })
-	e.waitReady(done)
+	logs := &brokertest.SyncBuffer{}
+	exited, stop := brokertest.RunInBackground("rebound", func(ctx context.Context) error {
+		return cli.Run(ctx, []string{"run"}, e.Environ(), io.Discard, logs)
+	}, 30*time.Second)
+	e.t.Cleanup(func() {
+		_ = stop()
+		if e.t.Failed() {
+			e.t.Logf("rebound logs:\n%s", logs.String())
+		}
+	})
+	e.waitReady(exited)
 	return stop
 }
 
@@ -141,7 +119,7 @@ func (e *testEnv) startInProcess() (stop func() error) {
 type proc struct {
 	cmd     *exec.Cmd
 	exited  chan error
-	logs    *syncBuffer
+	logs    *brokertest.SyncBuffer
 	started time.Time // just before the process was started
 }
 
@@ -164,7 +142,7 @@ func (e *testEnv) replica() *testEnv {
 	r := *e
 	d := *e.Deployment
 	r.Deployment = &d
-	r.http = freeAddr(e.t)
+	r.http = brokertest.FreeAddr(e.t)
 	d.Vars = maps.Clone(e.Vars)
 	d.Vars["REBOUND_HTTP_ADDR"] = r.http
 	return &r
@@ -176,7 +154,7 @@ func (e *testEnv) launch() *proc {
 	e.t.Helper()
 	cmd := exec.Command(binary(e.t), "run")
 	cmd.Env = append(os.Environ(), e.Environ()...)
-	logs := &syncBuffer{}
+	logs := &brokertest.SyncBuffer{}
 	cmd.Stderr = logs
 	p := &proc{cmd: cmd, exited: make(chan error, 1), logs: logs, started: time.Now()}
 	if err := cmd.Start(); err != nil {
@@ -289,32 +267,3 @@ func with(base map[string]string, extra ...string) map[string]string {
 
 // fastLoop is a policy that parks after two quick retries.
 var fastLoop = map[string]string{"REBOUND_BACKOFF": "constant", "REBOUND_MIN_DELAY": "20ms", "REBOUND_MAX_RETRIES": "2"}
-
-// queueTypes runs a scenario once with classic and once with quorum
-// queues, in parallel.
-func queueTypes(t *testing.T, scenario func(t *testing.T, queueType string)) {
-	for _, qt := range []string{"classic", "quorum"} {
-		t.Run(qt, func(t *testing.T) {
-			t.Parallel()
-			scenario(t, qt)
-		})
-	}
-}
-
-// syncBuffer collects a process's output while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}

@@ -46,6 +46,16 @@ func (e *testEnv) rejectAll(queue string) *rejector {
 	return r
 }
 
+// startRejecting starts rebound in-process with vars, and then a consumer
+// that rejects every message on the application queue: the loop most tests
+// here watch.
+func startRejecting(t *testing.T, vars map[string]string) (*testEnv, *rejector) {
+	t.Helper()
+	e := newTestEnv(t, vars)
+	e.startInProcess()
+	return e, e.rejectAll(e.App)
+}
+
 func (r *rejector) consume(ctx context.Context, url, queue string) {
 	conn, err := amqp.Dial(url)
 	if err != nil {
@@ -103,6 +113,21 @@ func (e *testEnv) parked(want int, timeout time.Duration) []amqp.Delivery {
 	return e.Drain(queue)
 }
 
+// wantParkedUnknownOrigin waits until want messages are parked and checks
+// that each was parked for an origin rebound may not send it back to.
+func (e *testEnv) wantParkedUnknownOrigin(want int) {
+	e.t.Helper()
+	parked := e.parked(want, 30*time.Second)
+	if len(parked) != want {
+		e.t.Fatalf("parked %d, want %d", len(parked), want)
+	}
+	for _, p := range parked {
+		if p.Headers["x-retry-parked-reason"] != "unknown-origin" {
+			e.t.Errorf("%s parked for %#v, want unknown-origin", p.MessageId, p.Headers["x-retry-parked-reason"])
+		}
+	}
+}
+
 func header(t *testing.T, d amqp.Delivery, name string) any {
 	t.Helper()
 	return d.Headers[name]
@@ -110,11 +135,9 @@ func header(t *testing.T, d amqp.Delivery, name string) any {
 
 func TestLoopRetriesWithBackoffThenParks(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, map[string]string{
+	e, r := startRejecting(t, map[string]string{
 		"REBOUND_BACKOFF": "exponential", "REBOUND_MIN_DELAY": "300ms", "REBOUND_MULTIPLIER": "2", "REBOUND_MAX_RETRIES": "3",
 	})
-	e.startInProcess()
-	r := e.rejectAll(e.App)
 	sent := time.Now().Truncate(time.Second)
 	e.publish(amqp.Publishing{
 		MessageId: "m-1", CorrelationId: "c-1", ContentType: "application/json", ContentEncoding: "utf-8",
@@ -185,9 +208,7 @@ func TestLoopRetriesWithBackoffThenParks(t *testing.T) {
 
 func TestParksWhenBudgetIsSpent(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, map[string]string{"REBOUND_MAX_DURATION": "1h"})
-	e.startInProcess()
-	r := e.rejectAll(e.App)
+	e, r := startRejecting(t, map[string]string{"REBOUND_MAX_DURATION": "1h"})
 	e.publish(amqp.Publishing{MessageId: "old", Headers: amqp.Table{"x-task-started-at": time.Now().Add(-2 * time.Hour).UnixMilli()}})
 	parked := e.parked(1, 30*time.Second)
 	if len(parked) != 1 || parked[0].Headers["x-retry-parked-reason"] != "max-duration" {
@@ -200,11 +221,9 @@ func TestParksWhenBudgetIsSpent(t *testing.T) {
 
 func TestImmediateRetriesComeStraightBack(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, map[string]string{
+	e, r := startRejecting(t, map[string]string{
 		"REBOUND_IMMEDIATE_RETRIES": "2", "REBOUND_MAX_RETRIES": "3", "REBOUND_MIN_DELAY": "1500ms", "REBOUND_BACKOFF": "constant",
 	})
-	e.startInProcess()
-	r := e.rejectAll(e.App)
 	e.publish(amqp.Publishing{MessageId: "quick"})
 	if parked := e.parked(1, 30*time.Second); len(parked) != 1 {
 		t.Fatalf("parked %d, want 1", len(parked))
@@ -235,9 +254,7 @@ func TestImmediateRetriesComeStraightBack(t *testing.T) {
 
 func TestNonRetryableIsParkedAtOnce(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, nil)
-	e.startInProcess()
-	r := e.rejectAll(e.App)
+	e, r := startRejecting(t, nil)
 	e.publish(amqp.Publishing{MessageId: "poison", Headers: amqp.Table{"x-retry-non-retryable": true, "x-retry-error": "bad schema"}})
 	parked := e.parked(1, 30*time.Second)
 	if len(parked) != 1 || parked[0].Headers["x-retry-parked-reason"] != "non-retryable" || parked[0].Headers["x-retry-error"] != "bad schema" {
@@ -253,27 +270,14 @@ func TestUnknownOrMissingOriginIsParked(t *testing.T) {
 	e := newTestEnv(t, nil)
 	e.startInProcess()
 	inbox := e.Vars["REBOUND_INBOX_QUEUE"]
-	ctx := context.Background()
 	// Published straight to the inbox: no x-death, no origin header.
-	if err := e.Ch.PublishWithContext(ctx, "", inbox, false, false, amqp.Publishing{MessageId: "nowhere"}); err != nil {
-		t.Fatal(err)
-	}
+	e.PublishTo(inbox, amqp.Publishing{MessageId: "nowhere"})
 	// An origin that names a queue that does not exist: the copy would be
 	// dropped by the broker when its delay ends.
-	if err := e.Ch.PublishWithContext(ctx, "", inbox, false, false, amqp.Publishing{
+	e.PublishTo(inbox, amqp.Publishing{
 		MessageId: "gone", Headers: amqp.Table{"x-retry-origin-queue": e.Prefix + "no-such-queue"},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	parked := e.parked(2, 30*time.Second)
-	if len(parked) != 2 {
-		t.Fatalf("parked %d, want 2", len(parked))
-	}
-	for _, p := range parked {
-		if p.Headers["x-retry-parked-reason"] != "unknown-origin" {
-			t.Errorf("%s parked for %#v, want unknown-origin", p.MessageId, p.Headers["x-retry-parked-reason"])
-		}
-	}
+	})
+	e.wantParkedUnknownOrigin(2)
 	if got := e.metricBecomes(`rebound_messages_parked_total{policy="default",reason="unknown-origin"}`, "2"); got != "2" {
 		t.Errorf("parked metric = %q, want 2", got)
 	}
@@ -281,9 +285,7 @@ func TestUnknownOrMissingOriginIsParked(t *testing.T) {
 
 func TestGarbageHeadersAreCountedAndRepaired(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, map[string]string{"REBOUND_MAX_RETRIES": "1", "REBOUND_MIN_DELAY": "100ms"})
-	e.startInProcess()
-	r := e.rejectAll(e.App)
+	e, r := startRejecting(t, map[string]string{"REBOUND_MAX_RETRIES": "1", "REBOUND_MIN_DELAY": "100ms"})
 	e.publish(amqp.Publishing{MessageId: "junk", Headers: amqp.Table{
 		"x-retry-count": "banana", "x-task-started-at": "yesterday", "x-retry-last-delay-ms": int64(-5),
 	}})
@@ -311,10 +313,8 @@ func TestGarbageHeadersAreCountedAndRepaired(t *testing.T) {
 
 func TestQuorumQueuesLoop(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, map[string]string{"REBOUND_QUEUE_TYPE": "quorum", "REBOUND_MAX_RETRIES": "2", "REBOUND_MIN_DELAY": "200ms",
+	e, r := startRejecting(t, map[string]string{"REBOUND_QUEUE_TYPE": "quorum", "REBOUND_MAX_RETRIES": "2", "REBOUND_MIN_DELAY": "200ms",
 		"REBOUND_DELAY_QUEUE_IDLE": "1s"})
-	e.startInProcess()
-	r := e.rejectAll(e.App)
 	for i := range 20 {
 		e.publish(amqp.Publishing{MessageId: strconv.Itoa(i), DeliveryMode: amqp.Persistent})
 	}
@@ -337,11 +337,9 @@ func TestQuorumQueuesLoop(t *testing.T) {
 
 func TestIdleEmptyDelayQueuesAreDeleted(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, map[string]string{
+	e, _ := startRejecting(t, map[string]string{
 		"REBOUND_BACKOFF": "constant", "REBOUND_MIN_DELAY": "100ms", "REBOUND_MAX_RETRIES": "1", "REBOUND_DELAY_QUEUE_IDLE": "1s",
 	})
-	e.startInProcess()
-	e.rejectAll(e.App)
 	delayQueue := e.Prefix + "delay.100"
 	for round := range 2 {
 		e.publish(amqp.Publishing{MessageId: strconv.Itoa(round)})
@@ -364,11 +362,9 @@ func TestBusyDelayQueueIsNotDeleted(t *testing.T) {
 	t.Parallel()
 	// The idle period is shorter than the delay: a queue is only idle after
 	// twice its delay, and never deleted while it holds a message.
-	e := newTestEnv(t, map[string]string{
+	e, r := startRejecting(t, map[string]string{
 		"REBOUND_BACKOFF": "constant", "REBOUND_MIN_DELAY": "4s", "REBOUND_MAX_RETRIES": "1", "REBOUND_DELAY_QUEUE_IDLE": "1s",
 	})
-	e.startInProcess()
-	r := e.rejectAll(e.App)
 	e.publish(amqp.Publishing{MessageId: "slow"})
 	if parked := e.parked(1, 30*time.Second); len(parked) != 1 {
 		t.Fatalf("parked %d, want 1 (the copy waiting 4s must survive the sweeps)", len(parked))

@@ -23,7 +23,7 @@ import (
 
 func TestNoLossWhenKilled(t *testing.T) {
 	t.Parallel()
-	queueTypes(t, func(t *testing.T, queueType string) { killRepeatedly(t, queueType, 1, 5000, 0, nil) })
+	brokertest.EachQueueType(t, func(t *testing.T, queueType string) { killRepeatedly(t, queueType, 1, 5000, 0, nil) })
 }
 
 // TestNoLossWhenReplicaKilled is TestNoLossWhenKilled with three replicas
@@ -31,7 +31,7 @@ func TestNoLossWhenKilled(t *testing.T) {
 // others go on meanwhile.
 func TestNoLossWhenReplicaKilled(t *testing.T) {
 	t.Parallel()
-	queueTypes(t, func(t *testing.T, queueType string) { killRepeatedly(t, queueType, 3, 5000, 0, nil) })
+	brokertest.EachQueueType(t, func(t *testing.T, queueType string) { killRepeatedly(t, queueType, 3, 5000, 0, nil) })
 }
 
 // TestNoLossWhenKilledWithLargeMessages is TestNoLossWhenKilled with
@@ -40,7 +40,7 @@ func TestNoLossWhenReplicaKilled(t *testing.T) {
 // kill counts towards a delivery limit).
 func TestNoLossWhenKilledWithLargeMessages(t *testing.T) {
 	t.Parallel()
-	queueTypes(t, func(t *testing.T, queueType string) {
+	brokertest.EachQueueType(t, func(t *testing.T, queueType string) {
 		killRepeatedly(t, queueType, 1, 100, 512<<10, map[string]string{"REBOUND_INFLIGHT_BYTES": "4MiB"})
 	})
 }
@@ -104,7 +104,7 @@ func killRepeatedly(t *testing.T, queueType string, replicas, n, body int, vars 
 
 func TestNoLossWhenServerClosesConnections(t *testing.T) {
 	t.Parallel()
-	queueTypes(t, func(t *testing.T, queueType string) {
+	brokertest.EachQueueType(t, func(t *testing.T, queueType string) {
 		url := brokertest.Require(t).PrivateVhost(t)
 		e := newTestEnv(t, with(fastLoop, "REBOUND_AMQP_URL", url, "REBOUND_QUEUE_TYPE", queueType))
 		e.rejectAll(e.App)
@@ -143,7 +143,7 @@ func TestNoLossWhenServerClosesConnections(t *testing.T) {
 
 func TestNoLossWhenOperatorDeletesDelayQueue(t *testing.T) {
 	t.Parallel()
-	queueTypes(t, operatorDeletesDelayQueue)
+	brokertest.EachQueueType(t, operatorDeletesDelayQueue)
 }
 
 func operatorDeletesDelayQueue(t *testing.T, queueType string) {
@@ -186,7 +186,7 @@ func operatorDeletesDelayQueue(t *testing.T, queueType string) {
 
 func TestNoLossOnSIGTERMWithFullWindow(t *testing.T) {
 	t.Parallel()
-	queueTypes(t, sigtermWithFullWindow)
+	brokertest.EachQueueType(t, sigtermWithFullWindow)
 }
 
 func sigtermWithFullWindow(t *testing.T, queueType string) {

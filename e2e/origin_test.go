@@ -120,15 +120,7 @@ func TestOwnQueuesAreNeverAnOrigin(t *testing.T) {
 	for _, q := range own {
 		e.PublishTo(inbox, amqp.Publishing{MessageId: q, Headers: amqp.Table{"x-retry-origin-queue": q}})
 	}
-	parked := e.parked(len(own), 30*time.Second)
-	if len(parked) != len(own) {
-		t.Fatalf("parked %d, want %d", len(parked), len(own))
-	}
-	for _, d := range parked {
-		if d.Headers["x-retry-parked-reason"] != "unknown-origin" {
-			t.Errorf("origin %s: parked for %v, want unknown-origin", d.MessageId, d.Headers["x-retry-parked-reason"])
-		}
-	}
+	e.wantParkedUnknownOrigin(len(own))
 	// Parked once each: none came back through rebound again.
 	time.Sleep(500 * time.Millisecond)
 	if got := e.metric("rebound_messages_received_total"); got != "3" {

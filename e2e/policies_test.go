@@ -19,9 +19,13 @@ import (
 // services sets e up as a vhost shared by three services: orders with
 // the default policy (3 retries), payments (1 retry) and mail (5
 // retries), each an application queue whose consumer rejects every
-// message. It returns the queues by service and their retries.
+// message, and configures their policies. It returns the queues by
+// service and their retries.
 func (e *testEnv) services() (queues map[string]string, retries map[string]int) {
 	e.t.Helper()
+	for k, v := range servicePolicies(e.Prefix, 5) {
+		e.Vars[k] = v
+	}
 	queues = map[string]string{"orders": e.App, "payments": e.Prefix + "payments.capture", "mail": e.Prefix + "mail.send"}
 	retries = map[string]int{"orders": 3, "payments": 1, "mail": 5}
 	for _, s := range []string{"payments", "mail"} {
@@ -67,9 +71,6 @@ func (e *testEnv) publishServices(queues map[string]string, n int) {
 func TestEachOriginGetsItsOwnPolicy(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, nil)
-	for k, v := range servicePolicies(e.Prefix, 5) {
-		e.Vars[k] = v
-	}
 	queues, retries := e.services()
 	replicas := []*testEnv{e, e.replica()}
 	for _, r := range replicas {
@@ -90,11 +91,7 @@ func TestEachOriginGetsItsOwnPolicy(t *testing.T) {
 			t.Errorf("%s parked under policy %q, want %s...", id, label, want)
 		}
 	}
-	conflicts := 0
-	for _, r := range replicas {
-		c, _ := strconv.Atoi(r.metric("rebound_policy_conflicts_total"))
-		conflicts += c
-	}
+	conflicts := policyConflicts(replicas)
 	if conflicts != 0 {
 		t.Errorf("%d policy conflicts between replicas configured alike", conflicts)
 	}
@@ -109,9 +106,6 @@ func TestEachOriginGetsItsOwnPolicy(t *testing.T) {
 func TestReplicasConfiguredDifferentlyAreFound(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, nil)
-	for k, v := range servicePolicies(e.Prefix, 5) {
-		e.Vars[k] = v
-	}
 	queues, _ := e.services()
 	other := e.replica()
 	other.Vars["REBOUND_POLICY_MAIL_MAX_RETRIES"] = "7"
@@ -124,11 +118,7 @@ func TestReplicasConfiguredDifferentlyAreFound(t *testing.T) {
 	parked := e.parkedAll3(queues, n)
 	conflicts := 0
 	brokertest.Await(10*time.Second, func() bool {
-		conflicts = 0
-		for _, r := range replicas {
-			c, _ := strconv.Atoi(r.metric("rebound_policy_conflicts_total"))
-			conflicts += c
-		}
+		conflicts = policyConflicts(replicas)
 		return conflicts > 0
 	})
 	if conflicts == 0 {
@@ -146,6 +136,16 @@ func TestReplicasConfiguredDifferentlyAreFound(t *testing.T) {
 		}
 	}
 	t.Logf("POLICIES broker=%s replicas=2 configured=differently parked=%d mail=%d conflicts=%d", e.Broker.Version(), len(parked), mail, conflicts)
+}
+
+// policyConflicts is rebound_policy_conflicts_total summed over replicas.
+func policyConflicts(replicas []*testEnv) int {
+	sum := 0
+	for _, r := range replicas {
+		c, _ := strconv.Atoi(r.metric("rebound_policy_conflicts_total"))
+		sum += c
+	}
+	return sum
 }
 
 // parkedAll3 waits until every message publishServices sent (n per

@@ -140,7 +140,7 @@ func TestAMQPSWithPrivateCAAndClientCertificate(t *testing.T) {
 func TestPasswordNeverLogged(t *testing.T) {
 	t.Parallel()
 	b := brokertest.Require(t)
-	logs := &syncBuffer{}
+	logs := &brokertest.SyncBuffer{}
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Second)
 	defer cancel()
 	const secret = "hunter2-not-the-password"
@@ -151,7 +151,7 @@ func TestPasswordNeverLogged(t *testing.T) {
 	u.Password = secret
 	err = cli.Run(ctx, []string{"run"}, []string{
 		"REBOUND_AMQP_URL=" + u.String(),
-		"REBOUND_HTTP_ADDR=" + freeAddr(t),
+		"REBOUND_HTTP_ADDR=" + brokertest.FreeAddr(t),
 		"REBOUND_LOG_LEVEL=debug",
 	}, io.Discard, logs)
 	if err != nil {

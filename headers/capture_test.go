@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"testing"
 	"time"
@@ -47,22 +48,9 @@ func encodeTyped(v any) (typedValue, error) {
 	switch v := v.(type) {
 	case nil:
 		return typedValue{Type: "void"}, nil
-	case bool:
-		return raw("bool", v)
-	case uint8:
-		return raw("uint8", v)
-	case int8:
-		return raw("int8", v)
-	case int16:
-		return raw("int16", v)
-	case int32:
-		return raw("int32", v)
-	case int64:
-		return raw("int64", v)
-	case uint16:
-		return raw("uint16", v)
-	case uint32:
-		return raw("uint32", v)
+	case bool, uint8, int8, int16, int32, int64, uint16, uint32, string:
+		// The Go type's name is the type's name in the file.
+		return raw(fmt.Sprintf("%T", v), v)
 	case float32:
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 			return typedValue{}, fmt.Errorf("float32 %v has no JSON form", v)
@@ -75,8 +63,6 @@ func encodeTyped(v any) (typedValue, error) {
 		return raw("float64", v)
 	case amqp.Decimal:
 		return raw("decimal", map[string]int64{"scale": int64(v.Scale), "value": int64(v.Value)})
-	case string:
-		return raw("string", v)
 	case []byte:
 		return raw("bytes", base64.StdEncoding.EncodeToString(v))
 	case time.Time:
@@ -103,61 +89,49 @@ func encodeTyped(v any) (typedValue, error) {
 	return typedValue{}, fmt.Errorf("%T is not an AMQP type", v)
 }
 
+// scalarParsers read each scalar type of the file as the Go type amqp091-go
+// uses for it.
+var scalarParsers = map[string]func(value string) (any, error){
+	"bool": parseJSON[bool], "string": parseJSON[string],
+	"uint8": parseUnsigned[uint8], "uint16": parseUnsigned[uint16], "uint32": parseUnsigned[uint32],
+	"int8": parseSigned[int8], "int16": parseSigned[int16], "int32": parseSigned[int32], "int64": parseSigned[int64],
+	"float32": parseFloat[float32], "float64": parseFloat[float64],
+}
+
+func parseJSON[T bool | string](value string) (any, error) {
+	var x T
+	err := json.Unmarshal([]byte(value), &x)
+	return x, err
+}
+
+// Numbers go through strconv with T's own size, so a value that does not
+// fit is an error instead of silently wrapping.
+func parseUnsigned[T uint8 | uint16 | uint32](num string) (any, error) {
+	u, err := strconv.ParseUint(num, 10, reflect.TypeFor[T]().Bits())
+	return T(u), err
+}
+
+func parseSigned[T int8 | int16 | int32 | int64](num string) (any, error) {
+	i, err := strconv.ParseInt(num, 10, reflect.TypeFor[T]().Bits())
+	return T(i), err
+}
+
+func parseFloat[T float32 | float64](num string) (any, error) {
+	f, err := strconv.ParseFloat(num, reflect.TypeFor[T]().Bits())
+	return T(f), err
+}
+
 func decodeTyped(t typedValue) (any, error) {
-	// Integers go through strconv with the type's own size, so a value
-	// that does not fit is an error instead of silently wrapping.
-	num := string(t.Value)
 	var v any
 	var err error
-	var i int64
-	var u uint64
 	switch t.Type {
 	case "void":
 		return nil, nil
-	case "bool":
-		var b bool
-		err = json.Unmarshal(t.Value, &b)
-		v = b
-	case "uint8":
-		u, err = strconv.ParseUint(num, 10, 8)
-		v = uint8(u)
-	case "uint16":
-		u, err = strconv.ParseUint(num, 10, 16)
-		v = uint16(u)
-	case "uint32":
-		u, err = strconv.ParseUint(num, 10, 32)
-		v = uint32(u)
-	case "int8":
-		i, err = strconv.ParseInt(num, 10, 8)
-		v = int8(i)
-	case "int16":
-		i, err = strconv.ParseInt(num, 10, 16)
-		v = int16(i)
-	case "int32":
-		i, err = strconv.ParseInt(num, 10, 32)
-		v = int32(i)
-	case "int64":
-		i, err = strconv.ParseInt(num, 10, 64)
-		v = i
-	case "float32":
-		var f float64
-		if f, err = strconv.ParseFloat(num, 32); err == nil {
-			v = float32(f)
-		}
-	case "float64":
-		var f float64
-		if f, err = strconv.ParseFloat(num, 64); err == nil {
-			v = f
-		}
 	case "decimal":
 		var d struct{ Scale, Value int64 }
 		if err = json.Unmarshal(t.Value, &d); err == nil {
 			v = amqp.Decimal{Scale: uint8(d.Scale), Value: int32(d.Value)}
 		}
-	case "string":
-		var s string
-		err = json.Unmarshal(t.Value, &s)
-		v = s
 	case "bytes":
 		var s string
 		if err = json.Unmarshal(t.Value, &s); err == nil {
@@ -195,7 +169,12 @@ func decodeTyped(t typedValue) (any, error) {
 			v = table
 		}
 	default:
-		err = fmt.Errorf("unknown type %q", t.Type)
+		parse, isScalar := scalarParsers[t.Type]
+		if !isScalar {
+			err = fmt.Errorf("unknown type %q", t.Type)
+			break
+		}
+		v, err = parse(string(t.Value))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", t.Type, t.Value, err)

@@ -34,14 +34,36 @@ func wantProblem(t *testing.T, problems []Problem, header, reason string) {
 	}
 }
 
+// headerValueCase is one value a header may hold and what decoding it as
+// the only header should give.
+type headerValueCase[T any] struct {
+	name    string
+	value   any
+	want    T
+	problem string // part of the reason; "" for none
+}
+
+// testHeaderValues decodes each case's value as the only header, under
+// name, and checks the problem it reports; check compares the field the
+// header sets with the case's want.
+func testHeaderValues[T any](t *testing.T, name string, tests []headerValueCase[T], check func(t *testing.T, s State, want T)) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, problems := decode(amqp.Table{name: tt.value})
+			check(t, s, tt.want)
+			if tt.problem == "" {
+				wantProblem(t, problems, "", "")
+			} else {
+				wantProblem(t, problems, name, tt.problem)
+			}
+		})
+	}
+}
+
 func TestDecodeRetryCount(t *testing.T) {
 	const name = "x-retry-count"
-	tests := []struct {
-		name    string
-		value   any
-		want    int
-		problem string // part of the reason; "" for none
-	}{
+	tests := []headerValueCase[int]{
 		{"int8", int8(3), 3, ""},
 		{"int16", int16(3), 3, ""},
 		{"int32", int32(3), 3, ""},
@@ -88,31 +110,18 @@ func TestDecodeRetryCount(t *testing.T) {
 		{"array", []any{int64(1)}, 0, "not a number"},
 		{"table", amqp.Table{"n": int64(1)}, 0, "not a number"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s, problems := decode(amqp.Table{name: tt.value})
-			if s.Retries != tt.want {
-				t.Errorf("Retries = %d, want %d", s.Retries, tt.want)
-			}
-			if tt.problem == "" {
-				wantProblem(t, problems, "", "")
-			} else {
-				wantProblem(t, problems, name, tt.problem)
-			}
-		})
-	}
+	testHeaderValues(t, name, tests, func(t *testing.T, s State, want int) {
+		if s.Retries != want {
+			t.Errorf("Retries = %d, want %d", s.Retries, want)
+		}
+	})
 }
 
 func TestDecodeTaskStart(t *testing.T) {
 	const name = "x-task-started-at"
 	start := time.Date(2025, 6, 1, 11, 0, 0, 0, time.UTC)
 	startMs := start.UnixMilli()
-	tests := []struct {
-		name    string
-		value   any
-		want    time.Time
-		problem string
-	}{
+	tests := []headerValueCase[time.Time]{
 		{"int64 ms", startMs, start, ""},
 		{"uint64 ms", uint64(startMs), start, ""},
 		{"go int ms", int(startMs), start, ""},
@@ -143,22 +152,14 @@ func TestDecodeTaskStart(t *testing.T) {
 		{"digits overflow", "99999999999999999999", testNow(), "out of range"},
 		{"bool", false, testNow(), "not a number"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s, problems := decode(amqp.Table{name: tt.value})
-			if !s.StartedAt.Equal(tt.want) {
-				t.Errorf("StartedAt = %v, want %v", s.StartedAt, tt.want)
-			}
-			if s.StartedAt.Location() != time.UTC {
-				t.Errorf("StartedAt is in %v, want UTC", s.StartedAt.Location())
-			}
-			if tt.problem == "" {
-				wantProblem(t, problems, "", "")
-			} else {
-				wantProblem(t, problems, name, tt.problem)
-			}
-		})
-	}
+	testHeaderValues(t, name, tests, func(t *testing.T, s State, want time.Time) {
+		if !s.StartedAt.Equal(want) {
+			t.Errorf("StartedAt = %v, want %v", s.StartedAt, want)
+		}
+		if s.StartedAt.Location() != time.UTC {
+			t.Errorf("StartedAt is in %v, want UTC", s.StartedAt.Location())
+		}
+	})
 }
 
 // death builds an x-death entry as RabbitMQ writes it.
@@ -231,12 +232,7 @@ func TestDecodeMaxFutureSkew(t *testing.T) {
 
 func TestDecodeLastDelay(t *testing.T) {
 	const name = "x-retry-last-delay-ms"
-	tests := []struct {
-		name    string
-		value   any
-		want    time.Duration
-		problem string
-	}{
+	tests := []headerValueCase[time.Duration]{
 		{"int64", int64(1500), 1500 * time.Millisecond, ""},
 		{"int32", int32(1500), 1500 * time.Millisecond, ""},
 		{"uint16", uint16(1500), 1500 * time.Millisecond, ""},
@@ -251,65 +247,45 @@ func TestDecodeLastDelay(t *testing.T) {
 		{"duration text", "1.5s", 0, "not a decimal number"},
 		{"bool", true, 0, "not a number"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s, problems := decode(amqp.Table{name: tt.value})
-			if s.LastDelay != tt.want {
-				t.Errorf("LastDelay = %v, want %v", s.LastDelay, tt.want)
-			}
-			if tt.problem == "" {
-				wantProblem(t, problems, "", "")
-			} else {
-				wantProblem(t, problems, name, tt.problem)
-			}
-		})
-	}
+	testHeaderValues(t, name, tests, func(t *testing.T, s State, want time.Duration) {
+		if s.LastDelay != want {
+			t.Errorf("LastDelay = %v, want %v", s.LastDelay, want)
+		}
+	})
 }
 
 func TestDecodeNonRetryable(t *testing.T) {
 	const name = "x-retry-non-retryable"
-	tests := []struct {
-		name    string
-		value   any
-		want    bool
-		problem bool
-	}{
-		{"true", true, true, false},
-		{"false", false, false, false},
-		{"string true", "true", true, false},
-		{"string TRUE", "TRUE", true, false},
-		{"string False", "False", false, false},
-		{"string yes", " yes ", true, false},
-		{"string No", "No", false, false},
-		{"string 1", "1", true, false},
-		{"string 0", "0", false, false},
-		{"bytes true", []byte("true"), true, false},
-		{"int64 1", int64(1), true, false},
-		{"int32 0", int32(0), false, false},
-		{"uint8 1", uint8(1), true, false},
-		{"void", nil, false, false},
+	const notBoolean = "not a boolean"
+	tests := []headerValueCase[bool]{
+		{"true", true, true, ""},
+		{"false", false, false, ""},
+		{"string true", "true", true, ""},
+		{"string TRUE", "TRUE", true, ""},
+		{"string False", "False", false, ""},
+		{"string yes", " yes ", true, ""},
+		{"string No", "No", false, ""},
+		{"string 1", "1", true, ""},
+		{"string 0", "0", false, ""},
+		{"bytes true", []byte("true"), true, ""},
+		{"int64 1", int64(1), true, ""},
+		{"int32 0", int32(0), false, ""},
+		{"uint8 1", uint8(1), true, ""},
+		{"void", nil, false, ""},
 
-		{"string maybe", "maybe", false, true},
-		{"empty string", "", false, true},
-		{"two", int64(2), false, true},
-		{"minus one", int8(-1), false, true},
-		{"fraction", 0.5, false, true},
-		{"timestamp", testNow(), false, true},
-		{"array", []any{true}, false, true},
+		{"string maybe", "maybe", false, notBoolean},
+		{"empty string", "", false, notBoolean},
+		{"two", int64(2), false, notBoolean},
+		{"minus one", int8(-1), false, notBoolean},
+		{"fraction", 0.5, false, notBoolean},
+		{"timestamp", testNow(), false, notBoolean},
+		{"array", []any{true}, false, notBoolean},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s, problems := decode(amqp.Table{name: tt.value})
-			if s.NonRetryable != tt.want {
-				t.Errorf("NonRetryable = %v, want %v", s.NonRetryable, tt.want)
-			}
-			if tt.problem {
-				wantProblem(t, problems, name, "not a boolean")
-			} else {
-				wantProblem(t, problems, "", "")
-			}
-		})
-	}
+	testHeaderValues(t, name, tests, func(t *testing.T, s State, want bool) {
+		if s.NonRetryable != want {
+			t.Errorf("NonRetryable = %v, want %v", s.NonRetryable, want)
+		}
+	})
 }
 
 func TestDecodeOrigin(t *testing.T) {

@@ -110,6 +110,15 @@ func (e *env) parkedIDs(now time.Time, n int) []string {
 	return ids(l.Messages)
 }
 
+// wantParked checks that the parking queue holds exactly the messages
+// ids, given sorted, and leaves it as it is; when says at what point.
+func (e *env) wantParked(now time.Time, when string, ids ...string) {
+	e.t.Helper()
+	if got := e.parkedIDs(now, len(ids)); !slices.Equal(got, ids) {
+		e.t.Errorf("%s: %v parked, want %v", when, got, ids)
+	}
+}
+
 func ids(ms []Message) []string {
 	out := make([]string, 0, len(ms))
 	for _, m := range ms {

@@ -12,27 +12,13 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/rebound-mq/rebound/internal/brokertest"
 	"github.com/rebound-mq/rebound/policy"
 )
 
 // Tests of List, Purge and Replay against the broker under test, on a
 // parking queue declared as rebound declares it and seeded as the sidecar
 // parks messages.
-
-// queueTypes runs test once with classic and once with quorum queues, in
-// parallel.
-func queueTypes(t *testing.T, test func(t *testing.T, quorum bool)) {
-	for _, quorum := range []bool{false, true} {
-		name := "classic"
-		if quorum {
-			name = "quorum"
-		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			test(t, quorum)
-		})
-	}
-}
 
 // seedFive parks five messages: three from the application queue, one
 // from other, one with no origin; two of them parked three hours ago.
@@ -48,8 +34,8 @@ func (e *env) seedFive(now time.Time, other string) {
 }
 
 func TestList(t *testing.T) {
-	queueTypes(t, func(t *testing.T, quorum bool) {
-		e := newEnv(t, quorum)
+	brokertest.EachQueueType(t, func(t *testing.T, queueType string) {
+		e := newEnv(t, queueType == "quorum")
 		other := e.queue("other", nil)
 		now := time.Now()
 		e.seedFive(now, other)
@@ -119,8 +105,8 @@ func TestList(t *testing.T) {
 }
 
 func TestPurge(t *testing.T) {
-	queueTypes(t, func(t *testing.T, quorum bool) {
-		e := newEnv(t, quorum)
+	brokertest.EachQueueType(t, func(t *testing.T, queueType string) {
+		e := newEnv(t, queueType == "quorum")
 		other := e.queue("other", nil)
 		now := time.Now()
 		e.seedFive(now, other)
@@ -130,9 +116,7 @@ func TestPurge(t *testing.T) {
 		if err != nil || removed != 1 || scanned != 1 {
 			t.Errorf("purge max-retries, limit 1: scanned %d, removed %d, %v; want the first message only", scanned, removed, err)
 		}
-		if got := e.parkedIDs(now, 4); !slices.Equal(got, []string{"a2", "a3", "o1", "u1"}) {
-			t.Errorf("after purging one max-retries message %v is parked, want a2 a3 o1 u1", got)
-		}
+		e.wantParked(now, "after purging one max-retries message", "a2", "a3", "o1", "u1")
 		e.settled(4)
 		scanned, removed, err = e.q.Purge(ctx, Filter{Origin: e.App}, now)
 		if err != nil || removed != 2 || scanned != 4 {
@@ -143,15 +127,13 @@ func TestPurge(t *testing.T) {
 		if err != nil || removed != 0 || scanned != 2 {
 			t.Errorf("purge matching nothing: scanned %d, removed %d, %v; want 2, 0", scanned, removed, err)
 		}
-		if got := e.parkedIDs(now, 2); !slices.Equal(got, []string{"o1", "u1"}) {
-			t.Errorf("%v is parked, want o1 u1", got)
-		}
+		e.wantParked(now, "after the purges", "o1", "u1")
 	})
 }
 
 func TestReplay(t *testing.T) {
-	queueTypes(t, func(t *testing.T, quorum bool) {
-		e := newEnv(t, quorum)
+	brokertest.EachQueueType(t, func(t *testing.T, queueType string) {
+		e := newEnv(t, queueType == "quorum")
 		denied := e.queue("denied", nil)
 		// Every queue but denied.
 		e.q.Router.Topology.OriginQueues = regexp.MustCompile("^(" + regexp.QuoteMeta(e.App) + "|" + regexp.QuoteMeta(e.Prefix+"missing") + ")$")
@@ -193,9 +175,7 @@ func TestReplay(t *testing.T) {
 		if err != nil || res.Scanned != 5 || res.Matched != 5 || res.Replayed != 1 || !maps.Equal(kept(res), wantKept) {
 			t.Errorf("replay: %+v, %v; want 1 replayed of 5, kept %v", res, err, wantKept)
 		}
-		if got := e.parkedIDs(now, 4); !slices.Equal(got, []string{"denied", "missing", "own", "unknown"}) {
-			t.Errorf("%v stay parked, want denied missing own unknown", got)
-		}
+		e.wantParked(now, "after the replay", "denied", "missing", "own", "unknown")
 		if n := e.QueueLen(denied); n != 0 {
 			t.Errorf("the denied queue got %d messages", n)
 		}
@@ -242,9 +222,7 @@ func TestReplayKeepsWhatTheBrokerRefuses(t *testing.T) {
 	if err != nil || res.Replayed != 0 || !maps.Equal(kept(res), map[string]string{"r1": WhyNacked}) {
 		t.Errorf("replay into a full queue: %+v, %v; want r1 kept, nacked", res, err)
 	}
-	if got := e.parkedIDs(now, 1); !slices.Equal(got, []string{"r1"}) {
-		t.Errorf("%v parked, want r1", got)
-	}
+	e.wantParked(now, "after the replay into a full queue", "r1")
 	if n := e.QueueLen(full); n != 1 {
 		t.Errorf("the full queue holds %d, want its filler alone", n)
 	}
@@ -302,9 +280,7 @@ func TestReplayKeepsWhatTheBrokerReturns(t *testing.T) {
 	if res.Replayed != 1001 || !maps.Equal(kept(res), map[string]string{"last": WhyReturned}) {
 		t.Errorf("replay: %d replayed, kept %v; want 1001, last kept as returned", res.Replayed, kept(res))
 	}
-	if got := e.parkedIDs(now, 1); !slices.Equal(got, []string{"last"}) {
-		t.Errorf("%v parked, want last", got)
-	}
+	e.wantParked(now, "after the replay into a deleted queue", "last")
 	if n := e.QueueLen(others); n != 1000 {
 		t.Errorf("the other origin holds %d, want 1000", n)
 	}
@@ -472,8 +448,8 @@ func TestCancelledOperationsLeaveTheQueue(t *testing.T) {
 // command started just after one was interrupted, silently acted on fewer
 // messages, or none; they now take the count from the first basic.get.
 func TestOperationRightAfterAnotherReadsEveryMessage(t *testing.T) {
-	queueTypes(t, func(t *testing.T, quorum bool) {
-		e := newEnv(t, quorum)
+	brokertest.EachQueueType(t, func(t *testing.T, queueType string) {
+		e := newEnv(t, queueType == "quorum")
 		now := time.Now()
 		e.seedFive(now, e.App)
 		e.settled(5)

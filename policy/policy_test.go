@@ -21,21 +21,23 @@ var _ Rand = (*script)(nil)
 
 func (s *script) Float64() float64 {
 	s.t.Helper()
-	if len(s.u) == 0 {
-		s.t.Fatalf("unexpected Float64 draw (draw %d)", s.draws+1)
-	}
-	v := s.u[0]
-	s.u, s.draws = s.u[1:], s.draws+1
-	return v
+	return s.next(&s.u, "Float64")
 }
 
 func (s *script) NormFloat64() float64 {
 	s.t.Helper()
-	if len(s.z) == 0 {
-		s.t.Fatalf("unexpected NormFloat64 draw (draw %d)", s.draws+1)
+	return s.next(&s.z, "NormFloat64")
+}
+
+// next takes the next scripted value off draws for a call of method,
+// failing the test when the script has none left.
+func (s *script) next(draws *[]float64, method string) float64 {
+	s.t.Helper()
+	if len(*draws) == 0 {
+		s.t.Fatalf("unexpected %s draw (draw %d)", method, s.draws+1)
 	}
-	v := s.z[0]
-	s.z, s.draws = s.z[1:], s.draws+1
+	v := (*draws)[0]
+	*draws, s.draws = (*draws)[1:], s.draws+1
 	return v
 }
 

@@ -12,24 +12,26 @@ var defaultPolicy = Policy{
 	JitterFactor: 0.5, JitterMax: time.Second, MaxRetries: 10, MaxDuration: 24 * time.Hour, Deadline: Clamp,
 }
 
+// defaultWith is defaultPolicy as change leaves it.
+func defaultWith(change func(*Policy)) Policy {
+	p := defaultPolicy
+	change(&p)
+	return p
+}
+
 // TestFingerprintIsStable: fingerprints are public interface (every copy
 // carries one, and replicas of different versions compare them), so
 // these values may never change.
 func TestFingerprintIsStable(t *testing.T) {
-	with := func(change func(*Policy)) Policy {
-		p := defaultPolicy
-		change(&p)
-		return p
-	}
 	for _, tc := range []struct {
 		name string
 		p    Policy
 		want string
 	}{
 		{"the default policy", defaultPolicy, "75dc41b8"},
-		{"a retry rate", with(func(p *Policy) { p.RetryRate = 40 }), "d5149883"},
-		{"more retries", with(func(p *Policy) { p.MaxRetries = 20 }), "ad8d5eef"},
-		{"two delay digits spelt out", with(func(p *Policy) { p.DelayDigits = 2 }), "75dc41b8"},
+		{"a retry rate", defaultWith(func(p *Policy) { p.RetryRate = 40 }), "d5149883"},
+		{"more retries", defaultWith(func(p *Policy) { p.MaxRetries = 20 }), "ad8d5eef"},
+		{"two delay digits spelt out", defaultWith(func(p *Policy) { p.DelayDigits = 2 }), "75dc41b8"},
 	} {
 		if got := tc.p.Fingerprint(); got != tc.want {
 			t.Errorf("%s: fingerprint %s, want %s (fingerprints must not change across versions)", tc.name, got, tc.want)
@@ -125,23 +127,18 @@ func TestConflict(t *testing.T) {
 }
 
 func TestSummary(t *testing.T) {
-	with := func(change func(*Policy)) Policy {
-		p := defaultPolicy
-		change(&p)
-		return p
-	}
 	for _, tc := range []struct {
 		p    Policy
 		want string
 	}{
 		{defaultPolicy, "exponential 1s to 1h ×2, full jitter: 10 retries over 17m7s (1s, 2s, 4s, …, 8m30s), then parked max-retries"},
-		{with(func(p *Policy) { p.Backoff, p.MaxRetries, p.ImmediateRetries = Constant, 3, 1 }),
+		{defaultWith(func(p *Policy) { p.Backoff, p.MaxRetries, p.ImmediateRetries = Constant, 3, 1 }),
 			"constant 1s, full jitter, 1 immediate: 3 retries over 2s (0s, 1s, 1s), then parked max-retries"},
-		{with(func(p *Policy) { p.MaxRetries, p.RetryRate = 1, 40 }),
+		{defaultWith(func(p *Policy) { p.MaxRetries, p.RetryRate = 1, 40 }),
 			"exponential 1s to 1h ×2, full jitter, at most 40/s per origin: 1 retry over 1s (1s), then parked max-retries"},
-		{with(func(p *Policy) { p.MaxRetries, p.MinDelay, p.MaxDelay = 0, 10*time.Millisecond, 10*time.Millisecond }),
+		{defaultWith(func(p *Policy) { p.MaxRetries, p.MinDelay, p.MaxDelay = 0, 10*time.Millisecond, 10*time.Millisecond }),
 			"exponential 10ms to 10ms ×2, full jitter: more than 1000 retries, the first 1000 over 10s (10ms, 10ms, 10ms, …, 10ms)"},
-		{with(func(p *Policy) { p.Backoff, p.MaxRetries = Linear, 4 }),
+		{defaultWith(func(p *Policy) { p.Backoff, p.MaxRetries = Linear, 4 }),
 			"linear 1s to 1h, full jitter: 4 retries over 2h0m1s (1s, 20m, 40m, 1h), then parked max-retries"},
 	} {
 		if got := tc.p.Summary(); got != tc.want {

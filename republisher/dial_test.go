@@ -12,19 +12,6 @@ import (
 	"github.com/rebound-mq/rebound/internal/brokertest"
 )
 
-// refusingURL is an AMQP URL whose port nothing listens on, with a
-// password that must never show up in an error.
-func refusingURL(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return "amqp://guest:Pw9zq7@" + addr + "/"
-}
-
 // hangUp listens on a port and closes every connection at once, counting
 // them: a broker that is there but will not talk.
 func hangUp(t *testing.T) (url string, accepted *atomic.Int64) {
@@ -51,7 +38,7 @@ func hangUp(t *testing.T) (url string, accepted *atomic.Int64) {
 func TestDialSkipsBrokersThatFailAndStartsWithTheLastThatWorked(t *testing.T) {
 	live := brokertest.Require(t).URL
 	first, firstCalls := hangUp(t)
-	s := NewDialer([]string{first, refusingURL(t), live}, nil, Client{Name: "rebound test"})
+	s := NewDialer([]string{first, brokertest.RefusingURL(t), live}, nil, Client{Name: "rebound test"})
 	s.next.Store(0) // NewDialer starts at a random one
 	conn, err := s.Dial(context.Background(), "test")
 	if err != nil {
@@ -75,7 +62,7 @@ func TestDialSkipsBrokersThatFailAndStartsWithTheLastThatWorked(t *testing.T) {
 }
 
 func TestDialErrorNamesEveryBrokerButNoPassword(t *testing.T) {
-	s := NewDialer([]string{refusingURL(t), refusingURL(t)}, nil, Client{Name: "rebound"})
+	s := NewDialer([]string{brokertest.RefusingURL(t), brokertest.RefusingURL(t)}, nil, Client{Name: "rebound"})
 	_, err := s.Dial(context.Background(), "consume")
 	if err == nil {
 		t.Fatal("dial succeeded with every broker refusing")
@@ -86,13 +73,13 @@ func TestDialErrorNamesEveryBrokerButNoPassword(t *testing.T) {
 			t.Errorf("error %q does not say %q", msg, want)
 		}
 	}
-	if strings.Contains(msg, "Pw9zq7") {
+	if strings.Contains(msg, brokertest.RefusingPassword) {
 		t.Errorf("error %q holds the password", msg)
 	}
 }
 
 func TestDialStopsTryingOnceCancelled(t *testing.T) {
-	s := NewDialer([]string{refusingURL(t), refusingURL(t), refusingURL(t)}, nil, Client{Name: "rebound"})
+	s := NewDialer([]string{brokertest.RefusingURL(t), brokertest.RefusingURL(t), brokertest.RefusingURL(t)}, nil, Client{Name: "rebound"})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := s.Dial(ctx, "consume")

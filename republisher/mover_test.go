@@ -28,17 +28,25 @@ func (e *testEnv) source(suffix string, n int) string {
 	return queue
 }
 
+// sourceMover opens a Mover, with window, on a new source queue of n
+// messages.
+func (e *testEnv) sourceMover(n, window int) (from string, m *Mover) {
+	e.t.Helper()
+	from = e.source("from", n)
+	m, err := OpenMover(e.conn, e.topo, from, window, 10*time.Second)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return from, m
+}
+
 // TestMoverRemovesOnlyWhatWasConfirmed: a message moved to a queue that
 // takes it is removed; one moved where nothing routes is returned and
 // stays, as does one read and left alone.
 func TestMoverRemovesOnlyWhatWasConfirmed(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, false)
-	from := e.source("from", 3)
-	m, err := OpenMover(e.conn, e.topo, from, 2, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	from, m := e.sourceMover(3, 2)
 	var outcomes []Outcome
 	report := func(o Outcome) { outcomes = append(outcomes, o) }
 	for i := 0; ; i++ {
@@ -77,11 +85,7 @@ func TestMoverRemovesOnlyWhatWasConfirmed(t *testing.T) {
 func TestMoverSettlesWhenThePublishChannelDies(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, false)
-	from := e.source("from", 2)
-	m, err := OpenMover(e.conn, e.topo, from, 8, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	from, m := e.sourceMover(2, 8)
 	var reads []amqp.Delivery
 	for {
 		d, ok, err := m.Next(context.Background())

@@ -1,9 +1,6 @@
 package sidecar
 
 import (
-	"context"
-	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -92,22 +89,7 @@ func (e *env) options(vars ...string) Options {
 func (e *env) run(opt Options) (s *Sidecar, stop func() error) {
 	e.t.Helper()
 	s = New(opt)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	var once sync.Once
-	var runErr error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case runErr = <-done:
-			case <-time.After(30 * time.Second):
-				runErr = errors.New("Run did not return within 30s of its context's end")
-			}
-		})
-		return runErr
-	}
+	_, stop = brokertest.RunInBackground("Run", s.Run, 30*time.Second)
 	logs := e.logs
 	e.t.Cleanup(func() {
 		if err := stop(); err != nil {

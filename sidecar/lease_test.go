@@ -21,64 +21,61 @@ import (
 // it: a classic one it deletes itself, a quorum one prune then deletes.
 // Classic and quorum.
 func TestRunLeasesTheDelayQueuesItUses(t *testing.T) {
-	for _, qt := range []string{"classic", "quorum"} {
-		t.Run(qt, func(t *testing.T) {
-			t.Parallel()
-			e := newEnv(t, qt)
-			opt := e.options("REBOUND_DELAY_QUEUE_IDLE", "5s")
-			e.start(opt)
-			cfg, err := config.Load(e.Environ())
-			if err != nil {
-				t.Fatal(err)
-			}
-			dp := delayed.Deployment{Conn: e.b.Dial(t, e.URL()), Router: opt.Router}
-			dp.Router.Topology = dp.Router.Topology.ForServer(dp.Conn.Properties)
-			grid := delayed.Delays(cfg.DelayDigits, time.Second)
-			delayQueue, _ := e.topo.DelayQueue(50 * time.Millisecond)
+	brokertest.EachQueueType(t, func(t *testing.T, qt string) {
+		e := newEnv(t, qt)
+		opt := e.options("REBOUND_DELAY_QUEUE_IDLE", "5s")
+		e.start(opt)
+		cfg, err := config.Load(e.Environ())
+		if err != nil {
+			t.Fatal(err)
+		}
+		dp := delayed.Deployment{Conn: e.b.Dial(t, e.URL()), Router: opt.Router}
+		dp.Router.Topology = dp.Router.Topology.ForServer(dp.Conn.Properties)
+		grid := delayed.Delays(cfg.DelayDigits, time.Second)
+		delayQueue, _ := e.topo.DelayQueue(50 * time.Millisecond)
 
-			e.Publish(e.app, amqp.Publishing{MessageId: "m1"})
-			e.reject(e.app)
-			e.take(e.app) // back from the delay queue
-			leased := func() (delayed.Leases, bool) {
-				l, err := dp.ReadLeases(context.Background())
-				if err != nil {
-					t.Fatal(err)
-				}
-				return l, l.Queues[delayQueue.Name]
-			}
-			e.eventually("the replica's lease names the delay queue", func() bool { _, ok := leased(); return ok })
-			res, err := dp.Prune(context.Background(), grid, false)
+		e.Publish(e.app, amqp.Publishing{MessageId: "m1"})
+		e.reject(e.app)
+		e.take(e.app) // back from the delay queue
+		leased := func() (delayed.Leases, bool) {
+			l, err := dp.ReadLeases(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(res.Leases.Replicas) != 1 || res.InboxConsumers != 1 || len(res.Queues) != 1 || res.Queues[0].Deleted || res.Queues[0].Why != delayed.WhyLeased {
-				t.Fatalf("prune while the replica uses the queue: %+v", res)
-			}
+			return l, l.Queues[delayQueue.Name]
+		}
+		e.eventually("the replica's lease names the delay queue", func() bool { _, ok := leased(); return ok })
+		res, err := dp.Prune(context.Background(), grid, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Leases.Replicas) != 1 || res.InboxConsumers != 1 || len(res.Queues) != 1 || res.Queues[0].Deleted || res.Queues[0].Why != delayed.WhyLeased {
+			t.Fatalf("prune while the replica uses the queue: %+v", res)
+		}
 
-			e.eventually("the lease no longer names it", func() bool { l, ok := leased(); return !ok && len(l.Replicas) > 0 })
-			if qt == "classic" {
-				e.eventually("the replica deleted it", func() bool {
-					_, err := brokertest.QueueLen(e.URL(), delayQueue.Name)
-					return err != nil
-				})
-				return
-			}
-			res, err = dp.Prune(context.Background(), grid, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(res.Queues) != 1 || !res.Queues[0].Deleted {
-				t.Fatalf("prune once the replica no longer uses the queue: %+v", res)
-			}
-			if _, err := brokertest.QueueLen(e.URL(), delayQueue.Name); err == nil {
-				t.Errorf("%s still exists", delayQueue.Name)
-			}
-			// The replica declares it again on its next use.
-			e.Publish(e.app, amqp.Publishing{MessageId: "m2"})
-			e.reject(e.app)
-			e.take(e.app)
-		})
-	}
+		e.eventually("the lease no longer names it", func() bool { l, ok := leased(); return !ok && len(l.Replicas) > 0 })
+		if qt == "classic" {
+			e.eventually("the replica deleted it", func() bool {
+				_, err := brokertest.QueueLen(e.URL(), delayQueue.Name)
+				return err != nil
+			})
+			return
+		}
+		res, err = dp.Prune(context.Background(), grid, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Queues) != 1 || !res.Queues[0].Deleted {
+			t.Fatalf("prune once the replica no longer uses the queue: %+v", res)
+		}
+		if _, err := brokertest.QueueLen(e.URL(), delayQueue.Name); err == nil {
+			t.Errorf("%s still exists", delayQueue.Name)
+		}
+		// The replica declares it again on its next use.
+		e.Publish(e.app, amqp.Publishing{MessageId: "m2"})
+		e.reject(e.app)
+		e.take(e.app)
+	})
 }
 
 // TestRunWithPermissionsFromBeforeLeases: a rebound whose user has the

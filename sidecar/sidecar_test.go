@@ -3,7 +3,6 @@ package sidecar
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -35,73 +34,70 @@ var names = headers.DefaultNames()
 // retry), then back after the 50ms delay, then parks it once the two
 // retries are spent.
 func TestRunRetriesThenParks(t *testing.T) {
-	for _, queueType := range []string{"classic", "quorum"} {
-		t.Run(queueType, func(t *testing.T) {
-			t.Parallel()
-			e := newEnv(t, queueType)
-			e.start(e.options("REBOUND_IMMEDIATE_RETRIES", "1", "REBOUND_MAX_RETRIES", "2"))
-			if got := e.metric("rebound_ready"); got != 1 {
-				t.Errorf("rebound_ready = %v while consuming, want 1", got)
-			}
-			consuming := e.logged("consuming")
-			u, _ := url.Parse(e.b.URL)
-			if len(consuming) != 1 || consuming[0].ContextMap()["inbox"] != e.topo.InboxQueue || consuming[0].ContextMap()["broker"] != u.Host {
-				t.Errorf("consuming log lines: %v, want one naming inbox %s and broker %s", consuming, e.topo.InboxQueue, u.Host)
-			}
+	brokertest.EachQueueType(t, func(t *testing.T, queueType string) {
+		e := newEnv(t, queueType)
+		e.start(e.options("REBOUND_IMMEDIATE_RETRIES", "1", "REBOUND_MAX_RETRIES", "2"))
+		if got := e.metric("rebound_ready"); got != 1 {
+			t.Errorf("rebound_ready = %v while consuming, want 1", got)
+		}
+		consuming := e.logged("consuming")
+		u, _ := url.Parse(e.b.URL)
+		if len(consuming) != 1 || consuming[0].ContextMap()["inbox"] != e.topo.InboxQueue || consuming[0].ContextMap()["broker"] != u.Host {
+			t.Errorf("consuming log lines: %v, want one naming inbox %s and broker %s", consuming, e.topo.InboxQueue, u.Host)
+		}
 
-			e.Publish(e.app, amqp.Publishing{
-				MessageId: "m1", ContentType: "text/plain", Expiration: "600000",
-				Headers: amqp.Table{"tenant": "acme"}, Body: []byte("order 1"),
-			})
-			e.reject(e.app)
-			back := e.get(e.app)
-			checkCopy(t, "immediate retry", back, map[string]any{names.RetryCount: int64(1), names.LastDelay: int64(0), names.OriginQueue: e.app})
-
-			if err := back.Nack(false, false); err != nil {
-				t.Fatal(err)
-			}
-			rejected := time.Now()
-			back = e.get(e.app)
-			if waited := time.Since(rejected); waited < 45*time.Millisecond {
-				t.Errorf("the delayed retry came back after %s, want the 50ms delay", waited)
-			}
-			checkCopy(t, "delayed retry", back, map[string]any{names.RetryCount: int64(2), names.LastDelay: int64(50), names.OriginQueue: e.app})
-			delayQueue, _ := e.topo.DelayQueue(50 * time.Millisecond)
-			if n := e.QueueLen(delayQueue.Name); n != 0 {
-				t.Errorf("delay queue %s holds %d, want 0 once the copy went back", delayQueue.Name, n)
-			}
-
-			if err := back.Nack(false, false); err != nil {
-				t.Fatal(err)
-			}
-			parked := e.take(e.topo.ParkingQueue)
-			checkCopy(t, "parked", parked, map[string]any{
-				names.ParkedReason: "max-retries", names.RetryCount: int64(2), names.OriginQueue: e.app,
-				names.FirstDeathReason: "rejected", names.FirstDeathQueue: e.app,
-			})
-
-			e.eventually("every outcome is counted", func() bool {
-				return e.metric("rebound_messages_parked_total", "reason", "max-retries") == 1 && e.metric("rebound_inflight_deliveries") == 0
-			})
-			for _, c := range []struct {
-				name   string
-				labels []string
-				want   float64
-			}{
-				{"rebound_messages_received_total", nil, 3},
-				{"rebound_messages_retried_total", []string{"kind", "immediate"}, 1},
-				{"rebound_messages_retried_total", []string{"kind", "delayed"}, 1},
-				{"rebound_retry_delay_seconds", nil, 1},
-				{"rebound_confirm_latency_seconds", nil, 3},
-				{"rebound_publish_failures_total", []string{"kind", "nack"}, 0},
-				{"rebound_redelivered_total", nil, 0},
-			} {
-				if got := e.metric(c.name, c.labels...); got != c.want {
-					t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
-				}
-			}
+		e.Publish(e.app, amqp.Publishing{
+			MessageId: "m1", ContentType: "text/plain", Expiration: "600000",
+			Headers: amqp.Table{"tenant": "acme"}, Body: []byte("order 1"),
 		})
-	}
+		e.reject(e.app)
+		back := e.get(e.app)
+		checkCopy(t, "immediate retry", back, map[string]any{names.RetryCount: int64(1), names.LastDelay: int64(0), names.OriginQueue: e.app})
+
+		if err := back.Nack(false, false); err != nil {
+			t.Fatal(err)
+		}
+		rejected := time.Now()
+		back = e.get(e.app)
+		if waited := time.Since(rejected); waited < 45*time.Millisecond {
+			t.Errorf("the delayed retry came back after %s, want the 50ms delay", waited)
+		}
+		checkCopy(t, "delayed retry", back, map[string]any{names.RetryCount: int64(2), names.LastDelay: int64(50), names.OriginQueue: e.app})
+		delayQueue, _ := e.topo.DelayQueue(50 * time.Millisecond)
+		if n := e.QueueLen(delayQueue.Name); n != 0 {
+			t.Errorf("delay queue %s holds %d, want 0 once the copy went back", delayQueue.Name, n)
+		}
+
+		if err := back.Nack(false, false); err != nil {
+			t.Fatal(err)
+		}
+		parked := e.take(e.topo.ParkingQueue)
+		checkCopy(t, "parked", parked, map[string]any{
+			names.ParkedReason: "max-retries", names.RetryCount: int64(2), names.OriginQueue: e.app,
+			names.FirstDeathReason: "rejected", names.FirstDeathQueue: e.app,
+		})
+
+		e.eventually("every outcome is counted", func() bool {
+			return e.metric("rebound_messages_parked_total", "reason", "max-retries") == 1 && e.metric("rebound_inflight_deliveries") == 0
+		})
+		for _, c := range []struct {
+			name   string
+			labels []string
+			want   float64
+		}{
+			{"rebound_messages_received_total", nil, 3},
+			{"rebound_messages_retried_total", []string{"kind", "immediate"}, 1},
+			{"rebound_messages_retried_total", []string{"kind", "delayed"}, 1},
+			{"rebound_retry_delay_seconds", nil, 1},
+			{"rebound_confirm_latency_seconds", nil, 3},
+			{"rebound_publish_failures_total", []string{"kind", "nack"}, 0},
+			{"rebound_redelivered_total", nil, 0},
+		} {
+			if got := e.metric(c.name, c.labels...); got != c.want {
+				t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+			}
+		}
+	})
 }
 
 // checkCopy checks what every copy keeps (body, properties, application
@@ -452,7 +448,7 @@ func TestRunKeepsReconnectingUntilCancelled(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
 	var skew atomic.Int64 // added to the sidecar's clock
 	s := New(Options{
-		Dialer: republisher.NewDialer([]string{refusingURL(t)}, nil, republisher.Client{Name: "rebound test"}), Logger: zap.New(core), Metrics: NewMetrics(reg, route.Router{}), ConfirmTimeout: time.Second,
+		Dialer: republisher.NewDialer([]string{brokertest.RefusingURL(t)}, nil, republisher.Client{Name: "rebound test"}), Logger: zap.New(core), Metrics: NewMetrics(reg, route.Router{}), ConfirmTimeout: time.Second,
 		Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) },
 		Reconnect: policy.Policy{Backoff: policy.Constant, MinDelay: 10 * time.Millisecond, MaxDelay: 10 * time.Millisecond,
 			Jitter: policy.NoJitter, Deadline: policy.Lenient},
@@ -496,23 +492,11 @@ func TestRunKeepsReconnectingUntilCancelled(t *testing.T) {
 	}
 	for _, l := range ended {
 		msg, _ := l.ContextMap()["error"].(string)
-		if !strings.Contains(msg, "connection refused") || strings.Contains(msg, "Pw9zq7") {
+		if !strings.Contains(msg, "connection refused") || strings.Contains(msg, brokertest.RefusingPassword) {
 			t.Errorf("session ended with %q, want connection refused and no password", msg)
 		}
 	}
 	if all := logs.All(); all[len(all)-1].Message != "stopped" {
 		t.Errorf("last log line %q, want stopped", all[len(all)-1].Message)
 	}
-}
-
-// refusingURL is an AMQP URL whose port nothing listens on.
-func refusingURL(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return "amqp://guest:guest@" + addr + "/"
 }

@@ -2,16 +2,12 @@ package validate
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -41,7 +37,7 @@ func TestRabbitMQSetupEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	suffix := randomSuffix(t)
+	suffix := brokertest.RandomSuffix()
 	vhost, reboundUser, appUser := "deploy-validate-"+suffix, "rebound-"+suffix, "app-"+suffix
 	password := "pw-" + suffix
 	rabbitmqctl(t, "add_vhost", vhost)
@@ -71,8 +67,8 @@ func TestRabbitMQSetupEndToEnd(t *testing.T) {
 	if err := os.WriteFile(urlFile, []byte(url), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
-	logs := &syncBuffer{}
+	addr := brokertest.FreeAddr(t)
+	logs := &brokertest.SyncBuffer{}
 	rebound := exec.CommandContext(ctx, bin, "run")
 	rebound.Env = append(os.Environ(), "REBOUND_AMQP_URL_FILE="+urlFile, "REBOUND_HTTP_ADDR="+addr,
 		"REBOUND_MIN_DELAY=1s", "REBOUND_JITTER=none", "REBOUND_IMMEDIATE_RETRIES=1", "REBOUND_MAX_RETRIES=2")
@@ -198,24 +194,6 @@ func userURL(t *testing.T, brokerURL, user, password, vhost string) string {
 	return u.String()
 }
 
-func randomSuffix(t *testing.T) string {
-	b := make([]byte, 4)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
-}
-
-// freeAddr returns a loopback address with a port nothing listens on.
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func waitReady(t *testing.T, ctx context.Context, url string) {
 	t.Helper()
 	for {
@@ -236,22 +214,4 @@ func waitReady(t *testing.T, ctx context.Context, url string) {
 
 func refused(log string) bool {
 	return strings.Contains(strings.ToLower(log), "access_refused")
-}
-
-// syncBuffer collects a process's output while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

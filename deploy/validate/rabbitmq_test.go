@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/rebound-mq/rebound/config"
 )
 
 const setupScript = "../rabbitmq/setup.sh"
@@ -18,29 +20,37 @@ func exampleConfigMap(t *testing.T) *corev1.ConfigMap {
 	return only[*corev1.ConfigMap](t, build(t, filepath.Join(kustomizeDir, "overlays", "example")))
 }
 
-func TestRabbitMQPermissions(t *testing.T) {
+// exampleConfig is the example overlay's sidecar configuration, which
+// must load without problems.
+func exampleConfig(t *testing.T) config.Config {
+	t.Helper()
 	cfg, problems := LoadConfigMap(exampleConfigMap(t), t.TempDir(), placeholderURL)
 	if len(problems) > 0 {
 		t.Fatal(problems)
 	}
+	return cfg
+}
+
+// setupPermissions are the permissions setup.sh gives rebound's user.
+func setupPermissions(t *testing.T) Permissions {
+	t.Helper()
 	perms, err := ReadPermissions(read(t, setupScript))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range CheckPermissions(perms, cfg) {
+	return perms
+}
+
+func TestRabbitMQPermissions(t *testing.T) {
+	cfg := exampleConfig(t)
+	for _, p := range CheckPermissions(setupPermissions(t), cfg) {
 		t.Error(p)
 	}
 }
 
 func TestCheckPermissionsCatches(t *testing.T) {
-	cfg, problems := LoadConfigMap(exampleConfigMap(t), t.TempDir(), placeholderURL)
-	if len(problems) > 0 {
-		t.Fatal(problems)
-	}
-	good, err := ReadPermissions(read(t, setupScript))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := exampleConfig(t)
+	good := setupPermissions(t)
 	tests := []struct {
 		name   string
 		mutate func(p *Permissions)
@@ -65,10 +75,7 @@ func TestCheckPermissionsCatches(t *testing.T) {
 }
 
 func TestOriginQueuesMatchTheDeadLetterPolicy(t *testing.T) {
-	cfg, problems := LoadConfigMap(exampleConfigMap(t), t.TempDir(), placeholderURL)
-	if len(problems) > 0 {
-		t.Fatal(problems)
-	}
+	cfg := exampleConfig(t)
 	app, err := ReadAppQueues(read(t, setupScript))
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,9 @@
 // gives them a real HTTP server: which broker of the test matrix this run
 // is against, the rule for skipping or requiring it, rabbitmqctl on its
 // node, and the few helpers every broker test needs (unique names, queue
-// length, private virtual hosts, stopping and starting the node).
+// length, private virtual hosts, stopping and starting the node, a run on
+// classic and on quorum queues, a program run in-process in the
+// background, a free port and a broker URL that refuses).
 //
 // The matrix has two brokers, picked by REBOUND_TEST_BROKER:
 //
@@ -29,6 +31,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -303,6 +306,83 @@ func Await(timeout time.Duration, cond func() bool) bool {
 		}
 	}
 	return true
+}
+
+// SyncBuffer collects a process's output while the test reads it.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// EachQueueType runs test as two parallel subtests, on classic and on
+// quorum queues; queueType is "classic" or "quorum", as
+// REBOUND_QUEUE_TYPE takes it.
+func EachQueueType(t *testing.T, test func(t *testing.T, queueType string)) {
+	for _, queueType := range []string{"classic", "quorum"} {
+		t.Run(queueType, func(t *testing.T) {
+			t.Parallel()
+			test(t, queueType)
+		})
+	}
+}
+
+// RefusingPassword is RefusingURL's password, which must never show up in
+// an error or a log line.
+const RefusingPassword = "Pw9zq7"
+
+// RefusingURL is an AMQP URL whose port nothing listens on: a broker that
+// is down.
+func RefusingURL(t testing.TB) string {
+	t.Helper()
+	return "amqp://guest:" + RefusingPassword + "@" + FreeAddr(t) + "/"
+}
+
+// FreeAddr returns a loopback address with a port nothing listens on.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// RunInBackground runs run in a goroutine under a context of its own, as
+// a test runs a long-lived program in-process. exited receives what run
+// returns should it end by itself. stop cancels the context and returns
+// what run returned, or an error naming what once it has not returned
+// within timeout; every call of stop returns the same.
+func RunInBackground(what string, run func(ctx context.Context) error, timeout time.Duration) (exited <-chan error, stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	var once sync.Once
+	var runErr error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case runErr = <-done:
+			case <-time.After(timeout):
+				runErr = fmt.Errorf("%s did not return within %s of its context's end", what, timeout)
+			}
+		})
+		return runErr
+	}
+	return done, stop
 }
 
 // WaitQueueLen waits up to timeout until queue, in url's virtual host,

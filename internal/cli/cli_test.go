@@ -8,6 +8,25 @@ import (
 	"testing"
 )
 
+// runCLI runs "rebound command args..." in-process, the way main would.
+func runCLI(t *testing.T, environ []string, command string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err = Run(t.Context(), append([]string{command}, args...), environ, &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+// runCLILines runs a command that must succeed, as runCLI does, and
+// returns its output whole and as lines.
+func runCLILines(t *testing.T, environ []string, command string, args ...string) (out string, lines []string) {
+	t.Helper()
+	out, _, err := runCLI(t, environ, command, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", command, err)
+	}
+	return out, strings.Split(strings.TrimSpace(out), "\n")
+}
+
 func TestConfigErrorsExitTwoBeforeConnecting(t *testing.T) {
 	// The URL points nowhere: a run that got past validation would fail to
 	// connect instead of reporting the configuration.

@@ -54,13 +54,13 @@ func TestScheduleOfAPolicy(t *testing.T) {
 		{[]string{"--origin", "mail.send"}, "parked after retry 20: max retries 20 reached (REBOUND_POLICY_E_MAIL_MAX_RETRIES)"},
 		{[]string{"--origin", "orders"}, "parked after retry 10: max retries 10 reached (REBOUND_MAX_RETRIES)"},
 	} {
-		out, _, err := schedule(t, twoServices, tc.args...)
+		out, _, err := runCLI(t, twoServices, "schedule", tc.args...)
 		if err != nil || !strings.Contains(out, tc.want) {
 			t.Errorf("schedule %v: %v\n%s\nwant the line %q", tc.args, err, out, tc.want)
 		}
 	}
 	for _, args := range [][]string{{"--policy", "refunds"}, {"--policy", "payments", "--origin", "x"}} {
-		_, _, err := schedule(t, twoServices, args...)
+		_, _, err := runCLI(t, twoServices, "schedule", args...)
 		if !IsUsageError(err) {
 			t.Errorf("schedule %v: %v, want a usage error", args, err)
 		}

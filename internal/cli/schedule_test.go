@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -11,19 +10,20 @@ import (
 	"github.com/rebound-mq/rebound/config"
 )
 
-// schedule runs "rebound schedule" in-process, the way main would.
-func schedule(t *testing.T, environ []string, args ...string) (stdout, stderr string, err error) {
+// wantSchedule runs "rebound schedule" with environ and compares the
+// whole table it prints with want.
+func wantSchedule(t *testing.T, environ []string, want string) {
 	t.Helper()
-	var out, errOut bytes.Buffer
-	err = Run(t.Context(), append([]string{"schedule"}, args...), environ, &out, &errOut)
-	return out.String(), errOut.String(), err
-}
-
-func TestScheduleDefaults(t *testing.T) {
-	out, _, err := schedule(t, nil)
+	out, _, err := runCLI(t, environ, "schedule")
 	if err != nil {
 		t.Fatalf("schedule: %v", err)
 	}
+	if out != want {
+		t.Errorf("schedule:\n%s\nwant:\n%s", out, want)
+	}
+}
+
+func TestScheduleDefaults(t *testing.T) {
 	// DESIGN.md's defaults: exponential from 1s doubling, full jitter, 10
 	// retries. 128s, 256s and 512s are queued at two significant digits.
 	// The header says that delay and cumulative leave jitter out.
@@ -40,9 +40,7 @@ func TestScheduleDefaults(t *testing.T) {
 10     8m32s    8m30s              0s          8m30s       17m7s
 parked after retry 10: max retries 10 reached (REBOUND_MAX_RETRIES)
 `
-	if out != want {
-		t.Errorf("schedule with defaults:\n%s\nwant:\n%s", out, want)
-	}
+	wantSchedule(t, nil, want)
 }
 
 var googleHTTPClient = []string{
@@ -51,11 +49,7 @@ var googleHTTPClient = []string{
 }
 
 func TestScheduleGoogleHTTPClient(t *testing.T) {
-	out, _, err := schedule(t, googleHTTPClient, "-format", "table")
-	if err != nil {
-		t.Fatalf("schedule: %v", err)
-	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
+	_, lines := runCLILines(t, googleHTTPClient, "schedule", "-format", "table")
 	// The client's documented table: interval, randomized interval bounds
 	// (here as the delay queue holds them).
 	want := [][]string{
@@ -93,7 +87,7 @@ func TestScheduleGoogleHTTPClient(t *testing.T) {
 }
 
 func TestScheduleJSON(t *testing.T) {
-	out, errOut, err := schedule(t, googleHTTPClient, "--format", "json")
+	out, errOut, err := runCLI(t, googleHTTPClient, "schedule", "--format", "json")
 	if err != nil {
 		t.Fatalf("schedule: %v", err)
 	}
@@ -140,7 +134,7 @@ func TestScheduleJSON(t *testing.T) {
 
 func TestScheduleJSONEmpty(t *testing.T) {
 	// A budget shorter than the first delay's millisecond: nothing is retried.
-	out, errOut, err := schedule(t, []string{"REBOUND_MAX_DURATION=100us", "REBOUND_DEADLINE=strict"}, "-format=json")
+	out, errOut, err := runCLI(t, []string{"REBOUND_MAX_DURATION=100us", "REBOUND_DEADLINE=strict"}, "schedule", "-format=json")
 	if err != nil {
 		t.Fatalf("schedule: %v", err)
 	}
@@ -153,11 +147,7 @@ func TestScheduleJSONEmpty(t *testing.T) {
 }
 
 func TestScheduleCapped(t *testing.T) {
-	out, _, err := schedule(t, []string{"REBOUND_BACKOFF=constant", "REBOUND_MIN_DELAY=1ms", "REBOUND_MAX_RETRIES=0"})
-	if err != nil {
-		t.Fatalf("schedule: %v", err)
-	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
+	_, lines := runCLILines(t, []string{"REBOUND_BACKOFF=constant", "REBOUND_MIN_DELAY=1ms", "REBOUND_MAX_RETRIES=0"}, "schedule")
 	if len(lines) != 1+1000+1 {
 		t.Errorf("%d lines, want a header, 1000 rows and a note", len(lines))
 	}
@@ -167,11 +157,8 @@ func TestScheduleCapped(t *testing.T) {
 }
 
 func TestScheduleImmediateAndStrict(t *testing.T) {
-	out, _, err := schedule(t, []string{
+	environ := []string{
 		"REBOUND_IMMEDIATE_RETRIES=2", "REBOUND_JITTER=none", "REBOUND_MAX_DURATION=10s", "REBOUND_DEADLINE=strict",
-	})
-	if err != nil {
-		t.Fatalf("schedule: %v", err)
 	}
 	want := `retry  nominal  delay (no jitter)  jitter min  jitter max  cumulative (no jitter)
 1      0s       0s                 0s          0s          0s
@@ -181,13 +168,11 @@ func TestScheduleImmediateAndStrict(t *testing.T) {
 5      4s       4s                 4s          4s          7s
 parked after retry 5: the next delay, 8s, would end past the 10s budget (REBOUND_MAX_DURATION, REBOUND_DEADLINE=strict)
 `
-	if out != want {
-		t.Errorf("schedule:\n%s\nwant:\n%s", out, want)
-	}
+	wantSchedule(t, environ, want)
 }
 
 func TestScheduleInvalidConfig(t *testing.T) {
-	_, _, err := schedule(t, []string{"REBOUND_BACKOFF=fibonacci", "REBOUND_MIN_DELAY=soon"})
+	_, _, err := runCLI(t, []string{"REBOUND_BACKOFF=fibonacci", "REBOUND_MIN_DELAY=soon"}, "schedule")
 	var cfgErr *config.Error
 	if !errors.As(err, &cfgErr) {
 		t.Fatalf("error %v (%T), want a *config.Error", err, err)
@@ -207,7 +192,7 @@ func TestScheduleUsage(t *testing.T) {
 		{"-format"},
 		{"extra"},
 	} {
-		_, _, err := schedule(t, nil, args...)
+		_, _, err := runCLI(t, nil, "schedule", args...)
 		var usage usageError
 		if !errors.As(err, &usage) {
 			t.Errorf("%q: error %v (%T), want a usageError", args, err, err)
@@ -221,7 +206,7 @@ func TestScheduleUsage(t *testing.T) {
 
 func TestScheduleHelp(t *testing.T) {
 	// Help works even when the configuration would not load.
-	out, _, err := schedule(t, []string{"REBOUND_JITTER=bogus"}, "-h")
+	out, _, err := runCLI(t, []string{"REBOUND_JITTER=bogus"}, "schedule", "-h")
 	if err != nil {
 		t.Fatalf("-h: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,14 +18,6 @@ import (
 	"github.com/rebound-mq/rebound/simulate"
 )
 
-// simulateCmd runs "rebound simulate ..." in-process, the way main would.
-func simulateCmd(t *testing.T, environ []string, args ...string) (stdout, stderr string, err error) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	err = Run(context.Background(), append([]string{"simulate"}, args...), environ, &out, &errOut)
-	return out.String(), errOut.String(), err
-}
-
 // decodeStrict decodes one JSON value into v, refusing fields v lacks.
 func decodeStrict(t *testing.T, s string, v any) {
 	t.Helper()
@@ -35,11 +28,12 @@ func decodeStrict(t *testing.T, s string, v any) {
 	}
 }
 
-// jsonNames returns the field names of every object in the "results" list.
-// The names are public interface (the issue and DESIGN.md list them), so
-// they are checked literally: renaming a tag fails here even though the
-// typed decode, using the same type, would still succeed.
-func jsonNames(t *testing.T, s string) [][]string {
+// wantResultFields checks that every object in the "results" list has
+// each required field. The names are public interface (the issue and
+// DESIGN.md list them), so they are checked literally: renaming a tag fails
+// here even though the typed decode, using the same type, would still
+// succeed.
+func wantResultFields(t *testing.T, s string, required ...string) {
 	t.Helper()
 	var raw struct {
 		Results []map[string]json.RawMessage `json:"results"`
@@ -47,19 +41,17 @@ func jsonNames(t *testing.T, s string) [][]string {
 	if err := json.Unmarshal([]byte(s), &raw); err != nil {
 		t.Fatal(err)
 	}
-	var out [][]string
-	for _, r := range raw.Results {
-		var names []string
-		for k := range r {
-			names = append(names, k)
+	for i, r := range raw.Results {
+		for _, f := range required {
+			if _, ok := r[f]; !ok {
+				t.Errorf("result %d lacks field %q (has %v)", i, f, slices.Sorted(maps.Keys(r)))
+			}
 		}
-		out = append(out, names)
 	}
-	return out
 }
 
 func TestSimulateBurstJSON(t *testing.T) {
-	out, _, err := simulateCmd(t, nil, "burst", "--format", "json")
+	out, _, err := runCLI(t, nil, "simulate", "burst", "--format", "json")
 	if err != nil {
 		t.Fatalf("simulate burst: %v", err)
 	}
@@ -83,23 +75,12 @@ func TestSimulateBurstJSON(t *testing.T) {
 	if eb, nb := byName["EB"], byName["NB"]; eb.LatencyP50 == nil || eb.Requests >= nb.Requests {
 		t.Errorf("EB %+v against NB %+v: want EB answered with fewer requests", eb, nb)
 	}
-	required := []string{"strategy", "clients", "completed", "requests", "rejected",
-		"latency_p50", "latency_p75", "latency_p90", "latency_p99", "latency_max"}
-	for i, fields := range jsonNames(t, out) {
-		for _, f := range required {
-			if !slices.Contains(fields, f) {
-				t.Errorf("result %d lacks field %q (has %v)", i, f, fields)
-			}
-		}
-	}
+	wantResultFields(t, out, "strategy", "clients", "completed", "requests", "rejected",
+		"latency_p50", "latency_p75", "latency_p90", "latency_p99", "latency_max")
 }
 
 func TestSimulateBurstTable(t *testing.T) {
-	out, _, err := simulateCmd(t, nil, "burst", "-strategies", "EB,REB", "-seed", "3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
+	out, lines := runCLILines(t, nil, "simulate", "burst", "-strategies", "EB,REB", "-seed", "3")
 	if len(lines) != 4 {
 		t.Fatalf("%d lines, want a header, two rows and a note:\n%s", len(lines), out)
 	}
@@ -115,7 +96,7 @@ func TestSimulateBurstTable(t *testing.T) {
 }
 
 func TestSimulateOutageJSON(t *testing.T) {
-	out, _, err := simulateCmd(t, nil, "outage", "--format=json", "--strategies", "policy,fixed",
+	out, _, err := runCLI(t, nil, "simulate", "outage", "--format=json", "--strategies", "policy,fixed",
 		"--compare", "text-eb: REBOUND_MIN_DELAY=100ms REBOUND_MULTIPLIER=2.7 REBOUND_JITTER=gaussian REBOUND_JITTER_FACTOR=0.1 REBOUND_MAX_DELAY=5m REBOUND_MAX_RETRIES=0")
 	if err != nil {
 		t.Fatalf("simulate outage: %v", err)
@@ -137,23 +118,12 @@ func TestSimulateOutageJSON(t *testing.T) {
 	if fixed.Parked["max-retries"] == 0 || fixed.DelayQueues != 1 {
 		t.Errorf("fixed: parked %v in %d delay queues: want max-retries parks and one queue", fixed.Parked, fixed.DelayQueues)
 	}
-	required := []string{"strategy", "recovered", "recovery_s", "peak_dependency_rps", "peak_delayed", "delay_queues",
-		"parked", "attempts_p50", "attempts_p99", "latency_p50_s", "latency_p99_s"}
-	for i, fields := range jsonNames(t, out) {
-		for _, f := range required {
-			if !slices.Contains(fields, f) {
-				t.Errorf("result %d lacks field %q (has %v)", i, f, fields)
-			}
-		}
-	}
+	wantResultFields(t, out, "strategy", "recovered", "recovery_s", "peak_dependency_rps", "peak_delayed", "delay_queues",
+		"parked", "attempts_p50", "attempts_p99", "latency_p50_s", "latency_p99_s")
 }
 
 func TestSimulateOutageTable(t *testing.T) {
-	out, _, err := simulateCmd(t, nil, "outage", "-strategies", "policy", "-horizon", "2m")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
+	out, lines := runCLILines(t, nil, "simulate", "outage", "-strategies", "policy", "-horizon", "2m")
 	if len(lines) != 3 || !strings.HasPrefix(lines[1], "policy ") || !strings.Contains(lines[2], "2m horizon") {
 		t.Errorf("table:\n%s\nwant a header, the policy's row and a note naming the 2m horizon", out)
 	}
@@ -164,12 +134,12 @@ func TestSimulateDeterministic(t *testing.T) {
 		{"burst", "-format", "json", "-strategies", "URB,REB,policy"},
 		{"outage", "-format", "json", "-strategies", "policy", "-horizon", "2m"},
 	} {
-		a, _, err := simulateCmd(t, nil, args...)
+		a, _, err := runCLI(t, nil, "simulate", args...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, _, _ := simulateCmd(t, nil, args...)
-		c, _, _ := simulateCmd(t, nil, append(args, "-seed", "2")...)
+		b, _, _ := runCLI(t, nil, "simulate", args...)
+		c, _, _ := runCLI(t, nil, "simulate", append(args, "-seed", "2")...)
 		if a != b {
 			t.Errorf("%v: two runs differ", args)
 		}
@@ -186,7 +156,7 @@ func TestSimulateSVG(t *testing.T) {
 		{"outage", "-strategies", "policy", "-horizon", "2m"},
 	} {
 		path := filepath.Join(dir, args[0]+".svg")
-		out, _, err := simulateCmd(t, nil, append(args, "-svg", path)...)
+		out, _, err := runCLI(t, nil, "simulate", append(args, "-svg", path)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -201,7 +171,7 @@ func TestSimulateSVG(t *testing.T) {
 			t.Errorf("%s: the table is still printed with -svg; got %q", args[0], out)
 		}
 	}
-	_, _, err := simulateCmd(t, nil, "burst", "-strategies", "EB", "-svg", filepath.Join(dir, "missing", "x.svg"))
+	_, _, err := runCLI(t, nil, "simulate", "burst", "-strategies", "EB", "-svg", filepath.Join(dir, "missing", "x.svg"))
 	if err == nil || ExitCode(err, io.Discard) != 1 {
 		t.Errorf("unwritable plot: error %v, want exit status 1", err)
 	}
@@ -217,7 +187,7 @@ func TestSimulateHelp(t *testing.T) {
 		{[]string{"outage", "--help"}, []string{"Poisson", "--min-latency", "--factor", "--compare", "Recovered:", "fail at --timeout", "--concurrency"}},
 	}
 	for _, tt := range tests {
-		out, errOut, err := simulateCmd(t, nil, tt.args...)
+		out, errOut, err := runCLI(t, nil, "simulate", tt.args...)
 		if err != nil {
 			t.Errorf("%v: %v", tt.args, err)
 		}
@@ -259,7 +229,7 @@ func TestSimulateUsageErrors(t *testing.T) {
 		{[]string{"outage", "-compare", "policy: REBOUND_MIN_DELAY=2s"}, `the name "policy" is taken`},
 	}
 	for _, tt := range tests {
-		_, _, err := simulateCmd(t, nil, tt.args...)
+		_, _, err := runCLI(t, nil, "simulate", tt.args...)
 		var usage usageError
 		if !errors.As(err, &usage) || ExitCode(err, io.Discard) != 2 {
 			t.Errorf("%v: error %v (%T), want a usage error, exit 2", tt.args, err, err)
@@ -284,7 +254,7 @@ func TestSimulateConfigErrors(t *testing.T) {
 		{nil, []string{"outage", "-compare", "REBOUND_BACKOFF=linear REBOUND_MAX_RETRIES=1"}, "REBOUND_MAX_RETRIES"},
 	}
 	for _, tt := range tests {
-		_, _, err := simulateCmd(t, tt.environ, tt.args...)
+		_, _, err := runCLI(t, tt.environ, "simulate", tt.args...)
 		var cfgErr *config.Error
 		if !errors.As(err, &cfgErr) || ExitCode(err, io.Discard) != 2 {
 			t.Errorf("%v %v: error %v, want a configuration error, exit 2", tt.environ, tt.args, err)
@@ -300,7 +270,7 @@ func TestSimulateConfigErrors(t *testing.T) {
 // and keeps the rest of the environment.
 func TestSimulateCompareOverlays(t *testing.T) {
 	environ := []string{"REBOUND_MAX_RETRIES=3", "REBOUND_JITTER=none", "PATH=/bin"}
-	out, _, err := simulateCmd(t, environ, "outage", "-format", "json", "-horizon", "2m", "-strategies", "policy",
+	out, _, err := runCLI(t, environ, "simulate", "outage", "-format", "json", "-horizon", "2m", "-strategies", "policy",
 		"-compare", "REBOUND_JITTER=none REBOUND_MAX_RETRIES=3", "-compare", "REBOUND_MAX_RETRIES=5")
 	if err != nil {
 		t.Fatal(err)
