@@ -86,7 +86,7 @@ func TestRetryRateBudgetHoldsAStorm(t *testing.T) {
 				deferred += v
 			}
 			const window = 10 // seconds
-			peak, peakDue, peakWindow := slices.Max(arrived), slices.Max(due), maxWindow(arrived, window)
+			peak, peakDue, peakWindow := slices.Max(arrived), slices.Max(due), brokertest.BusiestWindow(arrived, window)
 			t.Logf("BUDGET broker=%s capped=%v rate=%d replicas=2 messages=%d retries=%d peak_due_per_second=%d peak_arrived_per_second=%d peak_arrived_per_%ds=%d span=%s deferred=%d arrived_per_second=%v",
 				e.Broker.Version(), capped, rate, n, len(app.seen())-n, peakDue, peak, window, peakWindow, span.Round(100*time.Millisecond), deferred, arrived)
 			windowBound := window * rate * 6 / 5
@@ -110,19 +110,6 @@ func TestRetryRateBudgetHoldsAStorm(t *testing.T) {
 			}
 		})
 	}
-}
-
-// maxWindow is the largest sum of w consecutive counts.
-func maxWindow(counts []int, w int) int {
-	best := 0
-	for i := range counts {
-		sum := 0
-		for j := i; j < i+w && j < len(counts); j++ {
-			sum += counts[j]
-		}
-		best = max(best, sum)
-	}
-	return best
 }
 
 // retriesPerSecond counts, second by second, the retries among arrivals

@@ -17,7 +17,7 @@ import (
 // writes may steer it to a queue the broker did not record the message
 // coming from. These tests play the producer as an attacker.
 
-// TestOriginHeaderCannotRedirect is the injection of issue 16: a producer
+// TestOriginHeaderCannotRedirect is a confused-deputy attempt: a producer
 // that may publish only to orders sets x-retry-origin-queue: payments (and
 // CC and BCC: payments, which would route rebound's own publishes); the
 // consumer rejects it. The message must come back to orders, never reach

@@ -253,7 +253,7 @@ func TestUnusableDelayQueueIsDetoured(t *testing.T) {
 	e.waitOrigin(4, "all four copies")
 }
 
-// TestReturnIsNeverLostBehindADeclaration is the loss of issue 12: the
+// TestReturnIsNeverLostBehindADeclaration is a loss once found here: the
 // confirm/return loop used to take the declaration lock to forget a
 // returned delay queue. The session holds that lock while it waits for a
 // declaration's reply on the same connection, whose one reader goroutine

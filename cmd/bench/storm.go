@@ -12,6 +12,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/rebound-mq/rebound/internal/brokertest"
 	"github.com/rebound-mq/rebound/topology"
 )
 
@@ -67,7 +68,7 @@ func (r stormResult) holds() bool {
 		return false
 	}
 	return slices.Max(r.Due) <= r.Rate && float64(slices.Max(r.Arrived)) <= stormSecondTolerance*float64(r.Rate) &&
-		float64(maxWindow(r.Arrived, stormWindow)) <= stormWindowTolerance*float64(stormWindow*r.Rate)
+		float64(brokertest.BusiestWindow(r.Arrived, stormWindow)) <= stormWindowTolerance*float64(stormWindow*r.Rate)
 }
 
 // stormCounts is the distribution of a storm's retries per second over
@@ -83,20 +84,7 @@ func stormCounts(counts []int) (peak int, window, p50, p90 float64) {
 	}
 	slices.Sort(xs)
 	at := func(p float64) float64 { return xs[min(int(p*float64(len(xs))), len(xs)-1)] }
-	return slices.Max(counts), float64(maxWindow(counts, stormWindow)) / float64(min(stormWindow, len(counts))), at(0.5), at(0.9)
-}
-
-// maxWindow is the largest sum of w consecutive counts.
-func maxWindow(counts []int, w int) int {
-	best := 0
-	for i := range counts {
-		sum := 0
-		for j := i; j < i+w && j < len(counts); j++ {
-			sum += counts[j]
-		}
-		best = max(best, sum)
-	}
-	return best
+	return slices.Max(counts), float64(brokertest.BusiestWindow(counts, stormWindow)) / float64(min(stormWindow, len(counts))), at(0.5), at(0.9)
 }
 
 // perSecond counts times by the wall-clock second they fall in, from the

@@ -679,3 +679,18 @@ func PublishConfirmed(t testing.TB, ch *amqp.Channel, queue string, msgs ...amqp
 		}
 	}
 }
+
+// BusiestWindow is the largest sum of w consecutive counts: of counts per
+// second, the busiest w seconds. The storm measures (e2e's retry rate
+// test and bench's storm) judge a cap by it.
+func BusiestWindow(counts []int, w int) int {
+	best := 0
+	for i := range counts {
+		sum := 0
+		for j := i; j < i+w && j < len(counts); j++ {
+			sum += counts[j]
+		}
+		best = max(best, sum)
+	}
+	return best
+}
