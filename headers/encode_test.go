@@ -416,3 +416,34 @@ func TestPolicyAndDueAt(t *testing.T) {
 		}
 	}
 }
+
+// TestMovedKeepsAllButTheBrokersHeaders: a copy an operator moves keeps
+// every header but those RabbitMQ owns, and its due time is the one given
+// (none for a copy sent back at once).
+func TestMovedKeepsAllButTheBrokersHeaders(t *testing.T) {
+	c := NewCodec(DefaultNames())
+	due := time.UnixMilli(1_700_000_000_000)
+	h := amqp.Table{"app": "kept", c.Names.RetryCount: int64(2), c.Names.DueAt: int64(1), XDeath: []any{}, "x-delivery-count": int64(3), "CC": []any{"elsewhere"}}
+	for _, tc := range []struct {
+		due  time.Time
+		want any
+	}{{due, due.UnixMilli()}, {time.Time{}, nil}} {
+		got := c.Moved(h, tc.due)
+		if got["app"] != "kept" || got[c.Names.RetryCount] != int64(2) || got[c.Names.DueAt] != tc.want {
+			t.Errorf("due %v: %v", tc.due, got)
+		}
+		for name := range got {
+			if BrokerOwned(name) {
+				t.Errorf("due %v: the broker's header %s kept", tc.due, name)
+			}
+		}
+	}
+	if h["x-delivery-count"] != int64(3) {
+		t.Error("Moved changed the headers it was given")
+	}
+	for name, want := range map[string]bool{XDeath: true, "x-first-death-exchange": true, "x-last-death-queue": true, "CC": true, c.Names.RetryCount: false, "app": false} {
+		if BrokerOwned(name) != want {
+			t.Errorf("BrokerOwned(%q) = %v, want %v", name, !want, want)
+		}
+	}
+}
