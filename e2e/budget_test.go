@@ -3,6 +3,7 @@ package e2e
 import (
 	"slices"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -138,4 +139,57 @@ func retriesPerSecond(arrivals []arrival, when func(arrival) time.Time) (counts 
 		counts[i]++
 	}
 	return counts, times[len(times)-1].Sub(times[0])
+}
+
+// TestRetryRateBudgetLosesNothingWhenAReplicaIsKilled: the calendar lives
+// in a replica's memory only, and its deferred copies wait in the delay
+// queues. One of two replicas under a cap of 40 is killed (SIGKILL) in
+// the middle of a storm of 400 and started again with an empty calendar:
+// every message is still parked after its two retries, duplicates within
+// the window the kill caught, and the copies stay due at most a share
+// over the cap while the restarted replica refills its calendar.
+func TestRetryRateBudgetLosesNothingWhenAReplicaIsKilled(t *testing.T) {
+	t.Parallel()
+	const n, rate, retries = 400, 40, 2
+	e := newTestEnv(t, with(nil, "REBOUND_BACKOFF", "constant", "REBOUND_MIN_DELAY", "100ms", "REBOUND_MAX_RETRIES", strconv.Itoa(retries),
+		"REBOUND_MAX_DURATION", "1h", "REBOUND_RETRY_RATE", strconv.Itoa(rate)))
+	e.startInProcess()
+	killed := e.replica()
+	p := killed.startBinary()
+	if !brokertest.Await(30*time.Second, func() bool { return e.metric("rebound_inbox_consumers") == "2" }) {
+		t.Fatal("the replicas do not see each other on the inbox")
+	}
+	app := e.rejectAll(e.App)
+	msgs := make([]amqp.Publishing, n)
+	for i := range msgs {
+		msgs[i] = amqp.Publishing{MessageId: strconv.Itoa(i)}
+	}
+	e.Publish(e.App, msgs...)
+	// Mid-storm: a quarter of the retries back in the application queue.
+	if !brokertest.Await(time.Minute, func() bool { return len(app.seen()) >= n+n*retries/4 }) {
+		t.Fatalf("%d arrivals in the application queue, want %d before the kill", len(app.seen()), n+n*retries/4)
+	}
+	if err := p.signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(10 * time.Second)
+	restarted := time.Now()
+	killed.startBinary()
+	faults := []recovery{{fault: "rebound-SIGKILL"}}
+	if killed.waitReceivedOrParked(time.Minute, e.Vars["REBOUND_PARKING_QUEUE"]) {
+		faults[0].recover = time.Since(restarted) // the restarted replica moves messages again
+	}
+	duplicates := e.accountRecovered(n, 0, faults, 2*time.Minute)
+	for _, d := range e.Drain(e.App) {
+		t.Errorf("%s left in the application queue", d.MessageId)
+	}
+	// Not a bound: the restarted replica books from an empty calendar
+	// over seconds the killed one had filled, and the deliveries the kill
+	// caught are decided again (README, Retry rate budget).
+	due, _ := retriesPerSecond(app.seen(), func(a arrival) time.Time {
+		ms, _ := a.d.Headers["x-retry-due-at"].(int64)
+		return time.UnixMilli(ms)
+	})
+	t.Logf("broker %s: %d messages, one of two replicas killed mid-storm: duplicates %d, at most %d copies due in one second (cap %d)",
+		e.Broker.Version(), n, duplicates, slices.Max(due), rate)
 }
