@@ -73,7 +73,7 @@ report() { # broker run load status logfile
     return
   fi
   failures=$((failures + 1))
-  failed=$(grep -E '^\s*--- FAIL' "$5" | sed 's/^ *//' | tr '\n' ' ')
+  failed=$({ grep -E '^\s*--- FAIL' "$5" || true; } | sed 's/^ *//' | tr '\n' ' ')
   printf '%-5s run %-2s %-6s FAIL %s(%s)\n' "$1" "$2" "$3" "${failed:-(no test named: see the log) }" "$5" | tee -a "$summary"
 }
 
