@@ -95,6 +95,13 @@ func (t Topology) declareFixedQueue(conn *amqp.Connection, q Queue) (notice stri
 		return fmt.Sprintf("cannot declare %s (%v): this replica's leases of the delay queues it uses are lost, and `rebound topology prune` "+
 			"refuses to delete any while it runs; grant rebound's user configure and read on it (deploy/rabbitmq/setup.sh)", q.Name, err), nil
 	}
+	if q.Name == t.InUseQueue() && isChannelError(err) {
+		// Leases serve `rebound topology prune`, not the retries: a lease
+		// queue the broker cannot give (a classic queue whose cluster
+		// node is down) must not stop rebound from moving messages.
+		return fmt.Sprintf("cannot declare %s (%v): this replica's leases of the delay queues it uses are lost until it reconnects, "+
+			"and `rebound topology prune` refuses to delete any meanwhile", q.Name, err), nil
+	}
 	if err == nil || !inequivalentAdded(err) {
 		return "", err
 	}
@@ -145,6 +152,21 @@ func inequivalent(err error, arg, current string) bool {
 func isAccessRefused(err error) bool {
 	var aerr *amqp.Error
 	return errors.As(err, &aerr) && aerr.Code == amqp.AccessRefused
+}
+
+// isChannelError reports whether err is the broker refusing one
+// operation on a channel (a queue not found, not equivalent, refused or
+// locked), not the connection failing.
+func isChannelError(err error) bool {
+	var aerr *amqp.Error
+	if !errors.As(err, &aerr) {
+		return false
+	}
+	switch aerr.Code {
+	case amqp.NotFound, amqp.PreconditionFailed, amqp.AccessRefused, amqp.ResourceLocked:
+		return true
+	}
+	return false
 }
 
 // inequivalentAdded reports whether err is the broker refusing a queue

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,5 +113,25 @@ func TestAllowsAndLeases(t *testing.T) {
 	}
 	if dest := topology.Direct("orders.created"); dest.RoutingKey != "orders.created" || dest.Exchange != "" {
 		t.Errorf("Direct: %+v, want the default exchange with the queue as routing key", dest)
+	}
+}
+
+// TestDeclareRunsOnWithoutTheLeaseQueue: the lease queue serves `rebound
+// topology prune`, not the retries. One the broker will not give (here
+// declared by someone else with other arguments; in a cluster, a classic
+// queue whose node is down) is a notice, and everything else is declared.
+func TestDeclareRunsOnWithoutTheLeaseQueue(t *testing.T) {
+	b := brokertest.Require(t)
+	d := brokertest.NewDeployment(t, b, nil, nil)
+	topo := d.Topology(false)
+	d.Declare(topo.InUseQueue(), amqp.Table{"x-max-length": int64(1)})
+	notices, err := topo.Declare(d.Conn)
+	if err != nil || len(notices) != 1 || !strings.Contains(notices[0], topo.InUseQueue()) {
+		t.Fatalf("notices %q, %v; want one about %s", notices, err, topo.InUseQueue())
+	}
+	for _, q := range topo.Queues() {
+		if exists, err := topology.QueueExists(d.Conn, q.Name); err != nil || !exists {
+			t.Errorf("queue %s: exists %v, %v", q.Name, exists, err)
+		}
 	}
 }
