@@ -59,12 +59,7 @@ func TestRetryRateBudgetHoldsAStorm(t *testing.T) {
 			}) {
 				t.Fatal("the replicas do not see each other on the inbox")
 			}
-			app := e.rejectAll(e.App)
-			msgs := make([]amqp.Publishing, n)
-			for i := range msgs {
-				msgs[i] = amqp.Publishing{MessageId: strconv.Itoa(i)}
-			}
-			e.Publish(e.App, msgs...)
+			app := e.storm(n)
 			got := e.parked(n, 2*time.Minute)
 			lost := n - len(got)
 			for _, d := range got {
@@ -159,12 +154,7 @@ func TestRetryRateBudgetLosesNothingWhenAReplicaIsKilled(t *testing.T) {
 	if !brokertest.Await(30*time.Second, func() bool { return e.metric("rebound_inbox_consumers") == "2" }) {
 		t.Fatal("the replicas do not see each other on the inbox")
 	}
-	app := e.rejectAll(e.App)
-	msgs := make([]amqp.Publishing, n)
-	for i := range msgs {
-		msgs[i] = amqp.Publishing{MessageId: strconv.Itoa(i)}
-	}
-	e.Publish(e.App, msgs...)
+	app := e.storm(n)
 	// Mid-storm: a quarter of the retries back in the application queue.
 	if !brokertest.Await(time.Minute, func() bool { return len(app.seen()) >= n+n*retries/4 }) {
 		t.Fatalf("%d arrivals in the application queue, want %d before the kill", len(app.seen()), n+n*retries/4)
@@ -192,4 +182,17 @@ func TestRetryRateBudgetLosesNothingWhenAReplicaIsKilled(t *testing.T) {
 	})
 	t.Logf("broker %s: %d messages, one of two replicas killed mid-storm: duplicates %d, at most %d copies due in one second (cap %d)",
 		e.Broker.Version(), n, duplicates, slices.Max(due), rate)
+}
+
+// storm has the application queue's consumer reject every message and
+// publishes n messages to it at once, ids "0" to n-1.
+func (e *testEnv) storm(n int) *rejector {
+	e.t.Helper()
+	app := e.rejectAll(e.App)
+	msgs := make([]amqp.Publishing, n)
+	for i := range msgs {
+		msgs[i] = amqp.Publishing{MessageId: strconv.Itoa(i)}
+	}
+	e.Publish(e.App, msgs...)
+	return app
 }
