@@ -147,7 +147,12 @@ func (e *testEnv) crashingConsumer(queue string) {
 
 // TestInboxDeliveryLimitParksInsteadOfDropping: a message rebound keeps in
 // flight (its copy refused by the broker) while rebound is killed again
-// and again counts one delivery per kill. Past a quorum queue's delivery
+// and again counts one delivery per kill that finds it in rebound's hands.
+// Not every kill does: rebound requeues the refused delivery (basic.nack),
+// and a kill between that nack and the redelivery finds the message in
+// the queue (on 4.x the nack itself counts no delivery). So rebound is
+// killed until the message is parked, at most twice the limit plus two
+// times. Past a quorum queue's delivery
 // limit (20 by default on RabbitMQ 4.x, none on 3.x) the broker drops it
 // unless the queue dead-letters: rebound's inbox dead-letters to the
 // parking queue, at least once, so the message is parked, and `rebound
@@ -173,12 +178,12 @@ func inboxDeliveryLimit(t *testing.T, variant string) {
 		"REBOUND_QUEUE_TYPE": "quorum", "REBOUND_IMMEDIATE_RETRIES": "1000000",
 		"REBOUND_MAX_RETRIES": "0", "REBOUND_MAX_DURATION": "1h",
 	})
-	kills := 3 + 2
+	limit := 3
 	if variant == "default-limit" {
 		if !e.Broker.AtLeast(4, 0) {
 			t.Skipf("RabbitMQ %s has no default delivery limit", e.Broker.Version())
 		}
-		kills = 20 + 2
+		limit = 20
 	}
 	// Every copy is refused: the origin queue takes no message.
 	if _, err := e.Ch.QueueDelete(e.App, false, false, false); err != nil {
@@ -211,7 +216,7 @@ func inboxDeliveryLimit(t *testing.T, variant string) {
 		}
 		fallthrough
 	case "declared":
-		policy["delivery-limit"] = int64(3)
+		policy["delivery-limit"] = int64(limit)
 		def, _ := json.Marshal(policy)
 		name := e.Prefix + "inbox-policy"
 		e.Broker.MustCtl(t, "-q", "set_policy", "-p", e.vhost(), "--apply-to", "queues", "--priority", "20", name, "^"+strings.ReplaceAll(inbox, ".", `\.`)+"$", string(def))
@@ -224,22 +229,27 @@ func inboxDeliveryLimit(t *testing.T, variant string) {
 	}
 	e.PublishTo(inbox, amqp.Publishing{MessageId: "in-flight", DeliveryMode: amqp.Persistent, Headers: amqp.Table{"x-retry-origin-queue": e.App}})
 	parking := e.Vars["REBOUND_PARKING_QUEUE"]
-	for k := range kills {
-		// Killed while the message is delivered to it and unsettled,
-		// until the broker takes it away past its delivery limit. On a
-		// loaded machine a restarted rebound can take long to receive
-		// it: wait for one or the other, not for a fixed time.
+	maxKills, kills := 2*limit+2, 0
+	for kills < maxKills {
+		// Killed once the message has reached it, until the broker
+		// takes it away past its delivery limit. On a loaded machine a
+		// restarted rebound can take long to receive it: wait for one
+		// or the other, not for a fixed time.
 		if !e.waitReceivedOrParked(2*time.Minute, parking) {
 			break
 		}
 		if err := p.signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		p.wait(10 * time.Second)
-		if k < kills-1 {
+		kills++
+		if _, exited := p.wait(10 * time.Second); !exited {
+			t.Fatalf("rebound (pid %d) still runs 10s after SIGKILL", p.cmd.Process.Pid)
+		}
+		if kills < maxKills {
 			p = e.startBinary()
 		}
 	}
+	t.Logf("rebound killed %d times under a delivery limit of %d", kills, limit)
 	var parked []amqp.Delivery
 	for deadline := time.Now().Add(30 * time.Second); len(parked) == 0 && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		if doc := e.listJSON(); doc.Matched > 0 {
@@ -251,7 +261,7 @@ func inboxDeliveryLimit(t *testing.T, variant string) {
 	}
 	if len(parked) != 1 {
 		if waiting := e.QueueLenOr(inbox, -1); waiting == 1 {
-			t.Fatalf("after %d kills the message still waits in the inbox, not parked: the broker counted fewer deliveries than kills", kills)
+			t.Fatalf("after %d kills the message still waits in the inbox, not parked, under a delivery limit of %d", kills, limit)
 		}
 		e.logAccount(1, 1, 0, 0, "-", kills)
 		t.Fatalf("after %d kills the message is neither parked nor in the inbox: lost", kills)
