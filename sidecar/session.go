@@ -97,7 +97,11 @@ func (ss *session) open(ctx context.Context) error {
 	ss.cancelled = ss.consCh.NotifyCancel(make(chan string, 1))
 	ss.acks = newAcker(ss.consCh, func(settled, inflight int, bytes int64) {
 		ss.meter.settle(bytes) // which sets rebound_inflight_bytes
-		s.m.InFlight.Set(float64(inflight))
+		// Counted up as each delivery is registered, down as it is
+		// settled, never set from a reading: a value set here would be
+		// stale as soon as handle registered another, and read as
+		// "nothing in flight" while a copy was still unsettled.
+		s.m.InFlight.Sub(float64(settled))
 		s.beat()
 	})
 	ss.inbox = &inbox{ch: ss.consCh, queue: topo.InboxQueue, win: newWindow(s.opt.Prefetch, s.opt.InflightBytes),
@@ -368,6 +372,7 @@ func (ss *session) handle(d amqp.Delivery) error {
 
 	tag := d.DeliveryTag
 	ss.acks.add(tag, int64(len(d.Body)))
+	s.m.InFlight.Inc()
 	err := ss.pub.Publish(context.Background(), dest, msg, func(o republisher.Outcome, latency time.Duration) {
 		ss.record(rt, o, latency)
 		ss.acks.resolve(tag, o == republisher.Confirmed)
