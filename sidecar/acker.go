@@ -83,6 +83,16 @@ func (a *acker) add(tag uint64, size int64) {
 	a.post(ackEvent{tag: tag, size: size})
 }
 
+// requeue registers a delivery that never reached the session, to be
+// nacked with requeue in its turn, so that no multiple ack covers it and
+// the broker delivers it again. It is not a failed copy: the backing off
+// does not count it.
+func (a *acker) requeue(tag uint64) {
+	a.inflight.Add(1)
+	a.post(ackEvent{tag: tag})
+	a.post(ackEvent{tag: tag, resolved: true})
+}
+
 // resolve records the outcome of a delivery's copy. It never blocks.
 func (a *acker) resolve(tag uint64, ok bool) {
 	if ok {

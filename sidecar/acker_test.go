@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rebound-mq/rebound/internal/brokertest"
 )
 
 // fakeChannel models the broker's side of acks: outstanding deliveries, a
@@ -166,5 +168,50 @@ func TestAckerHoldsAckBehindUnresolvedDelivery(t *testing.T) {
 	}
 	if len(f.acked) != 3 {
 		t.Errorf("acked %d, want 3", len(f.acked))
+	}
+}
+
+// TestAckerRequeuesDeliveriesTheSessionNeverSaw: deliveries the broker
+// sent but the session never took (amqp091-go dropped them) are requeued,
+// never covered by a multiple ack, and do not count as failed copies.
+func TestAckerRequeuesDeliveriesTheSessionNeverSaw(t *testing.T) {
+	const n = 10
+	f := newFakeChannel(n)
+	a := newAcker(f, nil)
+	never := map[uint64]bool{3: true, 4: true, 8: true}
+	for tag := uint64(1); tag <= n; tag++ {
+		if never[tag] {
+			a.requeue(tag)
+			continue
+		}
+		f.ok[tag] = true
+		a.add(tag, 100)
+		a.resolve(tag, true)
+	}
+	if streak := a.failStreak.Load(); streak != 0 {
+		t.Errorf("fail streak %d after requeueing deliveries that had no copy, want 0", streak)
+	}
+	stop := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() { errc <- a.run(stop) }()
+	if !brokertest.Await(10*time.Second, func() bool { return a.inflight.Load() == 0 }) {
+		t.Fatalf("%d deliveries still in flight", a.inflight.Load())
+	}
+	close(stop)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, v := range f.violations {
+		t.Error(v)
+	}
+	for tag := uint64(1); tag <= n; tag++ {
+		if got := f.requeued[tag]; got != never[tag] {
+			t.Errorf("delivery %d requeued: %v, want %v", tag, got, never[tag])
+		}
+		if got := f.acked[tag]; got == never[tag] {
+			t.Errorf("delivery %d acked: %v, want %v", tag, got, !never[tag])
+		}
 	}
 }

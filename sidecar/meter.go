@@ -29,6 +29,15 @@ import (
 // rebound holds of message bodies, taken, waiting or half read, stays
 // within the budget plus one message (and the 64 KiB it reads ahead).
 //
+// It also reads the delivery tag of each basic.deliver, so that it knows
+// which message is which: a delivery amqp091-go reads off the socket but
+// never hands to the session (it drops one whose consumer was cancelled
+// already, which quorum queues have been seen to send after
+// basic.cancel-ok) is found when the session takes a later one. take
+// names those, so that the session requeues them: a multiple ack would
+// otherwise cover a delivery rebound never saw, and the broker would
+// forget a message that was never copied.
+//
 // While it waits, nothing is read on the connection: replies to the
 // session's calls and the broker's heartbeats wait too. The read deadline
 // amqp091-go sets for heartbeats counts from when reading resumes, and
@@ -45,13 +54,16 @@ type meter struct {
 	mu    sync.Mutex
 	ready *sync.Cond
 	// received is the body bytes of the messages read whole off the
-	// socket, taken the bytes of the deliveries the session took: what
-	// waits in amqp091-go is the difference. held is the bytes taken and
-	// not settled.
+	// socket, taken the bytes of the deliveries the session took (or
+	// that never reached it): what waits in amqp091-go is the
+	// difference. held is the bytes taken and not settled.
 	received, taken, held int64
-	peak                  int64 // the most of held plus waiting
-	released              bool  // no more waiting: the connection is closing
-	span                  time.Duration
+	// arrived is the messages read whole and not yet taken, in the order
+	// they came, which is their delivery tags' order.
+	arrived  []arrival
+	peak     int64 // the most of held plus waiting
+	released bool  // no more waiting: the connection is closing
+	span     time.Duration
 	// observe hears what rebound holds after each take and settle (the
 	// gauge rebound_inflight_bytes); it is called with mu held.
 	observe func(bytes int64)
@@ -61,15 +73,26 @@ type meter struct {
 	headLen int
 	left    int64 // bytes of the frame still to come, its end byte included
 	typ     byte
-	payload []byte // a content header's first bytes, up to its body size
+	payload []byte // a frame's first bytes: up to a content header's body size, a basic.deliver's delivery tag
 	body    int64  // body bytes of the message in progress still to come
 	partial int64  // body bytes of the message in progress read so far
+	tag     uint64 // the delivery tag of the last basic.deliver: the message in progress
 }
 
-// AMQP 0-9-1 frame types.
+// arrival is a message read whole off the socket.
+type arrival struct {
+	tag  uint64 // 0 if its basic.deliver was not read (a basic.get-ok)
+	size int64
+}
+
+// AMQP 0-9-1 frame types, and basic.deliver's class and method.
 const (
+	frameMethod = 1
 	frameHeader = 2 // content header: class, weight, body size, properties
 	frameBody   = 3
+
+	classBasic    = 60
+	methodDeliver = 60
 )
 
 func newMeter(conn net.Conn, budget int64) *meter {
@@ -141,6 +164,8 @@ func (m *meter) count(b []byte) {
 			chunk = chunk[:len(chunk)-1] // the frame end
 		}
 		switch m.typ {
+		case frameMethod:
+			m.readDeliver(chunk)
 		case frameHeader:
 			// class (2), weight (2), body size (8): enough to know how
 			// much body follows.
@@ -149,31 +174,82 @@ func (m *meter) count(b []byte) {
 				if len(m.payload) == 12 {
 					m.body = int64(binary.BigEndian.Uint64(m.payload[4:12]))
 					m.partial = 0
+					if m.body == 0 {
+						m.arrive()
+					}
 				}
 			}
 		case frameBody:
 			n := int64(len(chunk))
+			if n == 0 {
+				continue // the frame end alone: the message is where it was
+			}
 			m.body -= n
 			m.partial += n
 			if m.body <= 0 {
 				m.body = 0
-				m.mu.Lock()
-				m.received += m.partial
-				m.peak = max(m.peak, m.held+m.received-m.taken)
-				m.mu.Unlock()
-				m.partial = 0
+				m.arrive()
 			}
 		}
 	}
 }
 
-// take records that the session took a delivery of size body bytes.
-func (m *meter) take(size int64) {
+// readDeliver reads a method frame's payload as it passes, up to a
+// basic.deliver's delivery tag: class (2), method (2), consumer tag (a
+// short string), delivery tag (8).
+func (m *meter) readDeliver(chunk []byte) {
+	for len(chunk) > 0 {
+		need := 5
+		if len(m.payload) >= 5 {
+			if binary.BigEndian.Uint16(m.payload[0:2]) != classBasic || binary.BigEndian.Uint16(m.payload[2:4]) != methodDeliver {
+				return
+			}
+			need = 5 + int(m.payload[4]) + 8
+		}
+		if len(m.payload) >= need {
+			return
+		}
+		k := min(need-len(m.payload), len(chunk))
+		m.payload = append(m.payload, chunk[:k]...)
+		chunk = chunk[k:]
+		if need > 5 && len(m.payload) == need {
+			m.tag = binary.BigEndian.Uint64(m.payload[need-8:])
+			return
+		}
+	}
+}
+
+// arrive records that the message in progress was read whole.
+func (m *meter) arrive() {
+	m.mu.Lock()
+	m.received += m.partial
+	m.arrived = append(m.arrived, arrival{tag: m.tag, size: m.partial})
+	m.peak = max(m.peak, m.held+m.received-m.taken)
+	m.mu.Unlock()
+	m.partial, m.tag = 0, 0
+}
+
+// take records that the session took the delivery tag of size body
+// bytes, and returns the tags of the deliveries read off the socket
+// before it that never reached the session: their bytes wait no more.
+func (m *meter) take(tag uint64, size int64) (dropped []uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	for len(m.arrived) > 0 && m.arrived[0].tag != 0 && m.arrived[0].tag < tag {
+		dropped = append(dropped, m.arrived[0].tag)
+		m.taken += m.arrived[0].size
+		m.arrived = m.arrived[1:]
+	}
+	if len(m.arrived) > 0 && (m.arrived[0].tag == tag || m.arrived[0].tag == 0) {
+		m.arrived = m.arrived[1:]
+	}
+	if len(m.arrived) == 0 {
+		m.arrived = nil // do not keep a large backing array alive
+	}
 	m.taken += size
 	m.held += size
 	m.report()
+	return dropped
 }
 
 // settle records that deliveries of size body bytes in all were acked or

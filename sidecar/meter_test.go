@@ -3,9 +3,12 @@ package sidecar
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
+	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -19,11 +22,21 @@ func frame(typ byte, payload []byte) []byte {
 	return append(out, 0xCE)
 }
 
-// deliveryFrames is what the broker sends for a delivery of size body
+// deliveryFrames is what the broker sends for delivery tag of size body
 // bytes: basic.deliver, the content header, the body in frames of at most
 // frameMax bytes.
-func deliveryFrames(size, frameMax int) []byte {
-	out := frame(1, []byte("basic.deliver: consumer tag, delivery tag, exchange, routing key"))
+func deliveryFrames(tag uint64, size, frameMax int) []byte {
+	deliver := []byte{0, 60, 0, 60}
+	consumer := fmt.Sprintf("rebound-%016x", tag*7919)
+	deliver = append(deliver, byte(len(consumer)))
+	deliver = append(deliver, consumer...)
+	deliver = binary.BigEndian.AppendUint64(deliver, tag)
+	deliver = append(deliver, 0) // redelivered
+	for _, short := range []string{"", "rt.inbox"} {
+		deliver = append(deliver, byte(len(short)))
+		deliver = append(deliver, short...)
+	}
+	out := frame(1, deliver)
 	header := make([]byte, 14)
 	binary.BigEndian.PutUint16(header[0:], 60)
 	binary.BigEndian.PutUint64(header[4:], uint64(size))
@@ -77,11 +90,11 @@ func TestMeterHoldsBytesToTheBudget(t *testing.T) {
 		var sizes []int64
 		var stream []byte
 		var largest int64
-		for range 50 + r.IntN(100) {
+		for i := range 50 + r.IntN(100) {
 			size := int64([]int{0, 10, 1000, 5000, 20000, 70000}[r.IntN(6)])
 			sizes = append(sizes, size)
 			largest = max(largest, size)
-			stream = append(stream, deliveryFrames(int(size), 4096)...)
+			stream = append(stream, deliveryFrames(uint64(i+1), int(size), 4096)...)
 		}
 		var m *meter
 		conn := &chunkedConn{r: rand.New(rand.NewPCG(uint64(round), 9)), stream: stream}
@@ -113,18 +126,16 @@ func TestMeterHoldsBytesToTheBudget(t *testing.T) {
 		settler := rand.New(rand.NewPCG(uint64(round), 10))
 		deadline := time.Now().Add(20 * time.Second)
 		taken := 0
-		var takenBytes int64
 		for taken < len(sizes) {
 			if time.Now().After(deadline) {
 				t.Fatalf("round %d: %d of %d messages taken in 20s: the meter waits forever", round, taken, len(sizes))
 			}
-			m.mu.Lock()
-			received := m.received
-			m.mu.Unlock()
 			progressed := false
-			for taken < len(sizes) && takenBytes+sizes[taken] <= received {
-				m.take(sizes[taken])
-				takenBytes += sizes[taken]
+			// As amqp091-go hands them over: each once read whole.
+			for taken < len(sizes) && m.waitingMessages() > 0 {
+				if dropped := m.take(uint64(taken+1), sizes[taken]); len(dropped) > 0 {
+					t.Fatalf("round %d: taking delivery %d, the meter says %v were dropped", round, taken+1, dropped)
+				}
 				mu.Lock()
 				held = append(held, sizes[taken])
 				mu.Unlock()
@@ -163,7 +174,7 @@ func TestMeterHoldsBytesToTheBudget(t *testing.T) {
 // TestMeterReleaseEndsWaits: a reader waiting on a full budget reads on
 // once the meter is released, as the connection closes.
 func TestMeterReleaseEndsWaits(t *testing.T) {
-	stream := append(deliveryFrames(5000, 4096), deliveryFrames(5000, 4096)...)
+	stream := append(deliveryFrames(1, 5000, 4096), deliveryFrames(2, 5000, 4096)...)
 	m := newMeter(&chunkedConn{r: rand.New(rand.NewPCG(1, 1)), stream: stream}, 1000)
 	buf := make([]byte, 64<<10)
 	for m.bytes() == 0 {
@@ -187,4 +198,47 @@ func TestMeterReleaseEndsWaits(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("still waiting after release")
 	}
+}
+
+// TestMeterNamesDeliveriesThatNeverReachedTheSession: deliveries read off
+// the socket but never taken (amqp091-go drops one whose consumer was
+// cancelled already) are named when a later one is taken, whatever the
+// consumer tag's length and however the socket splits the frames, and
+// their bytes no longer count.
+func TestMeterNamesDeliveriesThatNeverReachedTheSession(t *testing.T) {
+	sizes := []int{100, 0, 3000, 10, 70000, 5}
+	var stream []byte
+	for i, size := range sizes {
+		stream = append(stream, deliveryFrames(uint64(i+1), size, 4096)...)
+		// Frames of other methods and channels in between.
+		stream = append(stream, frame(1, []byte{0, 50, 0, 11, 0, 0, 0, 0})...)
+	}
+	for seed := range uint64(20) {
+		m := newMeter(&chunkedConn{r: rand.New(rand.NewPCG(seed, 5)), stream: slices.Clone(stream)}, 1<<30)
+		buf := make([]byte, 4096)
+		for {
+			if _, err := m.Read(buf); err != nil {
+				break
+			}
+		}
+		var got [][]uint64
+		for _, tag := range []uint64{1, 4, 6} {
+			got = append(got, m.take(tag, int64(sizes[tag-1])))
+		}
+		want := [][]uint64{nil, {2, 3}, {5}}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("seed %d: taking deliveries 1, 4 and 6, the meter named %v as dropped, want %v", seed, got, want)
+		}
+		m.settle(int64(sizes[0] + sizes[3] + sizes[5]))
+		if b := m.bytes(); b != 0 {
+			t.Errorf("seed %d: %d bytes counted after the deliveries taken were settled", seed, b)
+		}
+	}
+}
+
+// waitingMessages is how many messages were read whole and not taken.
+func (m *meter) waitingMessages() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.arrived)
 }

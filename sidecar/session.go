@@ -332,10 +332,19 @@ func (ss *session) drain() {
 }
 
 // take records a delivery the session took from the inbox: the window
-// learns its size, and the meter holds its bytes until it is settled.
+// learns its size, and the meter holds its bytes until it is settled. The
+// deliveries the meter read before it that never reached the session are
+// requeued.
 func (ss *session) take(d amqp.Delivery) {
 	size := int64(len(d.Body))
-	ss.meter.take(size)
+	// Deliveries amqp091-go read and dropped (their consumer was
+	// cancelled already) go back to the queue before this one is
+	// registered: the acker's multiple acks must not cover them.
+	for _, tag := range ss.meter.take(d.DeliveryTag, size) {
+		ss.acks.requeue(tag)
+		ss.s.m.InFlight.Inc()
+		ss.s.log.Debug("requeueing a delivery to a cancelled consumer", zap.Uint64("delivery_tag", tag))
+	}
 	ss.inbox.took(d.DeliveryTag, size, ss.s.opt.Now())
 	if peak := ss.meter.peakBytes(); peak > ss.s.peakInflightBytes.Load() {
 		ss.s.peakInflightBytes.Store(peak) // only this goroutine stores it
