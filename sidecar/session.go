@@ -341,8 +341,8 @@ func (ss *session) take(d amqp.Delivery) {
 	// cancelled already) go back to the queue before this one is
 	// registered: the acker's multiple acks must not cover them.
 	for _, tag := range ss.meter.take(d.DeliveryTag, size) {
+		ss.s.m.InFlight.Inc() // before the acker can settle it: never below the truth
 		ss.acks.requeue(tag)
-		ss.s.m.InFlight.Inc()
 		ss.s.log.Debug("requeueing a delivery to a cancelled consumer", zap.Uint64("delivery_tag", tag))
 	}
 	ss.inbox.took(d.DeliveryTag, size, ss.s.opt.Now())
@@ -380,8 +380,8 @@ func (ss *session) handle(d amqp.Delivery) error {
 	dest, msg := ss.router.Plan(d, state, rt, now)
 
 	tag := d.DeliveryTag
-	ss.acks.add(tag, int64(len(d.Body)))
 	s.m.InFlight.Inc()
+	ss.acks.add(tag, int64(len(d.Body)))
 	err := ss.pub.Publish(context.Background(), dest, msg, func(o republisher.Outcome, latency time.Duration) {
 		ss.record(rt, o, latency)
 		ss.acks.resolve(tag, o == republisher.Confirmed)
