@@ -25,9 +25,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/rebound-mq/rebound/headers"
+	"github.com/rebound-mq/rebound/internal/route"
+	"github.com/rebound-mq/rebound/internal/topology"
 	"github.com/rebound-mq/rebound/policy"
-	"github.com/rebound-mq/rebound/route"
-	"github.com/rebound-mq/rebound/topology"
 )
 
 // Prefix starts the name of every variable rebound reads.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/internal/brokertest"
-	"github.com/rebound-mq/rebound/topology"
+	"github.com/rebound-mq/rebound/internal/topology"
 )
 
 // Messages dead-lettered for every reason, and rebound's own quorum queues

@@ -12,7 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/rebound-mq/rebound/internal/brokertest"
-	"github.com/rebound-mq/rebound/topology"
+	"github.com/rebound-mq/rebound/internal/topology"
 )
 
 // TestTopologyPrintImportsIntoFreshVhost loads `rebound topology print`

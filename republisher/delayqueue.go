@@ -7,7 +7,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/rebound-mq/rebound/topology"
+	"github.com/rebound-mq/rebound/internal/topology"
 )
 
 // ensureDelayQueue declares the delay queue for d once per Publisher and

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/rebound-mq/rebound/topology"
+	"github.com/rebound-mq/rebound/internal/topology"
 )
 
 // OriginExists reports whether queue exists on the broker (QueueExists),

@@ -8,7 +8,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/rebound-mq/rebound/topology"
+	"github.com/rebound-mq/rebound/internal/topology"
 )
 
 // ErrNoQueue means the queue a Mover was opened on does not exist.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rebound-mq/rebound/topology"
+	"github.com/rebound-mq/rebound/internal/topology"
 )
 
 // backlogResult is rebound's memory while it works through a large inbox

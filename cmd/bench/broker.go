@@ -19,9 +19,9 @@ import (
 	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/headers"
 	"github.com/rebound-mq/rebound/internal/brokertest"
+	"github.com/rebound-mq/rebound/internal/route"
+	"github.com/rebound-mq/rebound/internal/topology"
 	"github.com/rebound-mq/rebound/policy"
-	"github.com/rebound-mq/rebound/route"
-	"github.com/rebound-mq/rebound/topology"
 )
 
 // broker is bench's own connection to one RabbitMQ node of the test

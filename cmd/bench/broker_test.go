@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/rebound-mq/rebound/headers"
-	"github.com/rebound-mq/rebound/topology"
+	"github.com/rebound-mq/rebound/internal/topology"
 )
 
 // shovel-same's messages must be what rebound publishes for the messages

@@ -12,8 +12,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/rebound-mq/rebound/internal/topology"
 	"github.com/rebound-mq/rebound/policy"
-	"github.com/rebound-mq/rebound/topology"
 )
 
 // delayResult is how late retries of one delay came back.

@@ -1,7 +1,7 @@
 // Command bench measures rebound on the brokers of the test matrix
 // (internal/brokertest: RabbitMQ 4.3 and 3.10) and writes BENCHMARKS.md.
 //
-// It runs rebound in this process (sidecar.New, configured from REBOUND_*
+// It runs rebound in this process (consumer.New, configured from REBOUND_*
 // variables exactly as `rebound run` is), so that its CPU can be profiled
 // with runtime/pprof and measured with getrusage. On each broker in turn,
 // throughput runs alternate rebound, a bare amqp091-go relay (the floor any
@@ -46,7 +46,7 @@ import (
 	"time"
 
 	"github.com/rebound-mq/rebound/internal/brokertest"
-	"github.com/rebound-mq/rebound/topology"
+	"github.com/rebound-mq/rebound/internal/topology"
 )
 
 func main() {

@@ -12,12 +12,12 @@ Type: cpu
 Duration: 3.23s, Total samples = 1.11s (34.35%)
 -----------+-------------------------------------------------------
       20ms   github.com/rebound-mq/rebound/headers.Codec.Decode
-             github.com/rebound-mq/rebound/sidecar.(*session).handle
+             github.com/rebound-mq/rebound/consumer.(*session).handle
 -----------+-------------------------------------------------------
       30ms   internal/runtime/syscall/linux.Syscall6
              github.com/rabbitmq/amqp091-go.(*Channel).PublishWithContext
              github.com/rebound-mq/rebound/republisher.(*Publisher).Publish
-             github.com/rebound-mq/rebound/sidecar.(*session).handle
+             github.com/rebound-mq/rebound/consumer.(*session).handle
 -----------+-------------------------------------------------------
      1.5ms   runtime.mallocgc (inline)
              github.com/rabbitmq/amqp091-go.(*Connection).reader
@@ -25,7 +25,7 @@ Duration: 3.23s, Total samples = 1.11s (34.35%)
       10ms   runtime.futex
              runtime.schedule
 -----------+-------------------------------------------------------
-      10ms   github.com/rebound-mq/rebound/sidecar.(*acker).settle
+      10ms   github.com/rebound-mq/rebound/consumer.(*acker).settle
              github.com/rabbitmq/amqp091-go.(*Channel).Ack
 -----------+-------------------------------------------------------
 `

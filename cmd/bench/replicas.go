@@ -10,11 +10,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rebound-mq/rebound/topology"
+	"github.com/rebound-mq/rebound/internal/topology"
 )
 
 // Replica scaling: k rebound sidecars compete for one inbox, each built
-// as startRebound builds one (sidecar.New, its own consume and publish
+// as startRebound builds one (consumer.New, its own consume and publish
 // connections), so the broker sees k independent clients. They run in
 // this process, like the throughput runs, so that one getrusage covers
 // them all and the run with one replica is the throughput runs' rebound.

@@ -212,7 +212,7 @@ func writeMethod(w *writer, o options) {
 		"with a passive queue.declare). Every contender acks a source message only after the broker confirmed " +
 		"its copy, so none can lose a message. After the run bench waits 500 ms, stops the contender, checks that " +
 		"the destination holds N and the source none, and deletes the queues. A run short of N makes bench fail.\n\n")
-	w.p("- **rebound**: the sidecar in this process, built with `sidecar.New` from `config.Load` as `rebound run` " +
+	w.p("- **rebound**: the sidecar in this process, built with `consumer.New` from `config.Load` as `rebound run` " +
 		"builds it (defaults: `REBOUND_PREFETCH` 1024 as the window's ceiling and `REBOUND_INFLIGHT_BYTES` 64 MiB, " +
 		"so that with these messages the window opens to 1024; one consume and one publish connection), a no-op logger and a fresh " +
 		"Prometheus registry; `REBOUND_BACKOFF=constant`, `REBOUND_MIN_DELAY=10m`, `REBOUND_JITTER=none`. The " +

@@ -30,7 +30,7 @@ import (
 // does per queue does not depend on the TTL of a copy that does not
 // expire during the run. rebound runs with full jitter on a constant delay
 // of spreadMax, REBOUND_DELAY_DIGITS=3 (so that neighbouring long delays
-// stay apart), and a random source (sidecar.Options.NewRand) that draws, in
+// stay apart), and a random source (consumer.Options.NewRand) that draws, in
 // turn, the fractions of spreadMax that land on those long delays.
 // Everything else is rebound as configured by REBOUND_*.
 

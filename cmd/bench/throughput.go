@@ -18,9 +18,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rebound-mq/rebound/config"
-	"github.com/rebound-mq/rebound/republisher"
-	"github.com/rebound-mq/rebound/sidecar"
-	"github.com/rebound-mq/rebound/topology"
+	"github.com/rebound-mq/rebound/consumer"
+	"github.com/rebound-mq/rebound/internal/dialer"
+	"github.com/rebound-mq/rebound/internal/topology"
 )
 
 // mode is how the broker and this process share the machine's cores.
@@ -545,12 +545,12 @@ func startRebound(ctx context.Context, url string, topo topology.Topology, s reb
 		return nil, fmt.Errorf("configure rebound: %w", err)
 	}
 	reg := prometheus.NewRegistry()
-	opt := sidecar.OptionsFrom(cfg, republisher.NewDialer(cfg.BrokerURLs(), nil, republisher.Client{Name: "rebound bench"}), zap.NewNop(), nil)
-	opt.Metrics = sidecar.NewMetrics(reg, opt.Router)
+	opt := consumer.OptionsFrom(cfg, dialer.New(cfg.BrokerURLs(), nil, dialer.Client{Name: "rebound bench"}), zap.NewNop(), nil)
+	opt.Metrics = consumer.NewMetrics(reg, opt.Router)
 	if len(s.Spread) > 0 {
 		opt.NewRand = spreadRand(s.Spread)
 	}
-	sc := sidecar.New(opt)
+	sc := consumer.New(opt)
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- sc.Run(runCtx) }()

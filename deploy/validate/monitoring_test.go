@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rebound-mq/rebound/config"
-	"github.com/rebound-mq/rebound/sidecar"
+	"github.com/rebound-mq/rebound/consumer"
 )
 
 const (
@@ -131,7 +131,7 @@ func TestMetricsAreTheSidecars(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := sidecar.NewMetrics(reg, cfg.Router())
+	m := consumer.NewMetrics(reg, cfg.Router())
 	// One series per delay queue used: none until one is.
 	m.DelayQueueMessages.WithLabelValues(cfg.DelayQueuePrefix + "1000").Set(0)
 	families, err := reg.Gather()

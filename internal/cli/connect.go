@@ -10,22 +10,22 @@ import (
 
 	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/internal/buildinfo"
-	"github.com/rebound-mq/rebound/republisher"
+	"github.com/rebound-mq/rebound/internal/dialer"
 )
 
-// dialer returns the Dialer every command and the sidecar connect with:
+// newDialer returns the Dialer every command and the sidecar connect with:
 // TLS from the configuration, every broker of a cluster list tried in
 // turn, errors without passwords. The connections it opens are named
 // after rebound, its version and the pod (podName), and carry rebound's
 // version as the client's, so that operators find them in the
 // management UI.
-func dialer(cfg config.Config, environ []string) (*republisher.Dialer, error) {
+func newDialer(cfg config.Config, environ []string) (*dialer.Dialer, error) {
 	tlsConfig, err := cfg.TLS()
 	if err != nil {
 		return nil, err
 	}
 	b := buildinfo.Read()
-	return republisher.NewDialer(cfg.BrokerURLs(), tlsConfig, republisher.Client{
+	return dialer.New(cfg.BrokerURLs(), tlsConfig, dialer.Client{
 		Name: b.ConnectionName(podName(environ)), Version: b.Version, Platform: b.GoVersion,
 	}), nil
 }
@@ -45,7 +45,7 @@ func podName(environ []string) string {
 // connect opens a connection for a one-shot command, which Ctrl-C (ctx)
 // abandons at once. role names the connection on the broker.
 func connect(ctx context.Context, in invocation, cfg config.Config, role string) (*amqp.Connection, error) {
-	d, err := dialer(cfg, in.environ)
+	d, err := newDialer(cfg, in.environ)
 	if err != nil {
 		return nil, err
 	}

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/rebound-mq/rebound/config"
-	"github.com/rebound-mq/rebound/delayed"
+	"github.com/rebound-mq/rebound/internal/delayed"
 	"github.com/rebound-mq/rebound/policy"
 )
 
@@ -66,7 +66,7 @@ func openDelayed(ctx context.Context, in invocation, f *scanFlags, role string, 
 	if delays, err = f.delays(cfg); err != nil {
 		return dp, nil, nil, err
 	}
-	d, err := dialer(cfg, in.environ)
+	d, err := newDialer(cfg, in.environ)
 	if err != nil {
 		return dp, nil, nil, err
 	}

@@ -23,7 +23,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/rebound-mq/rebound/parking"
+	"github.com/rebound-mq/rebound/internal/parking"
 	"github.com/rebound-mq/rebound/policy"
 )
 

@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"text/tabwriter"
 
-	"github.com/rebound-mq/rebound/delayed"
+	"github.com/rebound-mq/rebound/internal/delayed"
 	"github.com/rebound-mq/rebound/policy"
 )
 

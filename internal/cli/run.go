@@ -17,8 +17,8 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/rebound-mq/rebound/config"
+	"github.com/rebound-mq/rebound/consumer"
 	"github.com/rebound-mq/rebound/internal/buildinfo"
-	"github.com/rebound-mq/rebound/sidecar"
 )
 
 const runUsage = `usage: rebound run
@@ -42,13 +42,13 @@ func runSidecar(ctx context.Context, args []string, in invocation) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	d, err := dialer(cfg, in.environ)
+	d, err := newDialer(cfg, in.environ)
 	if err != nil {
 		return err
 	}
-	opt := sidecar.OptionsFrom(cfg, d, log, nil)
-	opt.Metrics = sidecar.NewMetrics(reg, opt.Router)
-	sc := sidecar.New(opt)
+	opt := consumer.OptionsFrom(cfg, d, log, nil)
+	opt.Metrics = consumer.NewMetrics(reg, opt.Router)
+	sc := consumer.New(opt)
 
 	listener, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -88,7 +88,7 @@ func runSidecar(ctx context.Context, args []string, in invocation) error {
 // httpHandler serves the probes and metrics. Nothing it serves holds a
 // secret or a message: the probes say only ready or not, the metrics carry
 // counts whose labels come from fixed sets and configured header names.
-func httpHandler(sc *sidecar.Sidecar, gatherer prometheus.Gatherer) http.Handler {
+func httpHandler(sc *consumer.Sidecar, gatherer prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := sc.Healthy(); err != nil {

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/rebound-mq/rebound/config"
+	"github.com/rebound-mq/rebound/internal/simulate"
 	"github.com/rebound-mq/rebound/policy"
-	"github.com/rebound-mq/rebound/simulate"
 )
 
 // This file is "rebound simulate": flag parsing, a call into package

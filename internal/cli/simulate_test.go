@@ -15,7 +15,7 @@ import (
 	"unicode"
 
 	"github.com/rebound-mq/rebound/config"
-	"github.com/rebound-mq/rebound/simulate"
+	"github.com/rebound-mq/rebound/internal/simulate"
 )
 
 // decodeStrict decodes one JSON value into v, refusing fields v lacks.

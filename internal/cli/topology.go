@@ -15,7 +15,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/rebound-mq/rebound/config"
-	"github.com/rebound-mq/rebound/topology"
+	"github.com/rebound-mq/rebound/internal/topology"
 )
 
 // deadLetterPolicyName is the policy `topology print` writes for

@@ -1,0 +1,106 @@
+package consumer
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/rebound-mq/rebound/internal/route"
+)
+
+// Tests of what /healthz and /readyz report, which need no broker.
+
+func TestHealthy(t *testing.T) {
+	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	s := New(Options{
+		Logger: zap.NewNop(), Metrics: NewMetrics(prometheus.NewRegistry(), route.Router{}), ConfirmTimeout: 10 * time.Second,
+		Now: func() time.Time { return now },
+	})
+	// With a 10s confirm timeout, 2m20s without a sign of life is a wedge.
+	for _, step := range []struct {
+		what   string
+		do     func()
+		wedged string // "" when healthy
+	}{
+		{"just built", func() {}, ""},
+		{"2m19s later", func() { now = now.Add(2*time.Minute + 19*time.Second) }, ""},
+		{"2m21s later", func() { now = now.Add(2 * time.Second) }, "no progress for 2m21s"},
+		{"blocked by a resource alarm", func() { s.setBlocked(true) }, ""},
+		{"unblocked", func() { s.setBlocked(false) }, "no progress for 2m21s"},
+		{"a sign of life", s.beat, ""},
+		{"3m later", func() { now = now.Add(3 * time.Minute) }, "no progress for 3m0s"},
+	} {
+		step.do()
+		err := s.Healthy()
+		switch {
+		case step.wedged == "" && err != nil:
+			t.Errorf("%s: Healthy = %v, want nil", step.what, err)
+		case step.wedged != "" && (err == nil || err.Error() != step.wedged):
+			t.Errorf("%s: Healthy = %v, want %q", step.what, err, step.wedged)
+		}
+	}
+}
+
+func TestReadyFollowsSessionAndResourceAlarm(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	core, logs := observer.New(zap.InfoLevel)
+	s := New(Options{Logger: zap.New(core), Metrics: NewMetrics(reg, route.Router{})})
+	for _, step := range []struct {
+		what           string
+		do             func()
+		ready, blocked bool
+		log            string // logged by this step; "" for none
+	}{
+		{"built", func() {}, false, false, ""},
+		{"consuming", func() { s.setReady(true) }, true, false, ""},
+		{"blocked", func() { s.setBlocked(true) }, false, true, "broker blocked publishing (resource alarm); taking no new work until it lifts"},
+		{"still blocked", func() { s.setBlocked(true) }, false, true, ""},
+		{"unblocked", func() { s.setBlocked(false) }, true, false, "broker unblocked publishing; resuming"},
+		{"session over", func() { s.setReady(false) }, false, false, ""},
+	} {
+		before := logs.Len()
+		step.do()
+		if s.Ready() != step.ready {
+			t.Errorf("%s: Ready = %v, want %v", step.what, s.Ready(), step.ready)
+		}
+		if got := metricValue(t, reg, "rebound_ready"); got != b2f(step.ready) {
+			t.Errorf("%s: rebound_ready = %v, want %v", step.what, got, b2f(step.ready))
+		}
+		if got := metricValue(t, reg, "rebound_connection_blocked"); got != b2f(step.blocked) {
+			t.Errorf("%s: rebound_connection_blocked = %v, want %v", step.what, got, b2f(step.blocked))
+		}
+		var logged []string
+		for _, l := range logs.All()[before:] {
+			logged = append(logged, l.Message)
+		}
+		if want := step.log; (want == "" && len(logged) > 0) || (want != "" && (len(logged) != 1 || logged[0] != want)) {
+			t.Errorf("%s: logged %q, want %q", step.what, logged, want)
+		}
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func TestQuoteShort(t *testing.T) {
+	long := strings.Repeat("q", 150)
+	for _, tc := range []struct{ in, want string }{
+		{"orders", `"orders"`},
+		{"", `""`},
+		{"line\nbreak", `"line\nbreak"`},
+		{strings.Repeat("q", 100), `"` + strings.Repeat("q", 100) + `"`},
+		{long, `"` + long[:100] + `"...`},
+	} {
+		if got := quoteShort(tc.in); got != tc.want {
+			t.Errorf("quoteShort(%q) = %s, want %s", tc.in, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,110 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/rebound-mq/rebound/config"
+	"github.com/rebound-mq/rebound/internal/brokertest"
+	"github.com/rebound-mq/rebound/internal/delayed"
+)
+
+// TestRunLeasesTheDelayQueuesItUses: a running replica leases the delay
+// queue it uses, so `rebound topology prune` keeps it; once the replica
+// has not used it for REBOUND_DELAY_QUEUE_IDLE its lease no longer names
+// it: a classic one it deletes itself, a quorum one prune then deletes.
+// Classic and quorum.
+func TestRunLeasesTheDelayQueuesItUses(t *testing.T) {
+	brokertest.EachQueueType(t, func(t *testing.T, qt string) {
+		e := newEnv(t, qt)
+		opt := e.options("REBOUND_DELAY_QUEUE_IDLE", "5s")
+		e.start(opt)
+		cfg, err := config.Load(e.Environ())
+		if err != nil {
+			t.Fatal(err)
+		}
+		dp := delayed.Deployment{Conn: e.b.Dial(t, e.URL()), Router: opt.Router}
+		dp.Router.Topology = dp.Router.Topology.ForServer(dp.Conn.Properties)
+		grid := delayed.Delays(cfg.DelayDigits, time.Second)
+		delayQueue, _ := e.topo.DelayQueue(50 * time.Millisecond)
+
+		e.Publish(e.app, amqp.Publishing{MessageId: "m1"})
+		e.reject(e.app)
+		e.take(e.app) // back from the delay queue
+		leased := func() (delayed.Leases, bool) {
+			l, err := dp.ReadLeases(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l, l.Queues[delayQueue.Name]
+		}
+		e.eventually("the replica's lease names the delay queue", func() bool { _, ok := leased(); return ok })
+		res, err := dp.Prune(context.Background(), grid, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Leases.Replicas) != 1 || res.InboxConsumers != 1 || len(res.Queues) != 1 || res.Queues[0].Deleted || res.Queues[0].Why != delayed.WhyLeased {
+			t.Fatalf("prune while the replica uses the queue: %+v", res)
+		}
+
+		e.eventually("the lease no longer names it", func() bool { l, ok := leased(); return !ok && len(l.Replicas) > 0 })
+		if qt == "classic" {
+			e.eventually("the replica deleted it", func() bool {
+				_, err := brokertest.QueueLen(e.URL(), delayQueue.Name)
+				return err != nil
+			})
+			return
+		}
+		res, err = dp.Prune(context.Background(), grid, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Queues) != 1 || !res.Queues[0].Deleted {
+			t.Fatalf("prune once the replica no longer uses the queue: %+v", res)
+		}
+		if _, err := brokertest.QueueLen(e.URL(), delayQueue.Name); err == nil {
+			t.Errorf("%s still exists", delayQueue.Name)
+		}
+		// The replica declares it again on its next use.
+		e.Publish(e.app, amqp.Publishing{MessageId: "m2"})
+		e.reject(e.app)
+		e.take(e.app)
+	})
+}
+
+// TestRunWithPermissionsFromBeforeLeases: a rebound whose user has the
+// permissions of a rebound before leases (no configure on the in-use queue
+// or the lock) runs on: it says what it cannot do, retries, and sweeps its
+// idle delay queues without the lock.
+func TestRunWithPermissionsFromBeforeLeases(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "classic")
+	names := regexp.QuoteMeta(e.prefix) + `(dlx|inbox|parked|delay\.[0-9]+)`
+	_, url := e.b.User(t, e.URL(), "pw", "^"+names+"$", `^(amq\.default|`+names+`)$`, "^"+names+"$")
+	e.start(e.options("REBOUND_AMQP_URL", url, "REBOUND_DELAY_QUEUE_IDLE", "100ms"))
+	e.Publish(e.app, amqp.Publishing{MessageId: "m1"})
+	e.reject(e.app)
+	e.take(e.app)
+	delayQueue, _ := e.topo.DelayQueue(50 * time.Millisecond)
+	e.eventually("the idle delay queue is deleted, without the lock", func() bool {
+		_, err := brokertest.QueueLen(e.URL(), delayQueue.Name)
+		return err != nil
+	})
+	for _, want := range []string{"cannot declare " + e.topo.InUseQueue(), "no permission to take the lock"} {
+		found := false
+		for _, l := range e.logged("topology") {
+			if strings.Contains(fmt.Sprint(l.ContextMap()["notice"]), want) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no topology notice saying %q", want)
+		}
+	}
+}

@@ -1,0 +1,148 @@
+package consumer
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rebound-mq/rebound/internal/buildinfo"
+	"github.com/rebound-mq/rebound/internal/route"
+	"github.com/rebound-mq/rebound/policy"
+	"github.com/rebound-mq/rebound/republisher"
+)
+
+// Metrics are the sidecar's Prometheus metrics. Label values come from
+// fixed sets or from configuration (header names, policy names, rebound's
+// own queue names), never from messages.
+type Metrics struct {
+	Received        prometheus.Counter
+	Redelivered     prometheus.Counter
+	Retried         *prometheus.CounterVec // kind: delayed, immediate; policy
+	RetryDelay      prometheus.Histogram
+	Parked          *prometheus.CounterVec // reason; policy
+	InvalidHeaders  *prometheus.CounterVec // header
+	OriginMismatch  prometheus.Counter
+	PolicyConflicts prometheus.Counter
+	PublishFailures *prometheus.CounterVec // kind: nack, return, timeout, closed
+	ConfirmLatency  prometheus.Histogram
+	InFlight        prometheus.Gauge
+	Reconnects      prometheus.Counter
+	Blocked         prometheus.Gauge
+	Ready           prometheus.Gauge
+
+	// What waits on the broker, from passive declarations: every replica
+	// reports the same numbers, so aggregate with max, not sum.
+	InboxMessages      prometheus.Gauge
+	InboxConsumers     prometheus.Gauge
+	ParkedMessages     prometheus.Gauge
+	DelayQueueMessages *prometheus.GaugeVec // queue: a delay queue this replica uses
+
+	// The in-flight window (REBOUND_PREFETCH, REBOUND_INFLIGHT_BYTES).
+	Prefetch      prometheus.Gauge
+	InflightBytes prometheus.Gauge
+
+	// The retry rate budget (REBOUND_RETRY_RATE), by policy.
+	RateDeferred *prometheus.CounterVec   // policy
+	RateDeferral *prometheus.HistogramVec // policy: seconds added
+	RateOverflow *prometheus.CounterVec   // policy
+	RateShare    *prometheus.GaugeVec     // policy: copies a second this replica allows each origin
+
+	BuildInfo *prometheus.GaugeVec // version, revision, goversion
+}
+
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+func gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+}
+
+// NewMetrics creates the metrics and registers them with reg. The series
+// of r's policies and of the headers it reads start at 0, so that
+// increase() counts the first retry, park or bad header too.
+func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
+	m := &Metrics{
+		Received:    counter("rebound_messages_received_total", "Messages delivered to rebound from its inbox."),
+		Redelivered: counter("rebound_redelivered_total", "Inbox deliveries flagged redelivered; each may produce a duplicate copy."),
+		Retried: counterVec("rebound_messages_retried_total", "Messages sent back for another attempt, confirmed by the broker.",
+			"kind", "policy"),
+		RetryDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "rebound_retry_delay_seconds", Help: "Delay chosen for each delayed retry.",
+			Buckets: prometheus.ExponentialBuckets(0.1, 4, 10), // 100ms .. ~7h
+		}),
+		Parked: counterVec("rebound_messages_parked_total", "Messages moved to the parking queue, confirmed by the broker.",
+			"reason", "policy"),
+		InvalidHeaders: counterVec("rebound_invalid_headers_total", "Headers that could not be read and were treated as absent.", "header"),
+		OriginMismatch: counter("rebound_origin_mismatch_total",
+			"Messages whose origin header named another queue than the broker's x-death record, which was used instead."),
+		PolicyConflicts: counter("rebound_policy_conflicts_total",
+			"Messages whose policy header named another policy, or another fingerprint, than this replica chose: replicas configured differently."),
+		PublishFailures: counterVec("rebound_publish_failures_total", "Copies the broker did not confirm; their inbox deliveries were requeued.", "kind"),
+		ConfirmLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "rebound_confirm_latency_seconds", Help: "Time from publishing a copy to the broker's confirm.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5ms .. ~16s
+		}),
+		InFlight:   gauge("rebound_inflight_deliveries", "Inbox deliveries published but not yet acknowledged."),
+		Reconnects: counter("rebound_reconnects_total", "Connection generations started after the first."),
+		Blocked:    gauge("rebound_connection_blocked", "1 while the broker blocks rebound's publishing connection (resource alarm)."),
+		Ready:      gauge("rebound_ready", "1 when connected, topology declared and consuming."),
+
+		InboxMessages:  gauge("rebound_inbox_messages", "Messages ready in the inbox (every replica reports the broker's count: aggregate with max)."),
+		InboxConsumers: gauge("rebound_inbox_consumers", "Consumers on the inbox: rebound's replicas (every replica reports the broker's count)."),
+		ParkedMessages: gauge("rebound_parked_messages", "Messages in the parking queue (every replica reports the broker's count: aggregate with max)."),
+		DelayQueueMessages: gaugeVec("rebound_delay_queue_messages",
+			"Messages waiting in each delay queue this replica uses, having published to it within REBOUND_DELAY_QUEUE_IDLE (replicas report the same queue alike: aggregate with max by queue).", "queue"),
+
+		Prefetch:      gauge("rebound_prefetch", "The inbox prefetch in use: at most REBOUND_PREFETCH, lower when large messages fill REBOUND_INFLIGHT_BYTES."),
+		InflightBytes: gauge("rebound_inflight_bytes", "Message bytes of the inbox deliveries rebound holds unacked."),
+
+		RateDeferred: counterVec("rebound_retry_rate_deferred_total",
+			"Copies moved later than their policy's delay to keep an origin queue within REBOUND_RETRY_RATE.", "policy"),
+		RateDeferral: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "rebound_retry_rate_deferral_seconds", Help: "Seconds the retry rate budget added to deferred copies' delays.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 14), // 1s .. ~2h
+		}, []string{"policy"}),
+		RateOverflow: counterVec("rebound_retry_rate_overflow_total",
+			"Copies sent at their deadline although the origin's second was full: the budget never parks what the policy retries.", "policy"),
+		RateShare: gaugeVec("rebound_retry_rate_share",
+			"Copies a second this replica sends each origin queue of the policy: REBOUND_RETRY_RATE over the inbox's consumers (0: no cap).", "policy"),
+
+		BuildInfo: gaugeVec("rebound_build_info", "1, labelled with the running build's version, revision and Go version.",
+			"version", "revision", "goversion"),
+	}
+	reg.MustRegister(m.Received, m.Redelivered, m.Retried, m.RetryDelay, m.Parked, m.InvalidHeaders, m.OriginMismatch,
+		m.PolicyConflicts, m.PublishFailures, m.ConfirmLatency, m.InFlight, m.Reconnects, m.Blocked, m.Ready,
+		m.InboxMessages, m.InboxConsumers, m.ParkedMessages, m.DelayQueueMessages, m.Prefetch, m.InflightBytes,
+		m.RateDeferred, m.RateDeferral, m.RateOverflow, m.RateShare, m.BuildInfo)
+	// Create the fixed-label series up front so dashboards show zeros, not gaps.
+	for _, p := range r.Policies.All() {
+		for _, kind := range []string{"delayed", "immediate"} {
+			m.Retried.WithLabelValues(kind, p.Name)
+		}
+		for _, reason := range policy.Reasons {
+			m.Parked.WithLabelValues(string(reason), p.Name)
+		}
+		m.RateDeferred.WithLabelValues(p.Name)
+		m.RateDeferral.WithLabelValues(p.Name)
+		m.RateOverflow.WithLabelValues(p.Name)
+		m.RateShare.WithLabelValues(p.Name)
+	}
+	for _, h := range r.Codec.Names.Read() {
+		if h != "" {
+			m.InvalidHeaders.WithLabelValues(h)
+		}
+	}
+	for _, o := range []republisher.Outcome{republisher.Nacked, republisher.Returned, republisher.TimedOut, republisher.Closed} {
+		m.PublishFailures.WithLabelValues(o.String())
+	}
+	b := buildinfo.Read()
+	m.BuildInfo.WithLabelValues(b.Version, b.Revision, b.GoVersion).Set(1)
+	return m
+}

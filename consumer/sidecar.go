@@ -1,0 +1,250 @@
+// Package consumer runs the rebound sidecar: it consumes the inbox, routes
+// each dead-lettered message (package route: its origin, its policy, the
+// decision), republishes a copy and acknowledges the inbox delivery only
+// after the broker confirmed that copy (package republisher).
+//
+// Each connection generation (a session) has its own two connections, one
+// to consume and one to publish, as RabbitMQ recommends so that a resource
+// alarm blocking publishers never holds back acks. When anything in a
+// session fails, the whole session is dropped: its connections are closed,
+// its bookkeeping discarded, and the broker requeues every delivery that
+// was not acked. A delivery tag is therefore never acked on a channel other
+// than the one that delivered it. amqp091-go's own connection recovery is
+// not used.
+//
+// Concurrency: Run owns every goroutine it starts and returns only after
+// they have ended. Ready and Healthy may be called from any goroutine.
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/rebound-mq/rebound/internal/calendar"
+	"github.com/rebound-mq/rebound/internal/dialer"
+	"github.com/rebound-mq/rebound/internal/route"
+	"github.com/rebound-mq/rebound/policy"
+)
+
+// Options configure a Sidecar. Dialer, Router, Logger and Metrics are
+// required.
+type Options struct {
+	// Dialer reaches the broker: one node, or the nodes of a cluster.
+	Dialer *dialer.Dialer
+	// Router holds the deployment's topology (with the allowlist of
+	// origins), its policies and the header names.
+	Router route.Router
+	// Prefetch is the most unacked inbox deliveries (REBOUND_PREFETCH),
+	// and InflightBytes the most bytes of them (REBOUND_INFLIGHT_BYTES):
+	// the prefetch follows the sizes seen to keep within both.
+	Prefetch       int
+	InflightBytes  int64
+	ConfirmTimeout time.Duration
+	ShutdownGrace  time.Duration
+	// DelayQueueIdle: delay queues with no publish for this long (or twice
+	// their delay) are deleted when classic and empty, and leased no more
+	// (see topology.Lease); 0 deletes none, and stops leasing them after
+	// DefaultLeaseIdle.
+	DelayQueueIdle time.Duration
+	Logger         *zap.Logger
+	Metrics        *Metrics
+
+	Now          func() time.Time   // default time.Now
+	NewRand      func() policy.Rand // default a randomly seeded PCG
+	SummaryEvery time.Duration      // default one minute
+	// WindowIdle is how long without a delivery before the inbox's
+	// window starts over at one delivery; default 10s.
+	WindowIdle time.Duration
+	// Reconnect is the backoff between sessions; default exponential from
+	// 500ms to 30s with equal jitter.
+	Reconnect policy.Policy
+}
+
+// Sidecar is the running sidecar. Build it with New, run it with Run.
+type Sidecar struct {
+	opt Options
+	log *zap.Logger
+	m   *Metrics
+
+	ready     atomic.Bool
+	blocked   atomic.Bool
+	heartbeat atomic.Int64 // Unix nanoseconds of the last sign of life
+
+	// The retry rate budget: the calendar of copies per origin and second
+	// (the one piece of state rebound keeps, lost on restart), and the
+	// inbox's consumer count that divides each rate into this replica's
+	// share.
+	calendar       *calendar.Calendar
+	consumers      atomic.Int64 // the divisor of the share (setConsumers)
+	consumerMu     sync.Mutex
+	consumerReads  []consumerRead // within consumerMemory
+	consumerWarned atomic.Bool
+	deferrals      deferralLog // used by the session's goroutine only
+
+	received, retried, parked, failed atomic.Int64 // for the periodic summary
+	peakInflightBytes                 atomic.Int64 // the most message bytes held (the meter's), for tests
+
+	// replica names this process in its leases of delay queues: the
+	// connections' name and a random id. leases counts the leases it
+	// published, across sessions, so that readers know its newest.
+	replica string
+	leases  atomic.Uint64
+}
+
+// DefaultLeaseIdle is how long a replica leases a delay queue it no longer
+// publishes to when REBOUND_DELAY_QUEUE_IDLE is 0.
+const DefaultLeaseIdle = 15 * time.Minute
+
+// New returns a Sidecar with defaults filled in.
+func New(opt Options) *Sidecar {
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	if opt.NewRand == nil {
+		opt.NewRand = func() policy.Rand { return rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())) }
+	}
+	if opt.SummaryEvery <= 0 {
+		opt.SummaryEvery = time.Minute
+	}
+	if opt.WindowIdle <= 0 {
+		opt.WindowIdle = 10 * time.Second
+	}
+	if opt.Reconnect.MinDelay == 0 {
+		opt.Reconnect = policy.Policy{
+			Backoff: policy.Exponential, MinDelay: 500 * time.Millisecond, MaxDelay: 30 * time.Second,
+			Multiplier: 2, Jitter: policy.EqualJitter, Deadline: policy.Lenient,
+		}
+	}
+	name := "rebound"
+	if opt.Dialer != nil {
+		name = opt.Dialer.Name()
+	}
+	s := &Sidecar{opt: opt, log: opt.Logger, m: opt.Metrics, calendar: calendar.New(),
+		replica: fmt.Sprintf("%s #%08x", name, rand.Uint32())}
+	s.setConsumers(1, opt.Now())
+	s.beat()
+	return s
+}
+
+// Ready reports whether rebound is connected, has declared its topology,
+// is consuming and is not blocked by a resource alarm.
+func (s *Sidecar) Ready() bool { return s.ready.Load() && !s.blocked.Load() }
+
+// wedgedAfter is how long without a sign of life Healthy tolerates. A
+// broker outage is not a wedge: reconnect attempts are signs of life.
+func (s *Sidecar) wedgedAfter() time.Duration { return 2*time.Minute + 2*s.opt.ConfirmTimeout }
+
+// Healthy returns an error when the process looks wedged: no loop has
+// shown a sign of life for a long time while not blocked by the broker.
+func (s *Sidecar) Healthy() error {
+	if s.blocked.Load() {
+		return nil
+	}
+	since := s.opt.Now().Sub(time.Unix(0, s.heartbeat.Load()))
+	if since > s.wedgedAfter() {
+		return fmt.Errorf("no progress for %s", since.Round(time.Second))
+	}
+	return nil
+}
+
+func (s *Sidecar) beat() { s.heartbeat.Store(s.opt.Now().UnixNano()) }
+
+func (s *Sidecar) setReady(ready bool) {
+	s.ready.Store(ready)
+	s.refreshReadyGauge()
+}
+
+func (s *Sidecar) setBlocked(blocked bool) {
+	if s.blocked.Swap(blocked) != blocked {
+		if blocked {
+			s.log.Warn("broker blocked publishing (resource alarm); taking no new work until it lifts")
+			s.m.Blocked.Set(1)
+		} else {
+			s.log.Info("broker unblocked publishing; resuming")
+			s.m.Blocked.Set(0)
+		}
+	}
+	s.refreshReadyGauge()
+}
+
+func (s *Sidecar) refreshReadyGauge() {
+	if s.Ready() {
+		s.m.Ready.Set(1)
+	} else {
+		s.m.Ready.Set(0)
+	}
+}
+
+// Run runs sessions until ctx is cancelled, reconnecting with capped,
+// jittered backoff after each failure, forever. It returns nil after a
+// clean shutdown.
+func (s *Sidecar) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	summaryCtx, stopSummary := context.WithCancel(context.Background())
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.summarize(summaryCtx)
+	}()
+	defer func() {
+		stopSummary()
+		wg.Wait()
+	}()
+
+	rng := s.opt.NewRand()
+	attempt := 0
+	for {
+		started := s.opt.Now()
+		err := s.session(ctx)
+		s.setReady(false)
+		s.setBlocked(false)
+		if ctx.Err() != nil {
+			if err != nil {
+				s.log.Warn("stopped with an error during shutdown", zap.Error(err))
+			}
+			s.log.Info("stopped")
+			return nil
+		}
+		if s.opt.Now().Sub(started) > time.Minute {
+			attempt = 0 // the session was healthy for a while: start backoff over
+		}
+		d := s.opt.Reconnect.Decide(policy.State{Retries: attempt, StartedAt: started}, s.opt.Now(), rng).Delay
+		attempt++
+		s.log.Warn("session ended; reconnecting", zap.Error(err), zap.Int("attempt", attempt), zap.Duration("backoff", d))
+		timer := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			s.log.Info("stopped")
+			return nil
+		case <-timer.C:
+		}
+		s.beat()
+		s.m.Reconnects.Inc()
+	}
+}
+
+// summarize logs, once per SummaryEvery, what happened since the last line.
+func (s *Sidecar) summarize(ctx context.Context) {
+	t := time.NewTicker(s.opt.SummaryEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			received, retried, parked, failed := s.received.Swap(0), s.retried.Swap(0), s.parked.Swap(0), s.failed.Swap(0)
+			s.log.Info("summary",
+				zap.Duration("period", s.opt.SummaryEvery),
+				zap.Int64("received", received), zap.Int64("retried", retried),
+				zap.Int64("parked", parked), zap.Int64("publish_failures", failed),
+				zap.Bool("ready", s.Ready()), zap.Bool("blocked", s.blocked.Load()))
+		}
+	}
+}

@@ -1,0 +1,270 @@
+package parking
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/rebound-mq/rebound/internal/topology"
+	"github.com/rebound-mq/rebound/republisher"
+)
+
+// Listing is what List found.
+type Listing struct {
+	Scanned  int       // messages read from the queue
+	Matched  int       // messages read that matched the filter
+	Messages []Message // the matches
+	// ByReason and ByOrigin count the matches by parked reason and by
+	// origin queue ("" when unknown).
+	ByReason, ByOrigin map[string]int
+	// Limited says List stopped reading at the filter's limit; Unread is
+	// how many messages it left unread then.
+	Limited bool
+	Unread  int
+}
+
+// List reads the messages once, up to the filter's limit of matches, and
+// returns the matching ones, leaving them all in the queue. Everything it
+// counts covers what it read.
+func (q Queue) List(ctx context.Context, f Filter, now time.Time) (l Listing, err error) {
+	l.ByReason, l.ByOrigin = map[string]int{}, map[string]int{}
+	r, err := q.open()
+	if err != nil {
+		return l, err
+	}
+	defer func() { err = errors.Join(err, r.Close()) }()
+	for f.Limit == 0 || l.Matched < f.Limit {
+		d, ok, err := r.Next(ctx)
+		if err != nil || !ok {
+			return l, errors.Join(err, ctx.Err())
+		}
+		l.Scanned++
+		m := q.Decode(d, now)
+		if !f.Match(m, now) {
+			continue
+		}
+		l.Matched++
+		l.ByReason[m.Reason]++
+		l.ByOrigin[m.Origin]++
+		l.Messages = append(l.Messages, m)
+	}
+	l.Limited, l.Unread = true, r.Remaining()
+	return l, nil
+}
+
+// Purge removes the matching messages (at most the filter's limit) and
+// returns how many it read and removed.
+func (q Queue) Purge(ctx context.Context, f Filter, now time.Time) (scanned, removed int, err error) {
+	r, err := q.open()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { err = errors.Join(err, r.Close()) }()
+	for f.Limit == 0 || removed < f.Limit {
+		d, ok, err := r.Next(ctx)
+		if err != nil || !ok {
+			return scanned, removed, errors.Join(err, ctx.Err())
+		}
+		scanned++
+		if !f.Match(q.Decode(d, now), now) {
+			continue
+		}
+		if err := r.Remove(d); err != nil {
+			return scanned, removed, err
+		}
+		removed++
+	}
+	return scanned, removed, nil
+}
+
+// Kept is a matching message a replay left parked, and why.
+type Kept struct {
+	Message Message
+	Why     string
+}
+
+// Why a matching message was not replayed, besides what
+// route.Router.CheckOrigin says of its origin.
+const (
+	WhyOriginMissing = "origin queue does not exist"
+	WhyReturned      = "returned by the broker: origin queue not routable"
+	WhyNacked        = "broker refused the copy (nack)"
+	WhyUnconfirmed   = "copy not confirmed in time (it may have been delivered too)"
+	WhyInterrupted   = "interrupted before the copy was confirmed (it may have been delivered too)"
+)
+
+// ReplayOptions say how a replay runs.
+type ReplayOptions struct {
+	DryRun bool // report what would be replayed, change nothing
+	// Rate is the most copies a second the replay sends, held over the
+	// run; 0 sends them as fast as the broker confirms them.
+	Rate float64
+	// Record lists the replayed messages in ReplayResult.Sent.
+	Record bool
+}
+
+// ReplayResult is what Replay did.
+type ReplayResult struct {
+	Scanned  int    // messages read from the queue
+	Matched  int    // matches acted on (at most the limit)
+	Replayed int    // confirmed back in their origin queue and removed from the parking queue (or, dry run, would be)
+	Kept     []Kept // matches left parked
+	// Unchecked counts, in a dry run, the messages of Replayed whose
+	// origin queue the broker would not let rebound check (RabbitMQ 4.2.6
+	// and later refuse a passive declaration without a permission on the
+	// queue): a dry run cannot tell whether those queues exist, and a
+	// replay keeps parked any copy the broker returns.
+	Unchecked int
+	// Sent lists the messages replayed, with ReplayOptions.Record.
+	Sent []Message
+	// Took is how long the copies took to go out, from the first to the
+	// last one's confirm.
+	Took time.Duration
+}
+
+// replayBatch is how many copies are in flight before Replay waits for
+// their confirms.
+const replayBatch = 256
+
+// Replay sends each matching message back to its origin queue through the
+// default exchange (mandatory, with publisher confirms), with the retry
+// state reset as of now (route.Router.Replay), and removes the parked copy
+// only once the broker has confirmed the new one and not returned it. A
+// message whose origin is unknown, one of rebound's own queues, not
+// allowed by the allowlist or missing stays parked and is reported in
+// Kept: the sidecar's rules (route.Router.CheckOrigin). With dryRun
+// nothing is published or removed; Replayed counts what would be.
+func (q Queue) Replay(ctx context.Context, f Filter, now time.Time, dryRun bool) (res ReplayResult, err error) {
+	return q.ReplayWith(ctx, f, now, ReplayOptions{DryRun: dryRun})
+}
+
+// ReplayWith is Replay, paced and recorded as opt says.
+func (q Queue) ReplayWith(ctx context.Context, f Filter, now time.Time, opt ReplayOptions) (res ReplayResult, err error) {
+	dryRun := opt.DryRun
+	pace := pacer{rate: opt.Rate}
+	r, err := q.open()
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, r.Close()) }()
+	exists := map[string]bool{}    // origin queue -> whether it exists
+	unchecked := map[string]bool{} // origin queues the broker refused to check
+	for f.Limit == 0 || res.Matched < f.Limit {
+		d, ok, err := r.Next(ctx)
+		if err != nil {
+			return res, err
+		}
+		if !ok {
+			break
+		}
+		res.Scanned++
+		m := q.Decode(d, now)
+		if !f.Match(m, now) {
+			continue
+		}
+		res.Matched++
+		if o := q.Router.CheckOrigin(m.Origin, ""); o.Refused != "" {
+			res.Kept = append(res.Kept, Kept{m, o.Why})
+			continue
+		}
+		found, checked := exists[m.Origin]
+		if !checked {
+			found, err = topology.QueueExists(q.Conn, m.Origin)
+			if errors.Is(err, topology.ErrCheckRefused) {
+				// Replayed copies are mandatory: one for a queue that
+				// does not exist comes back, and its message is kept.
+				found, err = true, nil
+				unchecked[m.Origin] = true
+			}
+			if err != nil {
+				return res, err
+			}
+			exists[m.Origin] = found
+		}
+		if !found {
+			res.Kept = append(res.Kept, Kept{m, WhyOriginMissing})
+			continue
+		}
+		if dryRun {
+			res.Replayed++
+			if unchecked[m.Origin] {
+				res.Unchecked++
+			}
+			continue
+		}
+		if err := pace.wait(ctx); err != nil {
+			break // interrupted: m stays parked, and was not sent
+		}
+		dest, msg := q.Router.Replay(d, m.Origin, now)
+		if err := r.Move(d, dest, msg, res.outcome(m, opt.Record)); err != nil {
+			res.Kept = append(res.Kept, Kept{m, WhyInterrupted})
+			break
+		}
+	}
+	// A cancelled ctx ends reading, but what was published is still
+	// settled, so an interrupted replay leaves few duplicates behind.
+	if err := r.Settle(); err != nil {
+		return res, err
+	}
+	res.Took = pace.took()
+	return res, ctx.Err()
+}
+
+// pacer holds a replay to a rate: the n-th copy (from 0) goes out no
+// sooner than n/rate seconds after the first, so that over any run the
+// rate is at most the one asked for, and close to it when the broker
+// keeps up.
+type pacer struct {
+	rate  float64 // copies a second; 0: no pacing
+	start time.Time
+	sent  int
+}
+
+// wait waits for the next copy's turn, or for ctx.
+func (p *pacer) wait(ctx context.Context) error {
+	if p.sent == 0 {
+		p.start = time.Now()
+	}
+	p.sent++
+	if p.rate <= 0 {
+		return ctx.Err()
+	}
+	at := p.start.Add(time.Duration(float64(p.sent-1) / p.rate * float64(time.Second)))
+	t := time.NewTimer(time.Until(at))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		p.sent--
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// took is the time since the first copy's turn; 0 before it.
+func (p *pacer) took() time.Duration {
+	if p.sent == 0 {
+		return 0
+	}
+	return time.Since(p.start)
+}
+
+// outcome returns what records the outcome of m's copy in res, and lists
+// m in res.Sent when confirmed with record.
+func (res *ReplayResult) outcome(m Message, record bool) func(republisher.Outcome) {
+	return func(o republisher.Outcome) {
+		switch o {
+		case republisher.Confirmed:
+			res.Replayed++
+			if record {
+				res.Sent = append(res.Sent, m)
+			}
+		case republisher.Returned:
+			res.Kept = append(res.Kept, Kept{m, WhyReturned})
+		case republisher.Nacked:
+			res.Kept = append(res.Kept, Kept{m, WhyNacked})
+		default:
+			res.Kept = append(res.Kept, Kept{m, WhyUnconfirmed})
+		}
+	}
+}

@@ -1,0 +1,114 @@
+package parking
+
+import (
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/rebound-mq/rebound/headers"
+	"github.com/rebound-mq/rebound/internal/route"
+	"github.com/rebound-mq/rebound/internal/topology"
+)
+
+// Tests of what needs no broker: filters and decoding. The operations
+// run against the broker in ops_test.go.
+
+func TestParkedFilterMatch(t *testing.T) {
+	now := time.Date(2025, 1, 2, 12, 0, 0, 0, time.UTC)
+	m := Message{
+		Delivery: amqp.Delivery{MessageId: "m1"},
+		Reason:   "max-retries", Origin: "orders", ParkedAt: now.Add(-2 * time.Hour),
+	}
+	unknownAt := m
+	unknownAt.ParkedAt = time.Time{}
+	for _, tc := range []struct {
+		name string
+		f    Filter
+		m    Message
+		want bool
+	}{
+		{"zero filter", Filter{}, m, true},
+		{"reason", Filter{Reason: "max-retries"}, m, true},
+		{"other reason", Filter{Reason: "non-retryable"}, m, false},
+		{"origin", Filter{Origin: "orders"}, m, true},
+		{"other origin", Filter{Origin: "billing"}, m, false},
+		{"id", Filter{ID: "m1"}, m, true},
+		{"other id", Filter{ID: "m2"}, m, false},
+		{"older than 1h", Filter{OlderThan: time.Hour}, m, true},
+		{"not older than 3h", Filter{OlderThan: 3 * time.Hour}, m, false},
+		{"parked exactly 2h ago is older than 2h", Filter{OlderThan: 2 * time.Hour}, m, true},
+		{"unknown parked-at never older", Filter{OlderThan: time.Hour}, unknownAt, false},
+		{"all conditions", Filter{Reason: "max-retries", Origin: "orders", OlderThan: time.Hour, Limit: 1}, m, true},
+	} {
+		if got := tc.f.Match(tc.m, now); got != tc.want {
+			t.Errorf("%s: Match = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestParkedDecode(t *testing.T) {
+	now := time.Now()
+	parkedAt := now.Add(-time.Minute).Truncate(time.Millisecond)
+	q := Queue{Router: route.Router{Codec: headers.NewCodec(headers.DefaultNames())}}
+	m := q.Decode(amqp.Delivery{MessageId: "m1", Headers: amqp.Table{
+		"x-retry-count": int64(7), "x-retry-origin-queue": "orders", "x-retry-error": []byte("boom"),
+		"x-retry-parked-reason": "max-retries", "x-retry-parked-at": parkedAt.UnixMilli(),
+		"x-task-started-at": parkedAt.Add(-time.Hour).UnixMilli(),
+	}}, now)
+	if m.Retries != 7 || m.Origin != "orders" || m.Error != "boom" || m.Reason != "max-retries" ||
+		!m.ParkedAt.Equal(parkedAt) || !m.StartedAt.Equal(parkedAt.Add(-time.Hour)) {
+		t.Errorf("Decode = %+v", m)
+	}
+	if m := q.Decode(amqp.Delivery{}, now); m.Reason != "" || !m.ParkedAt.IsZero() || m.Origin != "" {
+		t.Errorf("Decode of a bare delivery = %+v", m)
+	}
+}
+
+// TestDecodeDeliveryLimit decodes messages as the broker moves them from
+// rebound's quorum inbox to the parking queue after their delivery limit,
+// with x-death entries as RabbitMQ writes them, newest first.
+func TestDecodeDeliveryLimit(t *testing.T) {
+	q := Queue{Router: route.Router{
+		Topology: topology.Topology{InboxQueue: "rebound.inbox", DelayQueuePrefix: "rebound.delay.", ParkingQueue: "rebound.parked", Quorum: true},
+		Codec:    headers.NewCodec(headers.DefaultNames()),
+	}}
+	n := q.Router.Codec.Names
+	limitAt := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	rejectedAt := limitAt.Add(-time.Minute)
+	death := func(queue, reason string, at time.Time) amqp.Table {
+		return amqp.Table{"queue": queue, "reason": reason, "count": int64(1), "exchange": "", "routing-keys": []any{queue}, "time": at}
+	}
+	for _, tc := range []struct {
+		name     string
+		h        amqp.Table
+		reason   string
+		parkedAt time.Time
+		origin   string
+	}{
+		{"after the application rejected it",
+			amqp.Table{headers.XDeath: []any{death("rebound.inbox", "delivery_limit", limitAt), death("orders", "rejected", rejectedAt)}},
+			"delivery-limit", limitAt, "orders"},
+		{"rebound's own queues are no origin",
+			amqp.Table{headers.XDeath: []any{death("rebound.inbox", "delivery_limit", limitAt), death("rebound.delay.1000", "expired", rejectedAt),
+				death("orders", "rejected", rejectedAt.Add(-time.Second))}},
+			"delivery-limit", limitAt, "orders"},
+		{"no earlier entry: the origin header",
+			amqp.Table{n.OriginQueue: "orders", headers.XDeath: []any{death("rebound.inbox", "delivery_limit", limitAt)}},
+			"delivery-limit", limitAt, "orders"},
+		{"no earlier entry, no origin header",
+			amqp.Table{headers.XDeath: []any{death("rebound.inbox", "delivery_limit", limitAt)}},
+			"delivery-limit", limitAt, ""},
+		{"rejected in the inbox is no delivery limit",
+			amqp.Table{headers.XDeath: []any{death("rebound.inbox", "rejected", limitAt), death("orders", "rejected", rejectedAt)}},
+			"", time.Time{}, "rebound.inbox"},
+		{"a delivery limit elsewhere is not rebound's",
+			amqp.Table{headers.XDeath: []any{death("orders", "delivery_limit", limitAt)}},
+			"", time.Time{}, "orders"},
+	} {
+		m := q.Decode(amqp.Delivery{MessageId: "m1", Headers: tc.h}, limitAt.Add(time.Hour))
+		if m.Reason != tc.reason || !m.ParkedAt.Equal(tc.parkedAt) || m.Origin != tc.origin {
+			t.Errorf("%s: reason %q, parked at %v, origin %q; want %q, %v, %q", tc.name, m.Reason, m.ParkedAt, m.Origin, tc.reason, tc.parkedAt, tc.origin)
+		}
+	}
+}
