@@ -88,13 +88,13 @@ clients:
 # consumer on both brokers (4.3, then 3.10), pinned and unpinned, each at its
 # defaults, with the delay spread, the levers, replicas, delay accuracy, a
 # storm with and without a retry rate cap, large messages through rebound's
-# binary and a 500k-message backlog; rewrites BENCHMARKS.md.
+# binary and a 500k-message backlog; rewrites docs/BENCHMARKS.md.
 bench: brokers
 	go run ./cmd/bench -backlog 500000
 
 # Fault injection with message accounting on both brokers (kill -9, broker
 # restarts, closed connections, memory alarm, deleted delay queue; classic
-# and quorum), printed as the tables of RELIABILITY.md.
+# and quorum), printed as the tables of docs/RELIABILITY.md.
 chaos: brokers
 	./scripts/chaos.sh
 

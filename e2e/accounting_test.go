@@ -162,7 +162,7 @@ func (e *testEnv) accountRecovered(n, operatorLost int, faults []recovery, timeo
 }
 
 // logAccount writes the scenario's line for scripts/chaos.sh, which turns
-// them into RELIABILITY.md's table.
+// them into docs/RELIABILITY.md's table.
 func (e *testEnv) logAccount(n, lost, duplicates, operatorLost int, recover string, faults int) {
 	e.t.Logf("ACCOUNT scenario=%s broker=%s queues=%s N=%d lost=%d duplicates=%d operator-lost=%d elapsed=%s recover=%s faults=%d",
 		e.t.Name(), e.Broker.Version(), e.queueType(), n, lost, duplicates, operatorLost,

@@ -6,7 +6,7 @@
 # cluster tests on three extra nodes per broker. It prints one table row per
 # scenario and broker, then one per fault that ends: lost must be 0
 # everywhere; duplicates are allowed. Time to recover is measured from the
-# fault's end to rebound moving messages again (see RELIABILITY.md); with
+# fault's end to rebound moving messages again (see docs/RELIABILITY.md); with
 # several faults in a scenario the table shows the worst.
 set -euo pipefail
 cd "$(dirname "$0")/.."

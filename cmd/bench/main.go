@@ -96,7 +96,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.naiveN, "naive-n", 0, "messages per naive run; 0 means n/4 (the naive consumer is slow, its rate does not depend on n)")
 	fs.IntVar(&o.runs, "runs", 5, "rounds of throughput, spread and replica runs: each contender runs once per round")
 	fs.IntVar(&o.leverRuns, "lever-runs", 3, "rounds of lever runs")
-	fs.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write; empty for none")
+	fs.StringVar(&o.out, "out", "docs/BENCHMARKS.md", "report to write; empty for none")
 	fs.StringVar(&o.profile, "cpuprofile", os.TempDir()+"/rebound-bench", "prefix of the CPU profiles of rebound's profiled runs (one per broker: <prefix>-<broker>.pprof)")
 	fs.IntVar(&o.spread, "spread", 300, fmt.Sprintf("delay queues bound in the spread runs' routing run (at most %d); 0 to skip the spread runs", maxSpread))
 	digits := fs.String("digits", "2,1", "REBOUND_DELAY_DIGITS at which the spread runs spread copies as the default policy does, comma separated (1 to 3); empty for none")

@@ -107,7 +107,7 @@ rabbitmqctl set_policy -p "$VHOST" --apply-to queues --priority 10 \
 # second with a 1 h delay is 3.6 million messages in one queue. Before 3.12
 # a classic queue keeps its messages in its process's memory unless it runs
 # in lazy mode, and a large one stalls now and then, so the retries it holds
-# come back late (see BENCHMARKS.md, Delay accuracy: a 60 s delay under
+# come back late (see docs/BENCHMARKS.md, Delay accuracy: a 60 s delay under
 # 1 000 msg/s). RabbitMQ 3.12 and later ignore the mode, since their classic
 # queues keep only a few messages in memory anyway, and so do quorum delay
 # queues (REBOUND_QUEUE_TYPE=quorum).
