@@ -106,7 +106,7 @@ FLAKE_RUNS ?= 6
 flaketest: brokers clients
 	./scripts/flaketest.sh -n $(FLAKE_RUNS)
 
-# The plots of README.md's "Simulating a policy", from the default policy
+# The plots of docs/simulate.md, from the default policy
 # and seed 1 (deterministic). The environment is emptied of REBOUND_*
 # variables so that the committed plots do not depend on the shell.
 SIMULATE := env -i PATH="$(PATH)" HOME="$(HOME)" go run . simulate

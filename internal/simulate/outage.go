@@ -89,7 +89,7 @@ type OutageConfig struct {
 // minutes in all. The consumer handles up to 2000 messages at once: more
 // than the dependency can hold within the timeout (about 950 calls), as
 // the text's 1000 clients were, but with room for the backlog a queue
-// builds during the outage (see the README's sensitivity table; set it to
+// builds during the outage (see docs/simulate.md's concurrency table; set it to
 // your consumers' prefetch times their replicas).
 func DefaultOutage() OutageConfig {
 	return OutageConfig{
