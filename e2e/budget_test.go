@@ -175,7 +175,7 @@ func TestRetryRateBudgetLosesNothingWhenAReplicaIsKilled(t *testing.T) {
 	}
 	// Not a bound: the restarted replica books from an empty calendar
 	// over seconds the killed one had filled, and the deliveries the kill
-	// caught are decided again (README, Retry rate budget).
+	// caught are decided again (docs/policies.md, Retry rate budget).
 	due, _ := retriesPerSecond(app.seen(), func(a arrival) time.Time {
 		ms, _ := a.d.Headers["x-retry-due-at"].(int64)
 		return time.UnixMilli(ms)

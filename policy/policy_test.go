@@ -542,7 +542,7 @@ func TestRoundUpProperties(t *testing.T) {
 
 // TestGrid: the grid holds every delay Round and RoundUp give within its
 // range, each once, in order, and nothing else; its size is what the
-// README says (90 names a decade at two digits).
+// docs/policies.md says (90 names a decade at two digits).
 func TestGrid(t *testing.T) {
 	for _, tc := range []struct {
 		digits  int

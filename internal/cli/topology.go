@@ -40,7 +40,7 @@ overrides it. Rebound's own policies:
     the parking queue, and on RabbitMQ 4.0 and later
     rebound-parked-no-delivery-limit lifts the parking queue's delivery
     limit. The queues' arguments say the same; the policies are for queues
-    an earlier rebound declared without them (see README, Upgrading).
+    an earlier rebound declared without them (see docs/upgrading.md).
 
 With quorum queues the definitions depend on the broker's version: it is
 asked over REBOUND_AMQP_URL unless --rabbitmq names it. A queue declared
@@ -100,8 +100,8 @@ const topologyDeclareUsage = `usage: rebound topology declare
 
 Declares rebound's exchanges, queues and bindings (all durable) on the
 broker of REBOUND_AMQP_URL now, as the sidecar does when it starts. It is
-idempotent, and takes over what an earlier rebound declared (see README,
-Upgrading). Policies, application queues and their dead-letter policy are
+idempotent, and takes over what an earlier rebound declared (see
+docs/upgrading.md). Policies, application queues and their dead-letter policy are
 left to you (see rebound topology print).`
 
 func runTopologyDeclare(ctx context.Context, args []string, in invocation) error {

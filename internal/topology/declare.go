@@ -118,7 +118,7 @@ func (t Topology) declareFixedQueue(conn *amqp.Connection, q Queue) (notice stri
 	}
 	sort.Strings(missing)
 	return fmt.Sprintf("queue %s was declared by an earlier rebound without %s, which a queue's declaration cannot add: %s; "+
-		"apply them by policy (%s: deploy/rabbitmq/setup.sh or `rebound topology print` has it) or see README, Upgrading",
+		"apply them by policy (%s: deploy/rabbitmq/setup.sh or `rebound topology print` has it) or see docs/upgrading.md",
 		q.Name, strings.Join(missing, ", "), t.why(q.Name), t.policyFor(q.Name)), nil
 }
 
