@@ -19,9 +19,8 @@ import (
 // consumerMemory is how long a consumer count read keeps counting
 // towards the share. A replica replacing its inbox consumer for a new
 // prefetch (inbox.refit) has none for a moment, and a count read then
-// would hand every other replica a larger share (on 4.3, two replicas
-// sent 60 a second under a cap of 40 for ten seconds at a time); so the
-// share divides by the largest count read within consumerMemory. A
+// would hand every other replica a larger share, and the replicas
+// together would pass the cap; so the share divides by the largest count read within consumerMemory. A
 // replica that joins lowers the others' share at once, one that leaves
 // raises it that much later: the safe way.
 const consumerMemory = 3 * inboxEvery

@@ -32,8 +32,7 @@ import (
 // It also reads the delivery tag of each basic.deliver, so that it knows
 // which message is which: a delivery amqp091-go reads off the socket but
 // never hands to the session (it drops one whose consumer was cancelled
-// already, which quorum queues have been seen to send after
-// basic.cancel-ok) is found when the session takes a later one. take
+// already, which quorum queues can send after basic.cancel-ok) is found when the session takes a later one. take
 // names those, so that the session requeues them: a multiple ack would
 // otherwise cover a delivery rebound never saw, and the broker would
 // forget a message that was never copied.

@@ -304,8 +304,8 @@ func largeMessagesUnderAlarm(t *testing.T, queueType string) {
 	if !brokertest.Await(30*time.Second, func() bool { return e.metric("rebound_connection_blocked") == "1" }) {
 		// The broker stops reading a connection that publishes under the
 		// alarm, but its connection.blocked does not always follow at
-		// once: on 4.3 rebound was seen holding its window, its publishes
-		// unread, with no notification after 30 s. What this test is
+		// once: on 4.3 rebound can hold its window, its publishes unread,
+		// with no notification for more than 30 s. What this test is
 		// for holds either way: its memory is watched below, and every
 		// message must move once the alarm clears.
 		t.Logf("rebound not blocked within 30s of the alarm: %d moved, %d waiting in the inbox",

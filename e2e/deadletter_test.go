@@ -409,9 +409,8 @@ func TestUpgradeFromHeadersExchange(t *testing.T) {
 		}
 		// rebound first: the old copies may expire while it starts, and a
 		// copy rejected before rebound has bound its inbox to the
-		// dead-letter exchange would be dropped by the broker (on a loaded
-		// machine they did: 200 of 201 lost). Until the rejector starts,
-		// an expired copy waits in the application queue.
+		// dead-letter exchange would be dropped by the broker. Until the
+		// rejector starts, an expired copy waits in the application queue.
 		stop := e.startInProcess()
 		e.rejectAll(e.App)
 		// An old replica still running publishes the old way, after the

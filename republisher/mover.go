@@ -185,9 +185,9 @@ func (m *Mover) Settle() error {
 // RabbitMQ 4.x does not count as a delivery of a quorum queue's message
 // (a closed channel does).
 //
-// A quorum queue loses acks sent just before their channel closes (seen
-// on RabbitMQ 3.10 and 4.3: of 300 acks, 267 were undone, the messages
-// back in the queue, each a duplicate of a copy already moved). A
+// A quorum queue loses acks sent just before their channel closes
+// (RabbitMQ 3.10 and 4.3 undo most of them: the messages come back, each
+// a duplicate of a copy already moved). A
 // basic.get reaches the queue after the acks sent before it, and waits
 // for its answer: Close sends one after the last acks, and requeues what
 // it returns with the rest.

@@ -253,13 +253,13 @@ func TestUnusableDelayQueueIsDetoured(t *testing.T) {
 	e.waitOrigin(4, "all four copies")
 }
 
-// TestReturnIsNeverLostBehindADeclaration is a loss once found here: the
-// confirm/return loop used to take the declaration lock to forget a
-// returned delay queue. The session holds that lock while it waits for a
-// declaration's reply on the same connection, whose one reader goroutine
-// may be stuck handing the loop the next return; amqp091-go abandons a
-// notification after 5 s, and the ack that followed the abandoned return
-// passed for a confirm: the inbox delivery was acked, its copy lost.
+// TestReturnIsNeverLostBehindADeclaration: the confirm/return loop must
+// not take the declaration lock to forget a returned delay queue. The
+// session holds that lock while it waits for a declaration's reply on
+// the same connection, whose one reader goroutine may be stuck handing the
+// loop the next return; amqp091-go abandons a notification after 5 s, and
+// the ack that follows the abandoned return would pass for a confirm: the
+// inbox delivery acked, its copy lost.
 //
 // The test holds the lock, as a declaration waiting for its reply does,
 // for longer than those 5 s, while two copies come back unroutable: one

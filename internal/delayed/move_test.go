@@ -185,8 +185,8 @@ func TestFlushTenThousand(t *testing.T) {
 		// Due long after the test's end, however slowly a loaded machine
 		// runs it: a copy already due when the flush reads it stays where
 		// it is, and one put back for a short remaining time would reach
-		// its origin before it is counted (a flush took 4m40s with the
-		// load average at 40 on two cores).
+		// its origin before it is counted (a flush of 10 000 can take
+		// minutes on a loaded machine).
 		due := time.Now().Add(40 * time.Minute)
 		ws := make([]waiting, n)
 		for i := range ws {
