@@ -16,6 +16,7 @@ import (
 	"github.com/rebound-mq/rebound/headers"
 	"github.com/rebound-mq/rebound/internal/route"
 	"github.com/rebound-mq/rebound/internal/topology"
+	"github.com/rebound-mq/rebound/internal/tracing"
 	"github.com/rebound-mq/rebound/policy"
 	"github.com/rebound-mq/rebound/republisher"
 )
@@ -360,6 +361,7 @@ func (ss *session) handle(d amqp.Delivery) error {
 	if d.Redelivered {
 		s.m.Redelivered.Inc()
 	}
+	span := tracing.Start(s.opt.Tracer, ss.router.Topology.InboxQueue, d)
 	now := s.opt.Now()
 	var state headers.State
 	state, ss.problems = ss.router.Codec.Decode(d.Headers, d.Timestamp, now, ss.problems[:0])
@@ -372,21 +374,27 @@ func (ss *session) handle(d amqp.Delivery) error {
 	if origin.Refused == "" {
 		var err error
 		if exists, err = ss.pub.OriginExists(origin.Queue); err != nil {
+			span.End(false, "origin check failed")
 			return fmt.Errorf("check origin queue %s: %w", origin.Queue, err)
 		}
 	}
 	rt := ss.budget(ss.router.Decide(state, origin, exists, now, ss.rng), state, now)
 	ss.report(d, rt)
 	dest, msg := ss.router.Plan(d, state, rt, now)
+	span.Decided(tracing.Decision{Origin: rt.Origin.Queue, Retry: rt.Decision.Retry, Delay: rt.Decision.Delay,
+		RetryCount: state.Retries, Policy: rt.Policy.Name, ParkedReason: string(rt.Decision.Reason)})
+	span.Publishing(s.opt.Tracer, dest.Exchange, dest.RoutingKey)
 
 	tag := d.DeliveryTag
 	s.m.InFlight.Inc()
 	ss.acks.add(tag, int64(len(d.Body)))
 	err := ss.pub.Publish(context.Background(), dest, msg, func(o republisher.Outcome, latency time.Duration) {
 		ss.record(rt, o, latency)
+		span.End(o == republisher.Confirmed, o.String())
 		ss.acks.resolve(tag, o == republisher.Confirmed)
 	})
 	if err != nil {
+		span.End(false, err.Error())
 		ss.acks.resolve(tag, false)
 		return err
 	}

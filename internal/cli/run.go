@@ -10,15 +10,18 @@ import (
 	"sync"
 	"time"
 
+	"github.com/caarlos0/env/v11"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/consumer"
 	"github.com/rebound-mq/rebound/internal/buildinfo"
+	"github.com/rebound-mq/rebound/internal/tracing"
 )
 
 const runUsage = `usage: rebound run
@@ -46,8 +49,23 @@ func runSidecar(ctx context.Context, args []string, in invocation) error {
 	if err != nil {
 		return err
 	}
+	b := buildinfo.Read()
+	// Traces are set up before anything connects: a bad OTEL_* setting
+	// stops rebound like a bad REBOUND_* one.
+	tp, stopTracing, err := tracing.Setup(ctx, env.ToMap(in.environ), b.Version)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	defer func() {
+		flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(flushCtx); err != nil {
+			log.Warn("tracing: spans not exported at shutdown", zap.Error(err))
+		}
+	}()
 	opt := consumer.OptionsFrom(cfg, d, log, nil)
 	opt.Metrics = consumer.NewMetrics(reg, opt.Router)
+	opt.Tracer = tp.Tracer(tracing.ScopeName, trace.WithInstrumentationVersion(b.Version))
 	sc := consumer.New(opt)
 
 	listener, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -63,11 +81,10 @@ func runSidecar(ctx context.Context, args []string, in invocation) error {
 			log.Error("http server stopped", zap.Error(err))
 		}
 	}()
-	b := buildinfo.Read()
 	log.Info("starting", zap.String("version", b.Version), zap.String("revision", b.Revision), zap.String("go", b.GoVersion),
 		zap.String("broker", config.Redact(cfg.AMQPURL)),
 		zap.String("http", listener.Addr().String()), zap.String("inbox", cfg.InboxQueue),
-		zap.String("origin_queues", originQueues(cfg)))
+		zap.String("origin_queues", originQueues(cfg)), zap.Bool("tracing", tracing.Enabled(env.ToMap(in.environ))))
 	for _, p := range opt.Router.Policies.All() {
 		log.Info("policy", zap.String("name", p.Name), zap.String("queues", policyQueues(p)),
 			zap.String("fingerprint", p.Fingerprint), zap.String("schedule", p.Summary()))

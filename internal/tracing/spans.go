@@ -1,0 +1,115 @@
+package tracing
+
+import (
+	"context"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// ScopeName names rebound's tracer.
+const ScopeName = "github.com/rebound-mq/rebound"
+
+// rebound's own span attributes, beside the messaging conventions'.
+const (
+	attrDecision     = attribute.Key("rebound.decision")
+	attrDelayMS      = attribute.Key("rebound.delay_ms")
+	attrRetryCount   = attribute.Key("rebound.retry_count")
+	attrPolicy       = attribute.Key("rebound.policy")
+	attrParkedReason = attribute.Key("rebound.parked_reason")
+	attrGroup        = attribute.Key("rebound.group")
+)
+
+// Decision is what rebound decided for one message, as a span shows it.
+type Decision struct {
+	Origin       string // the queue the message goes back to: the destination the application sees
+	Retry        bool
+	Delay        time.Duration
+	RetryCount   int // retries scheduled before this one
+	Policy       string
+	ParkedReason string
+	Group        string
+}
+
+// Delivery holds the spans of one inbox delivery: a process span, child of
+// the producer's context, and the publish span of its copy. Its methods do
+// nothing when the span is not recorded (traces off, or not sampled), so
+// the hot path pays no attribute building then.
+type Delivery struct {
+	ctx     context.Context
+	process trace.Span
+	publish trace.Span
+	parked  bool
+}
+
+// Start begins the process span of a delivery from inbox.
+func Start(tr trace.Tracer, inbox string, d amqp.Delivery) *Delivery {
+	ctx, span := tr.Start(Extract(context.Background(), d.Headers), "process "+inbox,
+		trace.WithSpanKind(trace.SpanKindConsumer))
+	if span.IsRecording() {
+		span.SetAttributes(semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationTypeProcess,
+			semconv.MessagingOperationName("process"), semconv.MessagingConsumerGroupName(inbox),
+			semconv.MessagingMessageID(d.MessageId), semconv.MessagingMessageBodySize(len(d.Body)),
+			semconv.MessagingRabbitMQMessageDeliveryTag(int(d.DeliveryTag)))
+	}
+	return &Delivery{ctx: ctx, process: span}
+}
+
+// Decided records the decision on the process span.
+func (t *Delivery) Decided(dec Decision) {
+	t.parked = !dec.Retry
+	if !t.process.IsRecording() {
+		return
+	}
+	decision := "retry"
+	if !dec.Retry {
+		decision = "park"
+	}
+	t.process.SetAttributes(semconv.MessagingDestinationName(dec.Origin), attrDecision.String(decision),
+		attrDelayMS.Int64(dec.Delay.Milliseconds()), attrRetryCount.Int(dec.RetryCount), attrPolicy.String(dec.Policy))
+	if dec.ParkedReason != "" {
+		t.process.SetAttributes(attrParkedReason.String(dec.ParkedReason))
+	}
+	if dec.Group != "" {
+		t.process.SetAttributes(attrGroup.String(dec.Group))
+	}
+}
+
+// Publishing begins the publish span of the copy, sent to exchange with
+// routingKey.
+func (t *Delivery) Publishing(tr trace.Tracer, exchange, routingKey string) {
+	name := exchange
+	if name == "" {
+		name = "(default)"
+	}
+	_, t.publish = tr.Start(t.ctx, "publish "+name, trace.WithSpanKind(trace.SpanKindProducer))
+	if t.publish.IsRecording() {
+		t.publish.SetAttributes(semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationTypeSend,
+			semconv.MessagingOperationName("publish"), semconv.MessagingDestinationName(exchange),
+			semconv.MessagingRabbitMQDestinationRoutingKey(routingKey))
+	}
+}
+
+// End ends both spans once the copy's outcome is known: confirmed, or the
+// way it failed (outcome names it). A park sets an error status on the
+// process span: the message's retries are over. A copy that was not
+// confirmed sets one on both: the delivery goes back to the inbox.
+func (t *Delivery) End(confirmed bool, outcome string) {
+	if t.publish != nil {
+		if !confirmed {
+			t.publish.SetStatus(codes.Error, outcome)
+		}
+		t.publish.End()
+	}
+	switch {
+	case !confirmed:
+		t.process.SetStatus(codes.Error, "copy not confirmed: "+outcome+"; the delivery is requeued")
+	case t.parked:
+		t.process.SetStatus(codes.Error, "parked")
+	}
+	t.process.End()
+}

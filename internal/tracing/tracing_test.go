@@ -1,0 +1,165 @@
+package tracing
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+)
+
+func TestEnabledOnlyWhenAnExporterIsAskedFor(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want bool
+	}{
+		{"nothing set", map[string]string{"OTEL_SERVICE_NAME": "payments"}, false},
+		{"exporter otlp", map[string]string{"OTEL_TRACES_EXPORTER": "otlp"}, true},
+		{"exporter list with otlp", map[string]string{"OTEL_TRACES_EXPORTER": "console,OTLP"}, true},
+		{"exporter none wins over an endpoint", map[string]string{"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, false},
+		{"endpoint", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, true},
+		{"traces endpoint", map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"}, true},
+		{"sdk disabled", map[string]string{"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}, false},
+		{"another exporter only", map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Enabled(tc.env); got != tc.want {
+				t.Errorf("Enabled(%v) = %v, want %v", tc.env, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSetupOffRecordsNothing(t *testing.T) {
+	tp, stop, err := Setup(context.Background(), map[string]string{}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop(context.Background())
+	_, span := tp.Tracer(ScopeName).Start(context.Background(), "x")
+	if span.IsRecording() {
+		t.Error("traces off, yet the span records")
+	}
+}
+
+func TestSetupRefusesAProtocolItDoesNotSpeak(t *testing.T) {
+	_, _, err := Setup(context.Background(), map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "test")
+	if err == nil {
+		t.Fatal("grpc accepted, but rebound exports over http/protobuf only")
+	}
+}
+
+const producerParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+func TestExtractReadsTheProducersContext(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		headers amqp.Table
+		valid   bool
+	}{
+		{"string", amqp.Table{"traceparent": producerParent}, true},
+		{"bytes", amqp.Table{"traceparent": []byte(producerParent)}, true},
+		{"wrong type", amqp.Table{"traceparent": int64(7)}, false},
+		{"garbage", amqp.Table{"traceparent": "00-zz-yy-01"}, false},
+		{"absent", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc := trace.SpanContextFromContext(Extract(context.Background(), tc.headers))
+			if sc.IsValid() != tc.valid {
+				t.Fatalf("span context valid = %v, want %v", sc.IsValid(), tc.valid)
+			}
+			if tc.valid && sc.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" {
+				t.Errorf("trace id %s", sc.TraceID())
+			}
+		})
+	}
+}
+
+func recorder(t *testing.T) (trace.Tracer, *tracetest.SpanRecorder) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return tp.Tracer(ScopeName), rec
+}
+
+func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
+	m := map[attribute.Key]attribute.Value{}
+	for _, kv := range s.Attributes() {
+		m[kv.Key] = kv.Value
+	}
+	return m
+}
+
+func TestDeliverySpans(t *testing.T) {
+	delivery := amqp.Delivery{MessageId: "order-8812", Body: []byte("hello"), DeliveryTag: 7,
+		Headers: amqp.Table{"traceparent": producerParent}}
+	for _, tc := range []struct {
+		name      string
+		decision  Decision
+		confirmed bool
+		status    codes.Code
+	}{
+		{"retried", Decision{Origin: "payments.capture", Retry: true, Delay: 32 * time.Second, RetryCount: 2, Policy: "payments", Group: "0123456789ab"}, true, codes.Unset},
+		{"parked", Decision{Origin: "payments.capture", RetryCount: 10, Policy: "payments", ParkedReason: "max-retries"}, true, codes.Error},
+		{"not confirmed", Decision{Origin: "payments.capture", Retry: true, Delay: time.Second, Policy: "default"}, false, codes.Error},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, rec := recorder(t)
+			span := Start(tr, "rebound.inbox", delivery)
+			span.Decided(tc.decision)
+			span.Publishing(tr, "rebound.delay.32000", "payments.capture")
+			outcome := "confirmed"
+			if !tc.confirmed {
+				outcome = "nack"
+			}
+			span.End(tc.confirmed, outcome)
+
+			ended := rec.Ended()
+			if len(ended) != 2 {
+				t.Fatalf("%d spans ended, want process and publish", len(ended))
+			}
+			publish, process := ended[0], ended[1]
+			if process.Name() != "process rebound.inbox" || process.SpanKind() != trace.SpanKindConsumer {
+				t.Errorf("process span %q kind %v", process.Name(), process.SpanKind())
+			}
+			if process.Parent().TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || process.Parent().SpanID().String() != "00f067aa0ba902b7" {
+				t.Errorf("process span's parent %v is not the producer's", process.Parent())
+			}
+			if publish.Parent().SpanID() != process.SpanContext().SpanID() || publish.SpanKind() != trace.SpanKindProducer {
+				t.Errorf("publish span is not the process span's producer child: parent %v kind %v", publish.Parent(), publish.SpanKind())
+			}
+			a := attrs(process)
+			want := map[attribute.Key]any{
+				"messaging.system": "rabbitmq", "messaging.operation.type": "process", "messaging.destination.name": "payments.capture",
+				"messaging.message.id": "order-8812", "rebound.retry_count": int64(tc.decision.RetryCount),
+				"rebound.policy": tc.decision.Policy, "rebound.delay_ms": tc.decision.Delay.Milliseconds(),
+			}
+			if tc.decision.Retry {
+				want["rebound.decision"] = "retry"
+			} else {
+				want["rebound.decision"] = "park"
+				want["rebound.parked_reason"] = tc.decision.ParkedReason
+			}
+			if tc.decision.Group != "" {
+				want["rebound.group"] = tc.decision.Group
+			}
+			for k, v := range want {
+				if got := a[k].AsInterface(); got != v {
+					t.Errorf("%s = %v, want %v", k, got, v)
+				}
+			}
+			if process.Status().Code != tc.status {
+				t.Errorf("process status %v, want %v", process.Status(), tc.status)
+			}
+			if got := attrs(publish)["messaging.rabbitmq.destination.routing_key"].AsString(); got != "payments.capture" {
+				t.Errorf("publish routing key %q", got)
+			}
+		})
+	}
+}
