@@ -57,6 +57,9 @@ type Config struct {
 	DelayQueuePrefix   string    `env:"DELAY_QUEUE_PREFIX" envDefault:"rebound.delay."`
 	ParkingQueue       string    `env:"PARKING_QUEUE" envDefault:"rebound.parked"`
 	QueueType          QueueType `env:"QUEUE_TYPE" envDefault:"classic"`
+	// EventsExchange is the topic exchange a JSON event is published to on
+	// every park; "" publishes none.
+	EventsExchange string `env:"EVENTS_EXCHANGE"`
 	// OriginQueues is a regular expression of the queues rebound may send
 	// messages back to, "" for any (RabbitMQ's policy syntax: unanchored).
 	OriginQueues string `env:"ORIGIN_QUEUES"`
@@ -284,6 +287,9 @@ func (c Config) validate(failed map[string]bool) []FieldError {
 		if name == "" || len(name) > 200 || strings.HasPrefix(name, "amq.") {
 			add(variable, name, "a non-empty name of at most 200 bytes not starting with amq.")
 		}
+	}
+	if e := c.EventsExchange; e != "" && (len(e) > 200 || strings.HasPrefix(e, "amq.") || e == c.DeadLetterExchange || strings.HasPrefix(e, c.DelayExchange+".")) {
+		add("EVENTS_EXCHANGE", e, "empty (no events), or a name of at most 200 bytes not starting with amq. and not one of rebound's other exchanges")
 	}
 	// Each delay queue's exchange is DELAY_EXCHANGE + "." + milliseconds:
 	// a dead-letter exchange named so would be bound to a delay queue.

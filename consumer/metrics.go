@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rebound-mq/rebound/internal/buildinfo"
+	"github.com/rebound-mq/rebound/internal/events"
 	"github.com/rebound-mq/rebound/internal/route"
 	"github.com/rebound-mq/rebound/policy"
 	"github.com/rebound-mq/rebound/republisher"
@@ -44,6 +45,10 @@ type Metrics struct {
 	RateDeferral *prometheus.HistogramVec // policy: seconds added
 	RateOverflow *prometheus.CounterVec   // policy
 	RateShare    *prometheus.GaugeVec     // policy: copies a second this replica allows each origin
+
+	// Park events (REBOUND_EVENTS_EXCHANGE), by outcome: published,
+	// failed, dropped.
+	Events *prometheus.CounterVec
 
 	BuildInfo *prometheus.GaugeVec // version, revision, goversion
 }
@@ -114,13 +119,16 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 		RateShare: gaugeVec("rebound_retry_rate_share",
 			"Copies a second this replica sends each origin queue of the policy: REBOUND_RETRY_RATE over the inbox's consumers (0: no cap).", "policy"),
 
+		Events: counterVec("rebound_events_total",
+			"Park events for REBOUND_EVENTS_EXCHANGE, by outcome: published (confirmed), failed (not confirmed, not tried again), dropped (queue full, or rebound stopping).", "outcome"),
+
 		BuildInfo: gaugeVec("rebound_build_info", "1, labelled with the running build's version, revision and Go version.",
 			"version", "revision", "goversion"),
 	}
 	reg.MustRegister(m.Received, m.Redelivered, m.Retried, m.RetryDelay, m.Parked, m.InvalidHeaders, m.OriginMismatch,
 		m.PolicyConflicts, m.PublishFailures, m.ConfirmLatency, m.InFlight, m.Reconnects, m.Blocked, m.Ready,
 		m.InboxMessages, m.InboxConsumers, m.ParkedMessages, m.DelayQueueMessages, m.Prefetch, m.InflightBytes,
-		m.RateDeferred, m.RateDeferral, m.RateOverflow, m.RateShare, m.BuildInfo)
+		m.RateDeferred, m.RateDeferral, m.RateOverflow, m.RateShare, m.Events, m.BuildInfo)
 	// Create the fixed-label series up front so dashboards show zeros, not gaps.
 	for _, p := range r.Policies.All() {
 		for _, kind := range []string{"delayed", "immediate"} {
@@ -141,6 +149,9 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 	}
 	for _, o := range []republisher.Outcome{republisher.Nacked, republisher.Returned, republisher.TimedOut, republisher.Closed} {
 		m.PublishFailures.WithLabelValues(o.String())
+	}
+	for _, o := range []string{events.Published, events.Failed, events.Dropped} {
+		m.Events.WithLabelValues(o)
 	}
 	b := buildinfo.Read()
 	m.BuildInfo.WithLabelValues(b.Version, b.Revision, b.GoVersion).Set(1)

@@ -19,6 +19,7 @@ func OptionsFrom(cfg config.Config, dialer *dialer.Dialer, log *zap.Logger, m *M
 		ConfirmTimeout: cfg.ConfirmTimeout,
 		ShutdownGrace:  cfg.ShutdownGrace,
 		DelayQueueIdle: cfg.DelayQueueIdle,
+		EventsExchange: cfg.EventsExchange,
 		Logger:         log,
 		Metrics:        m,
 	}

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rebound-mq/rebound/headers"
+	"github.com/rebound-mq/rebound/internal/events"
 	"github.com/rebound-mq/rebound/internal/route"
 	"github.com/rebound-mq/rebound/internal/topology"
 	"github.com/rebound-mq/rebound/internal/tracing"
@@ -35,6 +36,7 @@ type session struct {
 	cancelled         chan string      // the broker cancelled the consumer
 
 	pub      *republisher.Publisher
+	events   *events.Publisher // nil without REBOUND_EVENTS_EXCHANGE
 	watch    *watcher
 	acks     *acker
 	ackErr   chan error
@@ -89,6 +91,12 @@ func (ss *session) open(ctx context.Context) error {
 	}
 	if ss.pub, err = republisher.New(ss.pubConn, topo, s.opt.Prefetch, s.opt.ConfirmTimeout, notice); err != nil {
 		return err
+	}
+
+	if s.opt.EventsExchange != "" {
+		ss.events = events.Start(ss.pubConn, s.opt.EventsExchange, s.log, func(outcome string) {
+			s.m.Events.WithLabelValues(outcome).Inc()
+		})
 	}
 
 	if ss.consCh, err = ss.consConn.Channel(); err != nil {
@@ -146,6 +154,9 @@ func (ss *session) close() {
 	}
 	if ss.consConn != nil {
 		ss.consConn.Close()
+	}
+	if ss.events != nil {
+		ss.events.Close() // before its connection: the events queued are counted dropped
 	}
 	if ss.pubConn != nil {
 		ss.pubConn.Close()
@@ -391,6 +402,10 @@ func (ss *session) handle(d amqp.Delivery) error {
 	err := ss.pub.Publish(context.Background(), dest, msg, func(o republisher.Outcome, latency time.Duration) {
 		ss.record(rt, o, latency)
 		span.End(o == republisher.Confirmed, o.String())
+		if o == republisher.Confirmed && !rt.Decision.Retry && ss.events != nil {
+			ss.events.Send(events.NewParked(d.MessageId, rt.Origin.Queue, string(rt.Decision.Reason), rt.Policy.Name, "",
+				headerText(msg.Headers[ss.router.Codec.Names.Error]), state.Retries, now))
+		}
 		ss.acks.resolve(tag, o == republisher.Confirmed)
 	})
 	if err != nil {
@@ -428,6 +443,18 @@ func (ss *session) report(d amqp.Delivery, rt route.Route) {
 		ce.Write(zap.String("message_id", d.MessageId), zap.String("origin", rt.Origin.Queue), zap.String("policy", rt.Policy.Name),
 			zap.Bool("retry", rt.Decision.Retry), zap.Duration("delay", rt.Decision.Delay), zap.String("reason", string(rt.Decision.Reason)))
 	}
+}
+
+// headerText is a header's text: a string, or bytes; "" for any other
+// type.
+func headerText(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case []byte:
+		return string(v)
+	}
+	return ""
 }
 
 // quoteShort quotes a value from a message for a log line, cut short: a

@@ -55,6 +55,9 @@ type Options struct {
 	// (see topology.Lease); 0 deletes none, and stops leasing them after
 	// DefaultLeaseIdle.
 	DelayQueueIdle time.Duration
+	// EventsExchange receives a JSON event for every park (package
+	// events); "" publishes none.
+	EventsExchange string
 	Logger         *zap.Logger
 	Metrics        *Metrics
 	// Tracer starts each delivery's spans (package tracing); default a
