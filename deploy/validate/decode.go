@@ -35,6 +35,8 @@ var kinds = map[string]func() any{
 	"monitoring.coreos.com/v1 PodMonitor":     func() any { return &monitoringv1.PodMonitor{} },
 	"monitoring.coreos.com/v1 ServiceMonitor": func() any { return &monitoringv1.ServiceMonitor{} },
 	"monitoring.coreos.com/v1 PrometheusRule": func() any { return &monitoringv1.PrometheusRule{} },
+	"keda.sh/v1alpha1 ScaledObject":           func() any { return &ScaledObject{} },
+	"keda.sh/v1alpha1 TriggerAuthentication":  func() any { return &TriggerAuthentication{} },
 }
 
 // DecodeStrict decodes one YAML document into the API type its apiVersion
