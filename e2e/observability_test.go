@@ -1,11 +1,18 @@
 package e2e
 
 import (
+	"cmp"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -172,7 +179,7 @@ func spanAttr(s *tracepb.Span, key string) any {
 }
 
 // TestTracesFollowAMessageAcrossRetries runs the rebound binary with an
-// OTLP endpoint: a message retried twice, then parked, shows three
+// OTLP endpoint: a message retried three times, then parked, shows four
 // process spans in the producer's trace, each the child of the
 // producer's span, each with its publish child; the copies keep the
 // producer's traceparent.
@@ -181,8 +188,8 @@ func TestTracesFollowAMessageAcrossRetries(t *testing.T) {
 	receiver := &otlpReceiver{}
 	collector := httptest.NewServer(receiver)
 	defer collector.Close()
-	e := newTestEnv(t, with(fastLoop, "OTEL_EXPORTER_OTLP_ENDPOINT", collector.URL, "OTEL_BSP_SCHEDULE_DELAY", "50",
-		"OTEL_SERVICE_NAME", "rebound-test"))
+	e := newTestEnv(t, with(fastLoop, "REBOUND_MAX_RETRIES", "3", "REBOUND_BACKOFF", "exponential", "REBOUND_MIN_DELAY", "100ms",
+		"OTEL_EXPORTER_OTLP_ENDPOINT", collector.URL, "OTEL_BSP_SCHEDULE_DELAY", "50", "OTEL_SERVICE_NAME", "rebound-test"))
 	e.startBinary()
 	r := e.rejectAll(e.App)
 
@@ -197,8 +204,8 @@ func TestTracesFollowAMessageAcrossRetries(t *testing.T) {
 	}
 
 	processName := "process " + e.Vars["REBOUND_INBOX_QUEUE"]
-	if !brokertest.Await(30*time.Second, func() bool { return len(receiver.named(processName)) >= 3 }) {
-		t.Fatalf("%d process spans exported, want 3", len(receiver.named(processName)))
+	if !brokertest.Await(30*time.Second, func() bool { return len(receiver.named(processName)) >= 4 }) {
+		t.Fatalf("%d process spans exported, want 4", len(receiver.named(processName)))
 	}
 	process := receiver.named(processName)
 	publishBySpan := map[string]*tracepb.Span{}
@@ -210,7 +217,7 @@ func TestTracesFollowAMessageAcrossRetries(t *testing.T) {
 				publishBySpan[hex.EncodeToString(s.ParentSpanId)] = s
 			}
 		}
-		return len(publishBySpan) >= 3
+		return len(publishBySpan) >= 4
 	})
 	decisions := map[string]int{}
 	for _, s := range process {
@@ -236,7 +243,95 @@ func TestTracesFollowAMessageAcrossRetries(t *testing.T) {
 			t.Errorf("process span %x has no publish child", s.SpanId)
 		}
 	}
-	if decisions["retry"] != 2 || decisions["park"] != 1 {
-		t.Errorf("decisions %v, want 2 retries and 1 park", decisions)
+	if decisions["retry"] != 3 || decisions["park"] != 1 {
+		t.Errorf("decisions %v, want 3 retries and 1 park", decisions)
+	}
+	if path := os.Getenv("REBOUND_TRACE_PICTURE"); path != "" && !t.Failed() {
+		receiver.mu.Lock()
+		defer receiver.mu.Unlock()
+		if err := os.WriteFile(path, traceSVG(receiver.spans, strings.NewReplacer(e.Prefix, "rebound.").Replace), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// traceSVG draws spans as a waterfall on one time axis, one row each in
+// the order they started, names passed through rename: the picture of
+// docs/observability.md.
+func traceSVG(spans []*tracepb.Span, rename func(string) string) []byte {
+	spans = slices.Clone(spans)
+	slices.SortFunc(spans, func(a, b *tracepb.Span) int { return cmp.Compare(a.StartTimeUnixNano, b.StartTimeUnixNano) })
+	start, end := spans[0].StartTimeUnixNano, spans[0].EndTimeUnixNano
+	for _, s := range spans {
+		end = max(end, s.EndTimeUnixNano)
+	}
+	const left, width, row = 300, 560, 26
+	x := func(ns uint64) float64 { return left + float64(ns-start)/float64(end-start)*width }
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", left+width+20, row*(len(spans)+2))
+	fmt.Fprintf(&b, `<text x="10" y="16" font-weight="bold">trace %x: one message, three retries and a park (%.2f s)</text>`+"\n", spans[0].TraceId, float64(end-start)/1e9)
+	for i, s := range spans {
+		y := row * (i + 1)
+		color, indent := "#4c78a8", 10
+		if s.Kind == tracepb.Span_SPAN_KIND_PRODUCER {
+			color, indent = "#72b7b2", 30
+		}
+		if s.Status.GetCode() == tracepb.Status_STATUS_CODE_ERROR {
+			color = "#e45756"
+		}
+		label := rename(s.Name)
+		if d, ok := spanAttr(s, "rebound.decision").(string); ok {
+			label += fmt.Sprintf(" [%s", d)
+			if ms, ok := spanAttr(s, "rebound.delay_ms").(int64); ok && d == "retry" {
+				label += fmt.Sprintf(" in %d ms", ms)
+			}
+			if r, ok := spanAttr(s, "rebound.parked_reason").(string); ok {
+				label += ": " + r
+			}
+			label += "]"
+		}
+		w := max(x(s.EndTimeUnixNano)-x(s.StartTimeUnixNano), 2)
+		fmt.Fprintf(&b, `<text x="%d" y="%d">%s</text><rect x="%.1f" y="%d" width="%.1f" height="16" fill="%s"/>`+"\n",
+			indent, y+16, html.EscapeString(label), x(s.StartTimeUnixNano), y+4, w, color)
+	}
+	b.WriteString("</svg>\n")
+	return []byte(b.String())
+}
+
+// TestReplayIsTraced runs `rebound parked replay` (the binary) with an
+// OTLP endpoint: the replayed message's span joins the message's own
+// trace, its parent the producer's span.
+func TestReplayIsTraced(t *testing.T) {
+	t.Parallel()
+	receiver := &otlpReceiver{}
+	collector := httptest.NewServer(receiver)
+	defer collector.Close()
+	e := newTestEnv(t, nil)
+	e.startInProcess()
+	e.rejectAll(e.App)
+	const traceID, producerSpan = "5bf92f3577b34da6a3ce929d0e0e4736", "10f067aa0ba902b7"
+	e.publish(amqp.Publishing{MessageId: "order-9", Headers: amqp.Table{
+		"traceparent": "00-" + traceID + "-" + producerSpan + "-01", "x-retry-non-retryable": true}})
+	e.parked(1, 30*time.Second) // takes it out of the parking queue: put it back for the replay
+	e.Publish(e.Vars["REBOUND_PARKING_QUEUE"], amqp.Publishing{MessageId: "order-9", Headers: amqp.Table{
+		"traceparent": "00-" + traceID + "-" + producerSpan + "-01", "x-retry-parked-reason": "non-retryable",
+		"x-retry-origin-queue": e.App, "x-retry-non-retryable": true}})
+
+	cmd := exec.Command(binary(t), "parked", "replay", "--reason", "non-retryable")
+	cmd.Env = append(os.Environ(), e.Environ()...)
+	cmd.Env = append(cmd.Env, "OTEL_EXPORTER_OTLP_ENDPOINT="+collector.URL)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("parked replay: %v\n%s", err, out)
+	}
+	name := "replay " + e.App
+	if !brokertest.Await(10*time.Second, func() bool { return len(receiver.named(name)) == 1 }) {
+		t.Fatalf("%d %q spans exported, want 1 (the command flushes before it exits)", len(receiver.named(name)), name)
+	}
+	s := receiver.named(name)[0]
+	if hex.EncodeToString(s.TraceId) != traceID || hex.EncodeToString(s.ParentSpanId) != producerSpan {
+		t.Errorf("replay span in trace %x under %x, want the message's %s under %s", s.TraceId, s.ParentSpanId, traceID, producerSpan)
+	}
+	if spanAttr(s, "messaging.operation.name") != "replay" || spanAttr(s, "messaging.message.id") != "order-9" {
+		t.Errorf("replay span attributes %v", s.Attributes)
 	}
 }

@@ -7,8 +7,10 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rebound-mq/rebound/internal/topology"
+	"github.com/rebound-mq/rebound/internal/tracing"
 )
 
 // ErrNoQueue means the queue a Mover was opened on does not exist.
@@ -47,6 +49,8 @@ type Mover struct {
 	acked     bool // acks sent since the last basic.get (see Close)
 
 	pub      *Publisher // opened by the first Move
+	tracer   trace.Tracer // nil: no spans (see Trace)
+	op       string
 	inflight int        // copies published whose outcome Settle has not taken
 	outcomes chan moved
 }
@@ -88,6 +92,10 @@ func OpenMover(conn *amqp.Connection, topo topology.Topology, queue string, wind
 // and reads on it wait meanwhile (a move runs several times faster so).
 // Call it before the first Move.
 func (m *Mover) PublishThrough(pub *amqp.Connection) { m.pubConn = pub }
+
+// Trace gives each message m moves a span of tr (package tracing),
+// named for operation; a nil tr records none.
+func (m *Mover) Trace(tr trace.Tracer, operation string) { m.tracer, m.op = tr, operation }
 
 // Remaining is how many of the messages the queue held at the first read
 // are still to read: what a caller that stops early leaves unread.
@@ -149,10 +157,16 @@ func (m *Mover) Move(d amqp.Delivery, dest topology.Destination, msg amqp.Publis
 		}
 		m.pub = pub
 	}
+	end := func(bool, string) {}
+	if m.tracer != nil {
+		end = tracing.Move(m.tracer, m.op, d, dest.Exchange, dest.RoutingKey)
+	}
 	err := m.pub.Publish(context.Background(), dest, msg, func(o Outcome, _ time.Duration) {
+		end(o == Confirmed, o.String())
 		m.outcomes <- moved{d: d, outcome: o, report: report} // never blocks: at most window in flight
 	})
 	if err != nil {
+		end(false, err.Error())
 		return err
 	}
 	m.inflight++

@@ -236,6 +236,13 @@ func runDelayedMove(ctx context.Context, args []string, in invocation, op delaye
 		return err
 	}
 	defer closeConns()
+	if !*dryRun {
+		var flush func()
+		if dp.Tracer, flush, err = commandTracer(ctx, in); err != nil {
+			return err
+		}
+		defer flush()
+	}
 	progress := newProgress(in.stderr, name)
 	res, err := dp.Move(ctx, queues, delayed.Options{Op: op, Origins: origins, DryRun: *dryRun, Progress: progress.show}, time.Now)
 	progress.done()

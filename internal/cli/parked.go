@@ -408,6 +408,13 @@ func runParkedReplay(ctx context.Context, args []string, in invocation) error {
 		}
 		defer q.PubConn.Close()
 	}
+	if !*dryRun {
+		var flush func()
+		if q.Tracer, flush, err = commandTracer(ctx, in); err != nil {
+			return err
+		}
+		defer flush()
+	}
 	opt := parking.ReplayOptions{DryRun: *dryRun, Rate: *rate}
 	if *canary > 0 {
 		return replayCanary(ctx, in, q, *f, *canary, *canaryWait, opt)

@@ -141,3 +141,26 @@ func newLogger(cfg config.Config, stderr io.Writer) (*zap.Logger, error) {
 	}
 	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(stderr), level)), nil
 }
+
+// commandTracer returns the tracer of a command that moves messages, and
+// the function that exports its spans before the command ends: nil, with
+// nothing to flush, unless the environment asks for traces (package
+// tracing).
+func commandTracer(ctx context.Context, in invocation) (trace.Tracer, func(), error) {
+	vars := env.ToMap(in.environ)
+	if !tracing.Enabled(vars) {
+		return nil, func() {}, nil
+	}
+	b := buildinfo.Read()
+	tp, stop, err := tracing.Setup(ctx, vars, b.Version)
+	if err != nil {
+		return nil, nil, usageError{err.Error()}
+	}
+	return tp.Tracer(tracing.ScopeName, trace.WithInstrumentationVersion(b.Version)), func() {
+		flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stop(flushCtx); err != nil {
+			fmt.Fprintf(in.stderr, "tracing: spans not exported: %v\n", err)
+		}
+	}, nil
+}

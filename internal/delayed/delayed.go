@@ -40,6 +40,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rebound-mq/rebound/internal/calendar"
 	"github.com/rebound-mq/rebound/internal/route"
@@ -61,6 +62,8 @@ type Deployment struct {
 	// ConfirmTimeout bounds the wait for the broker's confirm of a copy;
 	// 0 means 30s.
 	ConfirmTimeout time.Duration
+	// Tracer, if not nil, gives each copy moved a span (package tracing).
+	Tracer trace.Tracer
 	// LockWait is how long an operation waits for the lock of the delay
 	// queues while a replica holds it to sweep; 0 means 10s.
 	LockWait time.Duration

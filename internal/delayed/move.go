@@ -190,6 +190,11 @@ func (dp Deployment) moveQueue(ctx context.Context, q Queue, opt Options, now fu
 	if dp.PubConn != nil {
 		m.PublishThrough(dp.PubConn)
 	}
+	operation := "flush"
+	if opt.Op == Cancel {
+		operation = "cancel"
+	}
+	m.Trace(dp.Tracer, operation)
 	for {
 		d, ok, err := m.Next(ctx)
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rebound-mq/rebound/headers"
 	"github.com/rebound-mq/rebound/internal/route"
@@ -87,6 +88,9 @@ type Queue struct {
 	// ConfirmTimeout bounds the wait for the broker's confirm of a
 	// replayed copy; 0 means 30s.
 	ConfirmTimeout time.Duration
+	// Tracer, if not nil, gives each replayed message a span (package
+	// tracing).
+	Tracer trace.Tracer
 }
 
 // Name is the parking queue's name.
@@ -135,6 +139,9 @@ func (q Queue) open() (*republisher.Mover, error) {
 	m, err := republisher.OpenMover(q.Conn, q.Router.Topology, q.Name(), replayBatch, timeout)
 	if err == nil && q.PubConn != nil {
 		m.PublishThrough(q.PubConn)
+	}
+	if err == nil {
+		m.Trace(q.Tracer, "replay")
 	}
 	return m, err
 }

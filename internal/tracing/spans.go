@@ -1,6 +1,7 @@
 package tracing
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -82,14 +83,13 @@ func (t *Delivery) Decided(dec Decision) {
 // Publishing begins the publish span of the copy, sent to exchange with
 // routingKey.
 func (t *Delivery) Publishing(tr trace.Tracer, exchange, routingKey string) {
-	name := exchange
-	if name == "" {
-		name = "(default)"
-	}
-	_, t.publish = tr.Start(t.ctx, "publish "+name, trace.WithSpanKind(trace.SpanKindProducer))
+	// Through the default exchange the destination is the queue the
+	// routing key names.
+	destination := cmp.Or(exchange, routingKey)
+	_, t.publish = tr.Start(t.ctx, "publish "+destination, trace.WithSpanKind(trace.SpanKindProducer))
 	if t.publish.IsRecording() {
 		t.publish.SetAttributes(semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationTypeSend,
-			semconv.MessagingOperationName("publish"), semconv.MessagingDestinationName(exchange),
+			semconv.MessagingOperationName("publish"), semconv.MessagingDestinationName(destination),
 			semconv.MessagingRabbitMQDestinationRoutingKey(routingKey))
 	}
 }
@@ -112,4 +112,23 @@ func (t *Delivery) End(confirmed bool, outcome string) {
 		t.process.SetStatus(codes.Error, "parked")
 	}
 	t.process.End()
+}
+
+// Move starts the span of one message a command moves (operation: replay,
+// flush, cancel, ...) to exchange with routingKey: a producer span in the
+// message's own trace, so that a replay shows in the trace of the message
+// it brought back. end ends it with the copy's outcome.
+func Move(tr trace.Tracer, operation string, d amqp.Delivery, exchange, routingKey string) (end func(confirmed bool, outcome string)) {
+	_, span := tr.Start(Extract(context.Background(), d.Headers), operation+" "+routingKey, trace.WithSpanKind(trace.SpanKindProducer))
+	if span.IsRecording() {
+		span.SetAttributes(semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationTypeSend,
+			semconv.MessagingOperationName(operation), semconv.MessagingDestinationName(exchange),
+			semconv.MessagingRabbitMQDestinationRoutingKey(routingKey), semconv.MessagingMessageID(d.MessageId))
+	}
+	return func(confirmed bool, outcome string) {
+		if !confirmed {
+			span.SetStatus(codes.Error, outcome)
+		}
+		span.End()
+	}
 }
