@@ -48,10 +48,10 @@ type Mover struct {
 	unsettled int  // messages read and neither acked nor requeued
 	acked     bool // acks sent since the last basic.get (see Close)
 
-	pub      *Publisher // opened by the first Move
+	pub      *Publisher   // opened by the first Move
 	tracer   trace.Tracer // nil: no spans (see Trace)
 	op       string
-	inflight int        // copies published whose outcome Settle has not taken
+	inflight int // copies published whose outcome Settle has not taken
 	outcomes chan moved
 }
 
