@@ -14,9 +14,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rebound-mq/rebound/headers"
+	"github.com/rebound-mq/rebound/internal/declarer"
+	"github.com/rebound-mq/rebound/internal/delayqueue"
 	"github.com/rebound-mq/rebound/internal/events"
 	"github.com/rebound-mq/rebound/internal/route"
-	"github.com/rebound-mq/rebound/internal/topology"
 	"github.com/rebound-mq/rebound/internal/tracing"
 	"github.com/rebound-mq/rebound/policy"
 	"github.com/rebound-mq/rebound/republisher"
@@ -37,6 +38,7 @@ type session struct {
 
 	pub      *republisher.Publisher
 	events   *events.Publisher // nil without REBOUND_EVENTS_EXCHANGE
+	origins  *declarer.Origins // whether the origin queues exist
 	watch    *watcher
 	acks     *acker
 	ackErr   chan error
@@ -82,7 +84,7 @@ func (ss *session) open(ctx context.Context) error {
 	ss.router.Topology = ss.router.Topology.ForServer(ss.pubConn.Properties)
 	topo := ss.router.Topology
 	notice := func(msg string) { s.log.Warn("topology", zap.String("notice", msg)) }
-	notices, err := topo.Declare(ss.pubConn)
+	notices, err := declarer.Declare(ss.pubConn, topo)
 	for _, n := range notices {
 		notice(n)
 	}
@@ -92,6 +94,7 @@ func (ss *session) open(ctx context.Context) error {
 	if ss.pub, err = republisher.New(ss.pubConn, topo, s.opt.Prefetch, s.opt.ConfirmTimeout, notice); err != nil {
 		return err
 	}
+	ss.origins = declarer.NewOrigins(ss.pubConn, ss.pub.ReturnedSince, notice, time.Now)
 
 	if s.opt.EventsExchange != "" {
 		ss.events = events.Start(ss.pubConn, s.opt.EventsExchange, s.log, func(outcome string) {
@@ -240,8 +243,8 @@ type leaseState struct {
 
 // tendDelayQueues runs on the loop's one-second tick. Every
 // REBOUND_DELAY_QUEUE_IDLE (at most every minute) it sweeps the idle
-// delay queues (Publisher.SweepIdle) and publishes this replica's lease of
-// the delay queues it still uses (topology.Lease), expiring after three
+// delay queues (delayqueue.Set.SweepIdle) and publishes this replica's lease of
+// the delay queues it still uses (delayqueue.Lease), expiring after three
 // such rounds; between sweeps it publishes one at once when it starts
 // using a new delay queue, so that `rebound topology prune` sees it within
 // a second, and one when the session starts. It does nothing while the
@@ -262,7 +265,7 @@ func (ss *session) tendDelayQueues(st *leaseState) error {
 	sweep := now.Sub(st.swept) >= every
 	if sweep {
 		st.swept = now
-		deleted, err := ss.pub.SweepIdle(window, idle > 0)
+		deleted, err := ss.pub.Delays().SweepIdle(window, idle > 0)
 		if len(deleted) > 0 {
 			s.log.Info("deleted idle empty delay queues", zap.Strings("queues", deleted))
 		}
@@ -270,12 +273,12 @@ func (ss *session) tendDelayQueues(st *leaseState) error {
 			return err
 		}
 	}
-	queues := ss.pub.DelayQueues()
+	queues := ss.pub.Delays().Names()
 	slices.Sort(queues)
 	if !sweep && st.sent && (st.failed || slices.Equal(queues, st.queues)) {
 		return nil
 	}
-	err := ss.pub.PublishLease(topology.Lease{Replica: s.replica, Queues: queues, Sequence: s.leases.Add(1)}, 3*every)
+	err := ss.pub.Delays().PublishLease(delayqueue.Lease{Replica: s.replica, Queues: queues, Sequence: s.leases.Add(1)}, 3*every)
 	if err != nil {
 		if !st.failed {
 			s.log.Warn("cannot publish this replica's lease of the delay queues it uses; `rebound topology prune` may delete one of them under it",
@@ -384,7 +387,7 @@ func (ss *session) handle(d amqp.Delivery) error {
 	exists := true
 	if origin.Refused == "" {
 		var err error
-		if exists, err = ss.pub.OriginExists(origin.Queue); err != nil {
+		if exists, _, err = ss.origins.Exists(origin.Queue); err != nil {
 			span.End(false, "origin check failed")
 			return fmt.Errorf("check origin queue %s: %w", origin.Queue, err)
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/rebound-mq/rebound/headers"
 	"github.com/rebound-mq/rebound/internal/brokertest"
+	"github.com/rebound-mq/rebound/internal/declarer"
 	"github.com/rebound-mq/rebound/internal/dialer"
 	"github.com/rebound-mq/rebound/internal/route"
 	"github.com/rebound-mq/rebound/policy"
@@ -262,7 +263,7 @@ func TestRunDrainsOnShutdown(t *testing.T) {
 	e.Declare(origin, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum})
 	opt := e.options("REBOUND_IMMEDIATE_RETRIES", "1", "REBOUND_PREFETCH", "128")
 	conn := e.b.Dial(t, e.b.URL)
-	if _, err := e.topo.ForServer(conn.Properties).Declare(conn); err != nil {
+	if _, err := declarer.Declare(conn, e.topo.ForServer(conn.Properties)); err != nil {
 		t.Fatal(err)
 	}
 	const n = 2000

@@ -107,7 +107,7 @@ func (w *watcher) inbox() {
 
 // queues reads the parking queue and the delay queues this replica uses
 // (those it has declared and not forgotten since: see
-// Publisher.SweepIdle). The series of a delay queue it no longer uses, or
+// delayqueue.Set.SweepIdle). The series of a delay queue it no longer uses, or
 // that is gone, is removed, so that it does not report a stale count.
 func (w *watcher) queues() {
 	s := w.ss.s
@@ -116,7 +116,7 @@ func (w *watcher) queues() {
 		s.m.ParkedMessages.Set(float64(q.Messages))
 	}
 	using := map[string]bool{}
-	for _, name := range w.ss.pub.DelayQueues() {
+	for _, name := range w.ss.pub.Delays().Names() {
 		select {
 		case <-w.stop:
 			return

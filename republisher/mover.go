@@ -173,6 +173,12 @@ func (m *Mover) Move(d amqp.Delivery, dest topology.Destination, msg amqp.Publis
 	return nil
 }
 
+// ReturnedSince reports whether a copy m sent straight to queue was
+// returned after since (Publisher.ReturnedSince): for declarer.Origins.
+func (m *Mover) ReturnedSince(queue string, since time.Time) bool {
+	return m.pub != nil && m.pub.ReturnedSince(queue, since)
+}
+
 // Settle waits for the outcome of every copy in flight and removes each
 // message whose copy was confirmed. A copy not confirmed within the
 // confirm timeout is reported TimedOut by the Publisher, which then stops:

@@ -34,6 +34,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/rebound-mq/rebound/internal/declarer"
+	"github.com/rebound-mq/rebound/internal/delayqueue"
 	"github.com/rebound-mq/rebound/internal/topology"
 )
 
@@ -65,6 +67,24 @@ func (o Outcome) String() string {
 	return fmt.Sprintf("outcome(%d)", int(o))
 }
 
+// Why says, for people, why a message whose copy ended with o stays where
+// it was; "" for Confirmed, the one outcome that removes it.
+func (o Outcome) Why() string {
+	switch o {
+	case Confirmed:
+		return ""
+	case Returned:
+		return "returned by the broker: no queue took the copy (origin queue missing?)"
+	case Nacked:
+		return "broker refused the copy (nack)"
+	}
+	return "copy not confirmed in time (it may have been delivered too)"
+}
+
+// WhyInterrupted says why a message whose copy could not be sent, the run
+// interrupted, stays where it was.
+const WhyInterrupted = "interrupted before the copy was confirmed (it may have been delivered too)"
+
 // routeKey identifies a destination as a basic.return describes it.
 type routeKey struct {
 	exchange, routingKey string
@@ -90,35 +110,25 @@ type Publisher struct {
 	timeout time.Duration
 	now     func() time.Time
 
-	// declMu guards declCh, declared, origins, detours, unchecked and
-	// lockRefused. It is held across declarations, which wait for the
-	// broker: the confirm loop never takes it. Whoever holds both takes
-	// declMu first.
-	declMu      sync.Mutex
-	declCh      *amqp.Channel
-	declared    map[int64]time.Time     // delay queue (ms) -> last publish to it
-	origins     map[string]time.Time    // origin queue -> when it was last seen to exist
-	detours     map[int64]time.Duration // unusable delay queue (ms) -> the delay used instead
-	unchecked   map[string]time.Time    // origin queues the broker refused to check, and when
-	lockRefused bool                    // the broker refused the lock of the delay queues (noticed once)
+	// delays declares the delay queues copies go through, on first use.
+	// The confirm loop only ever calls its Forget, which never waits on
+	// the broker.
+	delays *delayqueue.Set
 
-	mu       sync.Mutex // guards pending, blocked, stale and returned; never held across I/O
+	mu       sync.Mutex // guards pending, blocked and returned; never held across I/O
 	pending  map[uint64]*pending
 	blocked  bool
-	stale    map[int64]bool       // delay queues (ms) a copy was returned from: declare them again
 	returned map[string]time.Time // queues a copy sent straight to was returned from, and when
 
 	done chan struct{}
 	err  error // set before done is closed
-
-	notice func(msg string) // what the Publisher worked around, for the log
 }
 
 // New opens a confirming channel on conn. window is the most publishes
 // that can be pending at once (rebound's prefetch); the confirmation
 // buffer is sized from it so the library never waits on rebound. notice
 // receives, for the log, what the Publisher worked around (a delay queue
-// it could not use, an origin queue it could not check); nil drops it.
+// it could not use); nil drops it.
 func New(conn *amqp.Connection, topo topology.Topology, window int, confirmTimeout time.Duration, notice func(msg string)) (*Publisher, error) {
 	return newPublisher(conn, topo, window, confirmTimeout, notice, time.Now)
 }
@@ -133,19 +143,14 @@ func newPublisher(conn *amqp.Connection, topo topology.Topology, window int, con
 	if err := ch.Confirm(false); err != nil {
 		return nil, fmt.Errorf("enable publisher confirms: %w", err)
 	}
-	declCh, err := conn.Channel()
+	delays, err := delayqueue.New(conn, topo, notice, now)
 	if err != nil {
-		return nil, fmt.Errorf("open declare channel: %w", err)
+		return nil, err
 	}
 	p := &Publisher{
-		conn: conn, ch: ch, declCh: declCh, topo: topo, timeout: confirmTimeout, now: now,
-		declared: map[int64]time.Time{}, origins: map[string]time.Time{}, detours: map[int64]time.Duration{},
-		unchecked: map[string]time.Time{},
-		pending:   map[uint64]*pending{}, stale: map[int64]bool{}, returned: map[string]time.Time{},
-		done: make(chan struct{}), notice: notice,
-	}
-	if p.notice == nil {
-		p.notice = func(string) {}
+		conn: conn, ch: ch, delays: delays, topo: topo, timeout: confirmTimeout, now: now,
+		pending: map[uint64]*pending{}, returned: map[string]time.Time{},
+		done: make(chan struct{}),
 	}
 	// At most window publishes are pending, each confirmed once and
 	// returned at most once: neither buffer ever fills, so the library
@@ -161,11 +166,13 @@ func newPublisher(conn *amqp.Connection, topo topology.Topology, window int, con
 // end; publishes still pending are reported Closed.
 func (p *Publisher) Close() {
 	_ = p.ch.Close()
-	p.declMu.Lock()
-	_ = p.declCh.Close()
-	p.declMu.Unlock()
+	p.delays.Close()
 	<-p.done
 }
+
+// Delays is the set of delay queues the Publisher declares on first use:
+// the sidecar sweeps the idle ones and leases the others through it.
+func (p *Publisher) Delays() *delayqueue.Set { return p.delays }
 
 // Done is closed when the Publisher can no longer publish; Err says why.
 func (p *Publisher) Done() <-chan struct{} { return p.done }
@@ -187,7 +194,7 @@ func (p *Publisher) Blocked() bool {
 // done is not called and nothing was sent.
 func (p *Publisher) Publish(ctx context.Context, dest topology.Destination, msg amqp.Publishing, done func(Outcome, time.Duration)) error {
 	if dest.Delay > 0 {
-		d, err := p.ensureDelayQueue(dest.Delay)
+		d, err := p.delays.Ensure(dest.Delay)
 		if err != nil {
 			return err
 		}
@@ -272,7 +279,7 @@ func (p *Publisher) takeReturns(returns <-chan amqp.Return) <-chan amqp.Return {
 }
 
 // maxReturnedQueues is how many queues Publisher.returned holds before
-// markReturned forgets those older than originRecheck: names come from
+// markReturned forgets those older than declarer.OriginRecheck: names come from
 // messages, so the map must not grow with them.
 const maxReturnedQueues = 1024
 
@@ -282,17 +289,18 @@ func (p *Publisher) markReturned(r amqp.Return) {
 	defer p.mu.Unlock()
 	if ms, ok := p.topo.DelayOfExchange(r.Exchange); ok {
 		// The delay queue or its binding is gone: declare it again next
-		// time (ensureDelayQueue reads this).
-		p.stale[ms] = true
+		// time.
+		p.delays.Forget(ms)
 	}
 	if r.Exchange == "" {
 		// The default exchange routes to the queue its key names when it
-		// exists: a return says the queue does not (OriginExists reads
-		// this when the broker will not answer a passive declaration).
+		// exists: a return says the queue does not (ReturnedSince tells
+		// declarer.Origins, when the broker will not answer a passive
+		// declaration).
 		now := p.now()
 		if len(p.returned) >= maxReturnedQueues {
 			for q, at := range p.returned {
-				if now.Sub(at) >= originRecheck {
+				if now.Sub(at) >= declarer.OriginRecheck {
 					delete(p.returned, q)
 				}
 			}
@@ -369,106 +377,12 @@ func (p *Publisher) stop(outcome Outcome, err error) {
 	close(p.done)
 }
 
-// SweepIdle forgets the delay queues this Publisher declared that have had
-// no publish for idle, or for twice their delay if that is longer: it
-// declares one again on its next use, and its lease no longer names it
-// (see topology.Lease), so that `rebound topology prune` may delete it.
-// With remove, it first deletes those that are classic and empty, and
-// returns their names. The broker refuses to delete a queue that still
-// holds a message (if-empty), so nothing waiting in one is lost; a copy
-// published by another replica just as the queue goes is returned,
-// requeued, and the queue is declared again. A message a `rebound delayed`
-// command has read and not yet settled is invisible to if-empty, so the
-// sweep holds the lock of the delay queues (topology.Topology.Lock), and
-// when another rebound holds it, it skips this round.
-//
-// Quorum queues are never deleted here: RabbitMQ refuses if-empty deletes
-// on them with a connection error, and deleting without it could drop a
-// copy published between a check and the delete (`rebound topology
-// prune` closes that window first).
-func (p *Publisher) SweepIdle(idle time.Duration, remove bool) (deleted []string, err error) {
-	p.declMu.Lock()
-	defer p.declMu.Unlock()
-	now := p.now()
-	var stale []int64
-	for ms, last := range p.declared {
-		if now.Sub(last) >= max(idle, 2*time.Duration(ms)*time.Millisecond) {
-			stale = append(stale, ms)
-		}
-	}
-	if len(stale) == 0 {
-		return nil, nil
-	}
-	if !remove || p.topo.Quorum {
-		for _, ms := range stale {
-			delete(p.declared, ms)
-		}
-		return nil, nil
-	}
-	switch err := p.withDeclareChannel(p.topo.Lock); {
-	case errors.Is(err, topology.ErrLocked):
-		return nil, nil
-	case errors.Is(err, topology.ErrLockRefused):
-		// Permissions from before the lock: a command with rebound's
-		// user cannot take it either, so none can hold messages of these
-		// queues; sweep without it.
-		if !p.lockRefused {
-			p.lockRefused = true
-			p.notice(err.Error() + "; idle delay queues are swept without it")
-		}
-	case err != nil:
-		return nil, err
-	default:
-		defer func() {
-			if uerr := p.withDeclareChannel(p.topo.Unlock); uerr != nil {
-				err = errors.Join(err, uerr)
-			}
-		}()
-	}
-	for _, ms := range stale {
-		q, _ := p.topo.DelayQueue(time.Duration(ms) * time.Millisecond)
-		err := p.deleteIfEmpty(q.Name)
-		var amqpErr *amqp.Error
-		switch {
-		case err == nil:
-			delete(p.declared, ms)
-			deleted = append(deleted, q.Name)
-		case errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound:
-			delete(p.declared, ms) // gone already: declare it again on next use
-		case errors.As(err, &amqpErr) && amqpErr.Code == amqp.PreconditionFailed:
-			p.declared[ms] = now // not empty: look again after another idle period
-		default:
-			return deleted, fmt.Errorf("delete idle delay queue %s: %w", q.Name, err)
-		}
-	}
-	return deleted, nil
-}
-
-// PublishLease publishes l into the in-use queue, expiring after ttl. It
-// is not confirmed: a lease lost is replaced at the next refresh.
-func (p *Publisher) PublishLease(l topology.Lease, ttl time.Duration) error {
-	p.declMu.Lock()
-	defer p.declMu.Unlock()
-	return p.withDeclareChannel(func(ch *amqp.Channel) error {
-		if err := ch.PublishWithContext(context.Background(), "", p.topo.InUseQueue(), false, false, l.Publishing(ttl)); err != nil {
-			return fmt.Errorf("publish lease: %w", err)
-		}
-		return nil
-	})
-}
-
-// originRecheck is how long a queue seen to exist is trusted to still exist.
-const originRecheck = time.Minute
-
-// withDeclareChannel runs f on the declare channel, replacing the channel
-// when f's error closed it (a 404 or 406 does).
-func (p *Publisher) withDeclareChannel(f func(*amqp.Channel) error) error {
-	if p.declCh.IsClosed() {
-		ch, err := p.conn.Channel()
-		if err != nil {
-			return fmt.Errorf("reopen declare channel: %w", err)
-		}
-		p.declCh = ch
-	}
-	return f(p.declCh)
+// ReturnedSince reports whether a copy sent straight to queue through
+// the default exchange was returned after since: the broker's word that
+// queue did not exist then (declarer.Origins asks it).
+func (p *Publisher) ReturnedSince(queue string, since time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	at, ok := p.returned[queue]
+	return ok && at.After(since)
 }

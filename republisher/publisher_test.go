@@ -3,7 +3,6 @@ package republisher
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -13,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/rebound-mq/rebound/internal/brokertest"
+	"github.com/rebound-mq/rebound/internal/declarer"
 	"github.com/rebound-mq/rebound/internal/topology"
 )
 
@@ -65,7 +65,7 @@ func newTestEnv(t *testing.T, quorum bool) *testEnv {
 // connection, closed at cleanup.
 func (e *testEnv) publisher(window int) *Publisher {
 	e.t.Helper()
-	if _, err := e.topo.Declare(e.conn); err != nil {
+	if _, err := declarer.Declare(e.conn, e.topo); err != nil {
 		e.t.Fatal(err)
 	}
 	p, err := newPublisher(e.conn, e.topo, window, 30*time.Second, e.notice, e.clock.now)
@@ -212,7 +212,7 @@ func TestUnusableDelayQueueIsDetoured(t *testing.T) {
 		t.Errorf("notices = %q, want two, both for the first copy", notices)
 	}
 	detour, _ := e.topo.DelayQueue(delay + 2*time.Millisecond)
-	if _, ok := p.declared[(delay + 2*time.Millisecond).Milliseconds()]; !ok {
+	if !slices.Contains(p.Delays().Names(), detour.Name) {
 		t.Errorf("%s was not declared", detour.Name)
 	}
 	e.waitOrigin(2, "both copies")
@@ -232,9 +232,7 @@ func TestUnusableDelayQueueIsDetoured(t *testing.T) {
 	if _, err := e.admin.QueueDeclare(detour.Name, true, false, false, false, amqp.Table{amqp.QueueMessageTTLArg: 60_000}); err != nil {
 		t.Fatal(err)
 	}
-	p.mu.Lock()
-	p.stale[(delay + 2*time.Millisecond).Milliseconds()] = true // as a return from it marks it
-	p.mu.Unlock()
+	p.Delays().Forget((delay + 2*time.Millisecond).Milliseconds()) // as a return from it does
 	for _, id := range []string{"third", "fourth"} {
 		dest := e.topo.Delayed(delay, e.origin)
 		if err := p.Publish(context.Background(), dest, amqp.Publishing{MessageId: id, Body: []byte(id), Headers: amqp.Table{}}, o.callback(id)); err != nil {
@@ -247,8 +245,8 @@ func TestUnusableDelayQueueIsDetoured(t *testing.T) {
 	if notices := e.noticed(); len(notices) != 3 {
 		t.Errorf("notices = %q, want three: one more for the detour's queue, none for the fourth copy", notices)
 	}
-	if to := p.detours[delay.Milliseconds()]; to != delay+3*time.Millisecond {
-		t.Errorf("the delay asked for detours to %s, want %s", to, delay+3*time.Millisecond)
+	if to, err := p.Delays().Ensure(delay); err != nil || to != delay+3*time.Millisecond {
+		t.Errorf("the delay asked for detours to %s (%v), want %s", to, err, delay+3*time.Millisecond)
 	}
 	e.waitOrigin(4, "all four copies")
 }
@@ -259,12 +257,15 @@ func TestUnusableDelayQueueIsDetoured(t *testing.T) {
 // the same connection, whose one reader goroutine may be stuck handing the
 // loop the next return; amqp091-go abandons a notification after 5 s, and
 // the ack that follows the abandoned return would pass for a confirm: the
-// inbox delivery acked, its copy lost.
+// inbox delivery acked, its copy lost. The loop only calls
+// delayqueue.Set.Forget, which takes no lock held across I/O (delayqueue's
+// TestForgetNeverWaitsForADeclaration holds the declaration lock while it
+// forgets).
 //
-// The test holds the lock, as a declaration waiting for its reply does,
-// for longer than those 5 s, while two copies come back unroutable: one
-// from a delay queue that is gone (its return is what took the lock), one
-// sent to a queue that does not exist. Both must be reported Returned.
+// Two copies come back unroutable: one from a delay queue that is gone
+// (its return is what the loop forgets), one sent to a queue that does
+// not exist. Both must be reported Returned, and the delay queue is
+// declared again on next use.
 func TestReturnIsNeverLostBehindADeclaration(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, false)
@@ -273,31 +274,20 @@ func TestReturnIsNeverLostBehindADeclaration(t *testing.T) {
 	// A delay queue the publisher believes declared, and that is gone: its
 	// copies come back from its exchange, which is left without a binding.
 	gone := 300 * time.Millisecond
-	if _, err := p.ensureDelayQueue(gone); err != nil {
+	if _, err := p.Delays().Ensure(gone); err != nil {
 		t.Fatal(err)
 	}
 	q, _ := e.topo.DelayQueue(gone)
 	if _, err := e.admin.QueueDelete(q.Name, false, false, false); err != nil {
 		t.Fatal(err)
 	}
-	p.declMu.Lock()
-	// Publish would wait for the lock (it checks the delay queue first):
-	// send the delayed copy as it does once the queue is known.
 	delayed := e.topo.Delayed(gone, e.origin)
-	entry := &pending{route: keyOf(delayed), sent: p.now(), done: o.callback("delayed")}
-	seq := p.ch.GetNextPublishSeqNo()
-	p.mu.Lock()
-	p.pending[seq] = entry
-	p.mu.Unlock()
-	if err := p.ch.PublishWithContext(context.Background(), delayed.Exchange, delayed.RoutingKey, true, false,
-		amqp.Publishing{MessageId: "delayed", Headers: amqp.Table{}}); err != nil {
+	if err := p.Publish(context.Background(), delayed, amqp.Publishing{MessageId: "delayed", Headers: amqp.Table{}}, o.callback("delayed")); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Publish(context.Background(), topology.Direct(brokertest.Unique(t)+"missing"), msg("direct"), o.callback("direct")); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(6 * time.Second)
-	p.declMu.Unlock()
 	got := o.wait(t, 2, 10*time.Second)
 	for _, id := range []string{"delayed", "direct"} {
 		if got[id] != Returned {
@@ -324,6 +314,7 @@ func TestReturnsOfAWholeWindow(t *testing.T) {
 	p := e.publisher(window)
 	o := newOutcomes()
 	dest := topology.Direct(brokertest.Unique(t) + "missing")
+	start := e.clock.now()
 	for i := range window {
 		id := string(rune('a'+i%26)) + time.Duration(i).String()
 		if err := p.Publish(context.Background(), dest, msg(id), o.callback(id)); err != nil {
@@ -335,159 +326,34 @@ func TestReturnsOfAWholeWindow(t *testing.T) {
 			t.Errorf("%s: %v, want returned", id, out)
 		}
 	}
-}
-
-func TestQueueExists(t *testing.T) {
-	t.Parallel()
-	e := newTestEnv(t, false)
-	for queue, want := range map[string]bool{e.origin: true, brokertest.Unique(t) + "missing": false} {
-		got, err := topology.QueueExists(e.conn, queue)
-		if err != nil || got != want {
-			t.Errorf("topology.QueueExists(%s) = %v, %v; want %v", queue, got, err, want)
-		}
-	}
-	p := e.publisher(4)
-	if ok, err := p.OriginExists(e.origin); !ok || err != nil {
-		t.Errorf("OriginExists = %v, %v", ok, err)
-	}
-	// Cached for a minute: the queue's deletion is not seen at once.
-	if _, err := e.admin.QueueDelete(e.origin, false, false, false); err != nil {
-		t.Fatal(err)
-	}
-	if ok, _ := p.OriginExists(e.origin); !ok {
-		t.Error("OriginExists rechecked within the minute")
-	}
-	e.clock.advance(2 * originRecheck)
-	if ok, err := p.OriginExists(e.origin); ok || err != nil {
-		t.Errorf("OriginExists after the recheck = %v, %v; want false", ok, err)
+	// What declarer.Origins goes by when the broker will not let rebound
+	// check a queue.
+	if !p.ReturnedSince(dest.RoutingKey, start) || p.ReturnedSince(dest.RoutingKey, e.clock.now().Add(time.Second)) || p.ReturnedSince(e.origin, start) {
+		t.Errorf("ReturnedSince: want %s returned since the start, not later, and %s never", dest.RoutingKey, e.origin)
 	}
 }
 
-// TestOriginExistsWithoutPermission: RabbitMQ 4.2.6 and later refuse a
-// passive declaration of a queue the user has no permission on (3.10
-// answers it). A refusal must not end the session: the origin counts as
-// existing, said once.
-func TestOriginExistsWithoutPermission(t *testing.T) {
-	t.Parallel()
-	e := newTestEnv(t, false)
-	// Publishing to the default exchange, as rebound's user does, and
-	// nothing on the queues.
-	_, url := e.broker.User(t, e.broker.URL, "pw", "^x$", `^amq\.default$`, "^x$")
-	conn := e.broker.Dial(t, url)
-
-	exists, err := topology.QueueExists(conn, e.origin)
-	if e.broker.AtLeast(4, 2) {
-		if !errors.Is(err, topology.ErrCheckRefused) {
-			t.Fatalf("QueueExists without permission on RabbitMQ %s = %v, %v; want topology.ErrCheckRefused", e.broker.Version(), exists, err)
+// TestOutcomeWords: every outcome names itself, and every one but
+// Confirmed says why its message stays where it was.
+func TestOutcomeWords(t *testing.T) {
+	for _, tc := range []struct {
+		o     Outcome
+		name  string
+		stays bool
+	}{
+		{Confirmed, "confirmed", false},
+		{Nacked, "nack", true},
+		{Returned, "return", true},
+		{TimedOut, "timeout", true},
+		{Closed, "closed", true},
+		{Outcome(9), "outcome(9)", true},
+	} {
+		if got := tc.o.String(); got != tc.name {
+			t.Errorf("String() = %q, want %q", got, tc.name)
 		}
-	} else if !exists || err != nil {
-		t.Fatalf("QueueExists without permission on RabbitMQ %s = %v, %v; want true", e.broker.Version(), exists, err)
-	}
-
-	p, err := New(conn, e.topo, 4, 30*time.Second, e.notice)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 2 {
-		if ok, err := p.OriginExists(e.origin); !ok || err != nil {
-			t.Errorf("OriginExists = %v, %v; want true", ok, err)
+		if why := tc.o.Why(); (why != "") != tc.stays {
+			t.Errorf("%s: Why() = %q, want a reason: %v", tc.name, why, tc.stays)
 		}
-	}
-	if want := map[bool]int{true: 1, false: 0}[e.broker.AtLeast(4, 2)]; len(e.noticed()) != want {
-		t.Errorf("notices %q, want %d", e.noticed(), want)
-	}
-
-	// A copy sent straight to a queue that does not exist comes back:
-	// the broker's own word, which OriginExists then goes by.
-	gone := brokertest.Unique(t) + "gone"
-	o := newOutcomes()
-	if err := p.Publish(context.Background(), topology.Direct(gone), msg("straight"), o.callback("straight")); err != nil {
-		t.Fatal(err)
-	}
-	if got := o.wait(t, 1, 10*time.Second); got["straight"] != Returned {
-		t.Fatalf("copy to a missing queue: %v, want Returned", got["straight"])
-	}
-	if ok, err := p.OriginExists(gone); ok || err != nil {
-		t.Errorf("OriginExists(%s) after its copy came back = %v, %v; want false", gone, ok, err)
-	}
-}
-
-func TestSweepIdleDeletesOnlyEmptyClassicQueues(t *testing.T) {
-	t.Parallel()
-	e := newTestEnv(t, false)
-	p := e.publisher(4)
-	for _, d := range []time.Duration{time.Second, 2 * time.Second} {
-		if _, err := p.ensureDelayQueue(d); err != nil {
-			t.Fatal(err)
-		}
-	}
-	busy, _ := e.topo.DelayQueue(2 * time.Second)
-	// Confirmed, so the message is in the queue before the sweep looks.
-	confirming, err := e.broker.Dial(t, e.broker.URL).Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := confirming.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
-	brokertest.PublishConfirmed(t, confirming, busy.Name, msg("waiting"))
-	e.clock.advance(time.Hour)
-
-	// While another connection holds the lock of the delay queues (a
-	// `rebound delayed` command may hold messages of this one unacked,
-	// which if-empty does not see), the sweep deletes nothing.
-	other, err := e.broker.Dial(t, e.broker.URL).Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.topo.Lock(other); err != nil {
-		t.Fatal(err)
-	}
-	if deleted, err := p.SweepIdle(time.Minute, true); err != nil || len(deleted) != 0 {
-		t.Errorf("SweepIdle while another holds the lock = %v, %v; want nothing deleted", deleted, err)
-	}
-	if len(p.DelayQueues()) != 2 {
-		t.Errorf("the Publisher forgot %v while it could not sweep", p.DelayQueues())
-	}
-	if err := e.topo.Unlock(other); err != nil {
-		t.Fatal(err)
-	}
-
-	deleted, err := p.SweepIdle(time.Minute, true)
-	idle, _ := e.topo.DelayQueue(time.Second)
-	if err != nil || len(deleted) != 1 || deleted[0] != idle.Name {
-		t.Errorf("SweepIdle = %v, %v; want only %s", deleted, err, idle.Name)
-	}
-	if n, err := brokertest.QueueLen(e.broker.URL, busy.Name); err != nil || n != 1 {
-		t.Errorf("busy delay queue: %d, %v; want kept with its message", n, err)
-	}
-	// The busy one is still leased; the lock was released.
-	if got := p.DelayQueues(); len(got) != 1 || got[0] != busy.Name {
-		t.Errorf("DelayQueues after the sweep = %v, want [%s]", got, busy.Name)
-	}
-	if err := e.topo.Lock(other); err != nil {
-		t.Errorf("the sweep kept the lock: %v", err)
-	}
-}
-
-func TestSweepIdleLeavesQuorumQueues(t *testing.T) {
-	t.Parallel()
-	e := newTestEnv(t, true)
-	p := e.publisher(4)
-	if _, err := p.ensureDelayQueue(time.Second); err != nil {
-		t.Fatal(err)
-	}
-	e.clock.advance(time.Hour)
-	if deleted, err := p.SweepIdle(time.Minute, true); err != nil || len(deleted) != 0 {
-		t.Errorf("SweepIdle = %v, %v; quorum delay queues are never swept", deleted, err)
-	}
-	// Forgotten, so no longer leased, but still there.
-	if got := p.DelayQueues(); len(got) != 0 {
-		t.Errorf("DelayQueues after the sweep = %v, want none", got)
-	}
-	q, _ := e.topo.DelayQueue(time.Second)
-	if _, err := brokertest.QueueLen(e.broker.URL, q.Name); err != nil {
-		t.Errorf("quorum delay queue %s: %v; want it kept", q.Name, err)
 	}
 }
 
@@ -509,29 +375,5 @@ func TestPublisherReportsClosedChannel(t *testing.T) {
 	err := p.Publish(context.Background(), topology.Direct(e.origin), msg("late"), o.callback("late"))
 	if !errors.Is(err, amqp.ErrClosed) {
 		t.Errorf("Publish on a closed channel: %v, want amqp.ErrClosed", err)
-	}
-}
-
-// Only a refusal for good detours a delay: a declaration that exists with
-// other arguments or of another type (PRECONDITION_FAILED), or a broken
-// queue (NOT_FOUND). A refused permission or a connection error is not
-// the delay queue's fault, and another delay would not fare better.
-func TestUnusable(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want bool
-	}{
-		{&amqp.Error{Code: amqp.PreconditionFailed, Recover: true}, true},
-		{fmt.Errorf("declare queue q: %w", &amqp.Error{Code: amqp.NotFound, Recover: true}), true},
-		{&amqp.Error{Code: amqp.AccessRefused, Recover: true}, false},
-		{&amqp.Error{Code: amqp.ResourceLocked, Recover: true}, false},
-		{&amqp.Error{Code: amqp.InternalError}, false},
-		{amqp.ErrClosed, false},
-		{errors.New("timeout"), false},
-		{nil, false},
-	} {
-		if got := unusable(tc.err); got != tc.want {
-			t.Errorf("unusable(%v) = %v, want %v", tc.err, got, tc.want)
-		}
 	}
 }

@@ -19,6 +19,8 @@ import (
 
 	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/consumer"
+	"github.com/rebound-mq/rebound/internal/declarer"
+	"github.com/rebound-mq/rebound/internal/delayqueue"
 	"github.com/rebound-mq/rebound/internal/dialer"
 	"github.com/rebound-mq/rebound/internal/topology"
 )
@@ -463,15 +465,16 @@ func waitConfirmed(ctx context.Context, confirmed func() int, timeout time.Durat
 func (b *broker) declareTopology(topo topology.Topology, delays ...time.Duration) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	ch, err := b.channel()
+	if _, err := declarer.Declare(b.conn, topo.ForServer(b.conn.Properties)); err != nil {
+		return fmt.Errorf("declare rebound topology: %w", err)
+	}
+	set, err := delayqueue.New(b.conn, topo, nil, time.Now)
 	if err != nil {
 		return err
 	}
-	if _, err := topo.ForServer(b.conn.Properties).Declare(b.conn); err != nil {
-		return fmt.Errorf("declare rebound topology: %w", err)
-	}
+	defer set.Close()
 	for _, d := range delays {
-		if err := topo.DeclareDelayQueue(ch, d); err != nil {
+		if _, err := set.Ensure(d); err != nil {
 			return fmt.Errorf("declare delay queue: %w", err)
 		}
 	}

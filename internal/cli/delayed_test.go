@@ -14,6 +14,7 @@ import (
 
 	"github.com/rebound-mq/rebound/internal/brokertest"
 	"github.com/rebound-mq/rebound/internal/delayed"
+	"github.com/rebound-mq/rebound/internal/delayqueue"
 )
 
 // TestDelayedUsageErrors: bad flags exit 2, naming the flag, the value
@@ -49,11 +50,16 @@ func TestDelayedListsAndFlushes(t *testing.T) {
 	b := brokertest.Require(t)
 	d := brokertest.NewDeployment(t, b, nil, nil)
 	topo := d.Topology(false)
+	delays, err := delayqueue.New(d.Conn, topo, nil, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, delay := range []time.Duration{5 * time.Minute, 10 * time.Minute} {
-		if err := topo.DeclareDelayQueue(d.Ch, delay); err != nil {
+		if _, err := delays.Ensure(delay); err != nil {
 			t.Fatal(err)
 		}
 	}
+	delays.Close()
 	publish := func(delay time.Duration, n int) {
 		dest := topo.Delayed(delay, d.App)
 		for range n {

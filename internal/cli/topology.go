@@ -15,6 +15,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/rebound-mq/rebound/config"
+	"github.com/rebound-mq/rebound/internal/declarer"
 	"github.com/rebound-mq/rebound/internal/topology"
 )
 
@@ -115,7 +116,7 @@ func runTopologyDeclare(ctx context.Context, args []string, in invocation) error
 	}
 	defer conn.Close()
 	topo := cfg.Topology().ForServer(conn.Properties)
-	notices, err := topo.Declare(conn)
+	notices, err := declarer.Declare(conn, topo)
 	for _, n := range notices {
 		fmt.Fprintln(in.stderr, "rebound topology declare: notice:", n)
 	}

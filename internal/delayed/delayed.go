@@ -24,7 +24,7 @@
 // (package route).
 //
 // Whoever reads or deletes delay queues holds their lock
-// (topology.Topology.Lock): see topology's lease.go for why.
+// (delayqueue.Lock): see delayqueue's lease.go for why.
 //
 // A Deployment is not safe for concurrent use; run one operation at a
 // time.
@@ -43,8 +43,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rebound-mq/rebound/internal/calendar"
+	"github.com/rebound-mq/rebound/internal/delayqueue"
 	"github.com/rebound-mq/rebound/internal/route"
-	"github.com/rebound-mq/rebound/internal/topology"
 	"github.com/rebound-mq/rebound/policy"
 )
 
@@ -196,14 +196,14 @@ func (dp Deployment) lock(ctx context.Context) (unlock func() error, err error) 
 		if err != nil {
 			return nil, fmt.Errorf("open channel: %w", err)
 		}
-		err = topo.Lock(ch)
+		err = delayqueue.Lock(ch, topo)
 		if err == nil {
 			return func() error {
 				defer ch.Close()
-				return topo.Unlock(ch)
+				return delayqueue.Unlock(ch, topo)
 			}, nil
 		}
-		if !errors.Is(err, topology.ErrLocked) || time.Now().After(deadline) {
+		if !errors.Is(err, delayqueue.ErrLocked) || time.Now().After(deadline) {
 			return nil, err
 		}
 		select {

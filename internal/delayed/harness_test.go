@@ -12,6 +12,8 @@ import (
 	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/headers"
 	"github.com/rebound-mq/rebound/internal/brokertest"
+	"github.com/rebound-mq/rebound/internal/declarer"
+	"github.com/rebound-mq/rebound/internal/delayqueue"
 	"github.com/rebound-mq/rebound/internal/topology"
 	"github.com/rebound-mq/rebound/policy"
 )
@@ -43,7 +45,7 @@ func newEnv(t *testing.T, queueType string, vars map[string]string) *env {
 	conn := b.Dial(t, d.URL())
 	router := cfg.Router()
 	router.Topology = router.Topology.ForServer(conn.Properties)
-	if _, err := router.Topology.Declare(conn); err != nil {
+	if _, err := declarer.Declare(conn, router.Topology); err != nil {
 		t.Fatal(err)
 	}
 	dp := Deployment{Conn: conn, PubConn: b.Dial(t, d.URL()), Router: router}
@@ -61,6 +63,22 @@ type waiting struct {
 // seed publishes the copies into their delay queues as the sidecar does
 // (through the delay queue's exchange, routing key the origin, headers by
 // Codec.Retry), declaring the queues, and waits for the broker's confirms.
+// declareDelays declares the delay queues of ds, as a replica does on
+// first use.
+func (e *env) declareDelays(ds ...time.Duration) {
+	e.t.Helper()
+	delays, err := delayqueue.New(e.Conn, e.topo, nil, time.Now)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer delays.Close()
+	for _, d := range ds {
+		if _, err := delays.Ensure(d); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
 func (e *env) seed(ws ...waiting) {
 	e.t.Helper()
 	codec := e.dp.Router.Codec
@@ -70,9 +88,7 @@ func (e *env) seed(ws ...waiting) {
 	now := time.Now()
 	for _, w := range ws {
 		if !declared[w.delay] {
-			if err := e.topo.DeclareDelayQueue(e.Ch, w.delay); err != nil {
-				e.t.Fatal(err)
-			}
+			e.declareDelays(w.delay)
 			declared[w.delay] = true
 		}
 		s := headers.State{State: policy.State{Retries: 2, StartedAt: now.Add(-time.Hour), LastDelay: w.delay}, Origin: w.origin, Policy: label}

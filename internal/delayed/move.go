@@ -65,14 +65,11 @@ type step struct {
 }
 
 // Why a copy stays where it was, besides what route.Router.CheckOrigin
-// says of its origin.
+// says of its origin and republisher.Outcome.Why of a copy the broker
+// did not take.
 const (
-	WhyNoDueTime   = "no due time (made by a rebound before x-retry-due-at): left to wait out its delay in place"
-	WhyDue         = "already due: left for the broker to send on as its delay ends"
-	WhyReturned    = "returned by the broker: no queue took the copy (origin queue missing?)"
-	WhyNacked      = "broker refused the copy (nack)"
-	WhyUnconfirmed = "copy not confirmed in time (it may have been delivered too)"
-	WhyInterrupted = "interrupted before the copy was confirmed (it may have been delivered too)"
+	WhyNoDueTime = "no due time (made by a rebound before x-retry-due-at): left to wait out its delay in place"
+	WhyDue       = "already due: left for the broker to send on as its delay ends"
 )
 
 // plan decides what becomes of d, a copy read from q, as of now. A copy
@@ -224,7 +221,7 @@ func (dp Deployment) moveQueue(ctx context.Context, q Queue, opt Options, now fu
 			res.count(st.action)
 		default:
 			if err := m.Move(d, st.dest, st.msg, res.outcome(st.action, kept)); err != nil {
-				kept(WhyInterrupted)
+				kept(republisher.WhyInterrupted)
 				return fmt.Errorf("move a copy out of %s: %w", q.Name, err)
 			}
 		}
@@ -252,15 +249,10 @@ func (res *Result) count(a action) {
 // outcome returns what records the outcome of a copy moved with action.
 func (res *Result) outcome(a action, kept func(why string)) func(republisher.Outcome) {
 	return func(o republisher.Outcome) {
-		switch o {
-		case republisher.Confirmed:
+		if o == republisher.Confirmed {
 			res.count(a)
-		case republisher.Returned:
-			kept(WhyReturned)
-		case republisher.Nacked:
-			kept(WhyNacked)
-		default:
-			kept(WhyUnconfirmed)
+			return
 		}
+		kept(o.Why())
 	}
 }

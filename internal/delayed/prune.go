@@ -8,11 +8,13 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/rebound-mq/rebound/internal/declarer"
+	"github.com/rebound-mq/rebound/internal/delayqueue"
 	"github.com/rebound-mq/rebound/internal/topology"
 	"github.com/rebound-mq/rebound/republisher"
 )
 
-// Leases is what the replicas' leases say (topology.Lease).
+// Leases is what the replicas' leases say (delayqueue.Lease).
 type Leases struct {
 	Replicas map[string]bool // the replicas that published a lease still alive
 	Queues   map[string]bool // the delay queues they lease
@@ -40,7 +42,7 @@ func (dp Deployment) ReadLeases(ctx context.Context) (l Leases, err error) {
 	// older one may name a queue it has since forgotten (and a sweep
 	// deleted), and counting it would keep prune off that queue until the
 	// old lease expires. A lease without a sequence is counted whole.
-	newest := map[string]topology.Lease{}
+	newest := map[string]delayqueue.Lease{}
 	for {
 		d, ok, err := m.Next(ctx)
 		if err != nil || !ok {
@@ -51,7 +53,7 @@ func (dp Deployment) ReadLeases(ctx context.Context) (l Leases, err error) {
 			}
 			return l, errors.Join(err, ctx.Err())
 		}
-		lease, err := topology.ReadLease(d.Body)
+		lease, err := delayqueue.ReadLease(d.Body)
 		if err != nil {
 			l.Unread++
 			continue
@@ -221,7 +223,7 @@ func (dp Deployment) deleteQueue(q Queue) (why string, err error) {
 		return "", fmt.Errorf("delete delay exchange %s: %w", exchange.Name, err)
 	}
 	standIn := topology.Exchange{Name: exchange.Name, Kind: amqp.ExchangeDirect}
-	if err := standIn.Declare(ch); err != nil {
+	if err := declarer.Exchange(ch, standIn); err != nil {
 		if isCode(err, amqp.PreconditionFailed) {
 			return WhyRedeclared, nil // a replica declared the fanout one since step 1: it is in use
 		}
@@ -241,10 +243,10 @@ func (dp Deployment) deleteQueue(q Queue) (why string, err error) {
 		if err := ch.ExchangeDelete(exchange.Name, false, false); err != nil {
 			return "", fmt.Errorf("delete stand-in exchange %s: %w", exchange.Name, err)
 		}
-		if err := exchange.Declare(ch); err != nil {
+		if err := declarer.Exchange(ch, exchange); err != nil {
 			return "", err
 		}
-		if err := binding.Declare(ch); err != nil {
+		if err := declarer.Binding(ch, binding); err != nil {
 			return "", err
 		}
 		if got.Messages > 0 {

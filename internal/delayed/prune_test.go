@@ -10,14 +10,15 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/rebound-mq/rebound/internal/brokertest"
-	"github.com/rebound-mq/rebound/internal/topology"
+	"github.com/rebound-mq/rebound/internal/declarer"
+	"github.com/rebound-mq/rebound/internal/delayqueue"
 )
 
 // lease publishes a lease of queues for replica into the in-use queue, as
 // a running replica does.
 func (e *env) lease(replica string, queues ...string) {
 	e.t.Helper()
-	e.Publish(e.topo.InUseQueue(), topology.Lease{Replica: replica, Queues: queues}.Publishing(time.Hour))
+	e.Publish(e.topo.InUseQueue(), delayqueue.Lease{Replica: replica, Queues: queues}.Publishing(time.Hour))
 }
 
 // exchangeExists reports whether the exchange exists, with a passive
@@ -44,11 +45,7 @@ func (e *env) exchangeExists(name string) bool {
 func TestPruneDeletesOnlyEmptyUnusedDelayQueues(t *testing.T) {
 	brokertest.EachQueueType(t, func(t *testing.T, queueType string) {
 		e := newEnv(t, queueType, nil)
-		for _, d := range []time.Duration{time.Second, 3 * time.Second, 4 * time.Second} {
-			if err := e.topo.DeclareDelayQueue(e.Ch, d); err != nil {
-				t.Fatal(err)
-			}
-		}
+		e.declareDelays(time.Second, 3*time.Second, 4*time.Second)
 		holds, leased, read := e.delayQueue(10*time.Minute), e.delayQueue(3*time.Second), e.delayQueue(4*time.Second)
 		e.seed(waiting{id: "w", origin: e.app("a"), delay: 10 * time.Minute})
 		e.lease("replica-1", leased)
@@ -60,7 +57,7 @@ func TestPruneDeletesOnlyEmptyUnusedDelayQueues(t *testing.T) {
 			t.Fatal(err)
 		}
 		orphan := e.topo.DelayExchangeFor(5 * time.Second)
-		if err := orphan.Declare(e.Ch); err != nil {
+		if err := declarer.Exchange(e.Ch, orphan); err != nil {
 			t.Fatal(err)
 		}
 		grid := Delays(2, 10*time.Minute)
@@ -121,9 +118,7 @@ func TestPruneDeletesOnlyEmptyUnusedDelayQueues(t *testing.T) {
 func TestPruneRefusesWhileAReplicaHasNoLease(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "classic", nil)
-	if err := e.topo.DeclareDelayQueue(e.Ch, time.Second); err != nil {
-		t.Fatal(err)
-	}
+	e.declareDelays(time.Second)
 	replica, err := e.Conn.Channel()
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +163,7 @@ func TestDeleteQueueRestoresWhatItFindsInUse(t *testing.T) {
 // lease without a sequence counts whole.
 func TestReadLeasesTakesEachReplicasNewest(t *testing.T) {
 	e := newEnv(t, "classic", nil)
-	for _, l := range []topology.Lease{
+	for _, l := range []delayqueue.Lease{
 		{Replica: "a", Queues: []string{"q1"}, Sequence: 2},
 		{Replica: "a", Queues: []string{"q1", "forgotten-by-a"}, Sequence: 1},
 		{Replica: "b", Queues: []string{"q2", "forgotten-by-b"}, Sequence: 7},

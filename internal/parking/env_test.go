@@ -10,6 +10,7 @@ import (
 
 	"github.com/rebound-mq/rebound/headers"
 	"github.com/rebound-mq/rebound/internal/brokertest"
+	"github.com/rebound-mq/rebound/internal/declarer"
 	"github.com/rebound-mq/rebound/internal/route"
 	"github.com/rebound-mq/rebound/policy"
 )
@@ -34,7 +35,7 @@ func newEnv(t *testing.T, quorum bool) *env {
 	topo := d.Topology(quorum)
 	router := route.Router{Topology: topo, Policies: policy.Single(testPolicy), Codec: headers.NewCodec(headers.DefaultNames())}
 	e := &env{Deployment: d, t: t, q: Queue{Conn: b.Dial(t, b.URL), Router: router}}
-	if _, err := topo.Declare(e.q.Conn); err != nil {
+	if _, err := declarer.Declare(e.q.Conn, topo); err != nil {
 		t.Fatal(err)
 	}
 	return e

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/rebound-mq/rebound/internal/topology"
+	"github.com/rebound-mq/rebound/internal/declarer"
 	"github.com/rebound-mq/rebound/republisher"
 )
 
@@ -83,15 +83,11 @@ type Kept struct {
 	Why     string
 }
 
-// Why a matching message was not replayed, besides what
-// route.Router.CheckOrigin says of its origin.
-const (
-	WhyOriginMissing = "origin queue does not exist"
-	WhyReturned      = "returned by the broker: origin queue not routable"
-	WhyNacked        = "broker refused the copy (nack)"
-	WhyUnconfirmed   = "copy not confirmed in time (it may have been delivered too)"
-	WhyInterrupted   = "interrupted before the copy was confirmed (it may have been delivered too)"
-)
+// WhyOriginMissing is why a matching message was not replayed when its
+// origin queue does not exist; route.Router.CheckOrigin says why for the
+// other origins refused, republisher.Outcome.Why for the copies the
+// broker did not take.
+const WhyOriginMissing = "origin queue does not exist"
 
 // ReplayOptions say how a replay runs.
 type ReplayOptions struct {
@@ -147,8 +143,9 @@ func (q Queue) ReplayWith(ctx context.Context, f Filter, now time.Time, opt Repl
 		return res, err
 	}
 	defer func() { err = errors.Join(err, r.Close()) }()
-	exists := map[string]bool{}    // origin queue -> whether it exists
-	unchecked := map[string]bool{} // origin queues the broker refused to check
+	// The sidecar's check: a copy sent straight to an origin the broker
+	// will not let rebound check, and returned, says it does not exist.
+	origins := declarer.NewOrigins(q.Conn, r.ReturnedSince, nil, time.Now)
 	for f.Limit == 0 || res.Matched < f.Limit {
 		d, ok, err := r.Next(ctx)
 		if err != nil {
@@ -167,19 +164,11 @@ func (q Queue) ReplayWith(ctx context.Context, f Filter, now time.Time, opt Repl
 			res.Kept = append(res.Kept, Kept{m, o.Why})
 			continue
 		}
-		found, checked := exists[m.Origin]
-		if !checked {
-			found, err = topology.QueueExists(q.Conn, m.Origin)
-			if errors.Is(err, topology.ErrCheckRefused) {
-				// Replayed copies are mandatory: one for a queue that
-				// does not exist comes back, and its message is kept.
-				found, err = true, nil
-				unchecked[m.Origin] = true
-			}
-			if err != nil {
-				return res, err
-			}
-			exists[m.Origin] = found
+		// Replayed copies are mandatory: one for a queue that does not
+		// exist comes back, and its message is kept.
+		found, checked, err := origins.Exists(m.Origin)
+		if err != nil {
+			return res, err
 		}
 		if !found {
 			res.Kept = append(res.Kept, Kept{m, WhyOriginMissing})
@@ -187,7 +176,7 @@ func (q Queue) ReplayWith(ctx context.Context, f Filter, now time.Time, opt Repl
 		}
 		if dryRun {
 			res.Replayed++
-			if unchecked[m.Origin] {
+			if !checked {
 				res.Unchecked++
 			}
 			continue
@@ -197,7 +186,7 @@ func (q Queue) ReplayWith(ctx context.Context, f Filter, now time.Time, opt Repl
 		}
 		dest, msg := q.Router.Replay(d, m.Origin, now)
 		if err := r.Move(d, dest, msg, res.outcome(m, opt.Record)); err != nil {
-			res.Kept = append(res.Kept, Kept{m, WhyInterrupted})
+			res.Kept = append(res.Kept, Kept{m, republisher.WhyInterrupted})
 			break
 		}
 	}
@@ -253,18 +242,13 @@ func (p *pacer) took() time.Duration {
 // m in res.Sent when confirmed with record.
 func (res *ReplayResult) outcome(m Message, record bool) func(republisher.Outcome) {
 	return func(o republisher.Outcome) {
-		switch o {
-		case republisher.Confirmed:
-			res.Replayed++
-			if record {
-				res.Sent = append(res.Sent, m)
-			}
-		case republisher.Returned:
-			res.Kept = append(res.Kept, Kept{m, WhyReturned})
-		case republisher.Nacked:
-			res.Kept = append(res.Kept, Kept{m, WhyNacked})
-		default:
-			res.Kept = append(res.Kept, Kept{m, WhyUnconfirmed})
+		if o != republisher.Confirmed {
+			res.Kept = append(res.Kept, Kept{m, o.Why()})
+			return
+		}
+		res.Replayed++
+		if record {
+			res.Sent = append(res.Sent, m)
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rebound-mq/rebound/internal/brokertest"
 	"github.com/rebound-mq/rebound/policy"
+	"github.com/rebound-mq/rebound/republisher"
 )
 
 // Tests of List, Purge and Replay against the broker under test, on a
@@ -219,7 +220,7 @@ func TestReplayKeepsWhatTheBrokerRefuses(t *testing.T) {
 	now := time.Now()
 	e.seed(now, parked{id: "r1", origin: full, reason: policy.MaxRetries})
 	res, err := e.q.Replay(context.Background(), Filter{}, now, false)
-	if err != nil || res.Replayed != 0 || !maps.Equal(kept(res), map[string]string{"r1": WhyNacked}) {
+	if err != nil || res.Replayed != 0 || !maps.Equal(kept(res), map[string]string{"r1": republisher.Nacked.Why()}) {
 		t.Errorf("replay into a full queue: %+v, %v; want r1 kept, nacked", res, err)
 	}
 	e.wantParked(now, "after the replay into a full queue", "r1")
@@ -277,7 +278,7 @@ func TestReplayKeepsWhatTheBrokerReturns(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first copy never reached its queue")
 	}
-	if res.Replayed != 1001 || !maps.Equal(kept(res), map[string]string{"last": WhyReturned}) {
+	if res.Replayed != 1001 || !maps.Equal(kept(res), map[string]string{"last": republisher.Returned.Why()}) {
 		t.Errorf("replay: %d replayed, kept %v; want 1001, last kept as returned", res.Replayed, kept(res))
 	}
 	e.wantParked(now, "after the replay into a deleted queue", "last")

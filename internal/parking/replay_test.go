@@ -11,6 +11,7 @@ import (
 	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/headers"
 	"github.com/rebound-mq/rebound/internal/brokertest"
+	"github.com/rebound-mq/rebound/internal/declarer"
 	"github.com/rebound-mq/rebound/policy"
 )
 
@@ -28,7 +29,7 @@ func newParked(t *testing.T) (*brokertest.Deployment, Queue) {
 	}
 	q := Queue{Conn: b.Dial(t, d.URL()), PubConn: b.Dial(t, d.URL()), Router: cfg.Router()}
 	q.Router.Topology = q.Router.Topology.ForServer(q.Conn.Properties)
-	if _, err := q.Router.Topology.Declare(q.Conn); err != nil {
+	if _, err := declarer.Declare(q.Conn, q.Router.Topology); err != nil {
 		t.Fatal(err)
 	}
 	return d, q

@@ -161,7 +161,7 @@ func (t Topology) Policies(vhost string) []PolicyDefinition {
 // declaration's added arguments set.
 func (t Topology) argumentPolicy(vhost, name string, q Queue) PolicyDefinition {
 	def := amqp.Table{}
-	for _, arg := range addedArgs {
+	for _, arg := range AddedArgs {
 		if v, ok := q.Args[arg]; ok {
 			def[strings.TrimPrefix(arg, "x-")] = v
 		}

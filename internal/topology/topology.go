@@ -1,8 +1,16 @@
+// Package topology names what rebound declares on the broker: its
+// exchanges and queues, their arguments, the destination of each copy, and
+// the definitions and policies an operator loads. It does no I/O: what
+// talks to the broker about them is internal/declarer (the fixed topology,
+// whether a queue exists) and internal/delayqueue (the delay queues'
+// lifecycle).
 package topology
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -207,6 +215,15 @@ func (t Topology) IsDelayQueue(queue string) bool {
 	return true
 }
 
+// InUseQueue is the queue of the replicas' leases of the delay queues
+// (internal/delayqueue): a classic queue, since leases are few and
+// short-lived, whatever REBOUND_QUEUE_TYPE says.
+func (t Topology) InUseQueue() string { return t.DelayQueuePrefix + "in-use" }
+
+// LockQueue is the exclusive queue whoever reads or deletes delay queues
+// holds meanwhile (internal/delayqueue).
+func (t Topology) LockQueue() string { return t.DelayQueuePrefix + "lock" }
+
 // Describe lists what t declares, one line each, for people.
 func (t Topology) Describe() []string {
 	var lines []string
@@ -220,4 +237,35 @@ func (t Topology) Describe() []string {
 		lines = append(lines, fmt.Sprintf("binding %s -> %s", b.Exchange, b.Queue))
 	}
 	return lines
+}
+
+// AddedArgs are the queue arguments this version of rebound declares that
+// earlier ones did not: a fixed queue that lacks only these is an earlier
+// rebound's, and is kept (see WithoutAdded).
+var AddedArgs = []string{"x-dead-letter-exchange", "x-dead-letter-routing-key", "x-dead-letter-strategy", amqp.QueueOverflowArg, "x-delivery-limit"}
+
+// WithoutAdded returns q as an earlier rebound declared it, without
+// AddedArgs, and the arguments it lacks then ("name=value", sorted).
+func WithoutAdded(q Queue) (legacy Queue, missing []string) {
+	legacy = Queue{Name: q.Name, Args: maps.Clone(q.Args)}
+	for _, name := range AddedArgs {
+		if v, ok := legacy.Args[name]; ok {
+			missing = append(missing, fmt.Sprintf("%s=%v", name, v))
+			delete(legacy.Args, name)
+		}
+	}
+	sort.Strings(missing)
+	return legacy, missing
+}
+
+func formatArgs(args amqp.Table) string {
+	if len(args) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(args))
+	for k, v := range args {
+		parts = append(parts, fmt.Sprintf("%s=%v", k, v))
+	}
+	sort.Strings(parts)
+	return ", " + strings.Join(parts, ", ")
 }

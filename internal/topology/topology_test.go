@@ -3,6 +3,7 @@ package topology
 import (
 	"encoding/json"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 
@@ -191,4 +192,47 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestAllowsAndDirect: the allowlist, when set, decides which queues
+// rebound may send to; a direct destination is the default exchange with
+// the queue as routing key.
+func TestAllowsAndDirect(t *testing.T) {
+	open := Topology{}
+	allowlisted := Topology{OriginQueues: regexp.MustCompile(`^orders\.`)}
+	for _, tc := range []struct {
+		topo  Topology
+		queue string
+		want  bool
+	}{
+		{open, "anything", true},
+		{allowlisted, "orders.created", true},
+		{allowlisted, "payments.capture", false},
+	} {
+		if got := tc.topo.Allows(tc.queue); got != tc.want {
+			t.Errorf("Allows(%q) with %v = %v, want %v", tc.queue, tc.topo.OriginQueues, got, tc.want)
+		}
+	}
+	if dest := Direct("orders.created"); dest.RoutingKey != "orders.created" || dest.Exchange != "" {
+		t.Errorf("Direct: %+v, want the default exchange with the queue as routing key", dest)
+	}
+}
+
+// TestWithoutAdded: a fixed queue as an earlier rebound declared it is
+// the queue without the arguments added since, which are listed sorted;
+// a queue with none of them is unchanged, and the original is untouched.
+func TestWithoutAdded(t *testing.T) {
+	inbox := testTopology(true, true).Queues()[0]
+	legacy, missing := WithoutAdded(inbox)
+	want := []string{"x-dead-letter-exchange=", "x-dead-letter-routing-key=parked", "x-dead-letter-strategy=at-least-once", "x-overflow=reject-publish"}
+	if !slices.Equal(missing, want) {
+		t.Errorf("missing %q, want %q", missing, want)
+	}
+	if len(legacy.Args) != 1 || legacy.Args[amqp.QueueTypeArg] != amqp.QueueTypeQuorum || len(inbox.Args) != 5 {
+		t.Errorf("legacy args %v (inbox's now %v), want only the queue type", legacy.Args, inbox.Args)
+	}
+	classic := testTopology(false, false).Queues()[0]
+	if legacy, missing := WithoutAdded(classic); len(missing) != 0 || len(legacy.Args) != 0 {
+		t.Errorf("a classic inbox: %v, %q; want unchanged", legacy.Args, missing)
+	}
 }

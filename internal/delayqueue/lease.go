@@ -1,4 +1,4 @@
-package topology
+package delayqueue
 
 // What lets commands run beside the sidecar move and delete delay queues
 // safely: the leases in which running replicas name the delay queues they
@@ -33,15 +33,9 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/rebound-mq/rebound/internal/topology"
 )
-
-// InUseQueue is the queue of the replicas' leases: a classic queue, since
-// leases are few and short-lived, whatever REBOUND_QUEUE_TYPE says.
-func (t Topology) InUseQueue() string { return t.DelayQueuePrefix + "in-use" }
-
-// LockQueue is the exclusive queue whoever reads or deletes delay queues
-// holds meanwhile.
-func (t Topology) LockQueue() string { return t.DelayQueuePrefix + "lock" }
 
 // Lease names the delay queues one replica uses. Each lease names all of
 // them, so a replica's newest lease supersedes its older ones, which wait
@@ -80,17 +74,16 @@ var ErrLocked = errors.New("another rebound holds the lock of the delay queues (
 // permission (configure on the lock queue): permissions from before it.
 var ErrLockRefused = errors.New("no permission to take the lock of the delay queues: grant rebound's user configure on it (deploy/rabbitmq/setup.sh)")
 
-// Lock takes the lock of the delay queues for ch's connection: it
+// Lock takes the lock of t's delay queues for ch's connection: it
 // declares the lock queue, exclusive. It returns ErrLocked when another
 // connection holds it; the broker then closes ch. The lock is released by
 // Unlock, or when the connection closes.
-func (t Topology) Lock(ch *amqp.Channel) error {
+func Lock(ch *amqp.Channel, t topology.Topology) error {
 	_, err := ch.QueueDeclare(t.LockQueue(), false, false, true, false, nil)
-	var aerr *amqp.Error
-	if errors.As(err, &aerr) && aerr.Code == amqp.ResourceLocked {
+	if isCode(err, amqp.ResourceLocked) {
 		return ErrLocked
 	}
-	if isAccessRefused(err) {
+	if isCode(err, amqp.AccessRefused) {
 		return fmt.Errorf("%w: %w", ErrLockRefused, err)
 	}
 	if err != nil {
@@ -100,7 +93,7 @@ func (t Topology) Lock(ch *amqp.Channel) error {
 }
 
 // Unlock releases the lock Lock took on ch's connection.
-func (t Topology) Unlock(ch *amqp.Channel) error {
+func Unlock(ch *amqp.Channel, t topology.Topology) error {
 	if _, err := ch.QueueDelete(t.LockQueue(), false, false, false); err != nil {
 		return fmt.Errorf("unlock delay queues: %w", err)
 	}

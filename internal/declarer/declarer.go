@@ -1,17 +1,22 @@
-package topology
+// Package declarer declares what rebound needs on the broker, as
+// topology.Topology names it: the fixed exchanges, queues and bindings
+// (Declare), and, by passive declaration, whether a queue exists (Origins,
+// the one check of an origin queue that the consumer and `rebound parked
+// replay` share). The delay queues, declared on first use, are
+// internal/delayqueue's; it declares them with Exchange, Queue and Binding.
+package declarer
 
 import (
 	"errors"
 	"fmt"
-	"maps"
-	"sort"
 	"strings"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/rebound-mq/rebound/internal/topology"
 )
 
-// Declare declares the fixed exchanges, queues and bindings, each on a
+// Declare declares t's fixed exchanges, queues and bindings, each on a
 // channel of its own from conn (a refused declaration closes its channel).
 // It is idempotent, and it takes over what an earlier rebound declared:
 //
@@ -26,14 +31,14 @@ import (
 //
 // Any other difference, a classic queue where a quorum one is configured
 // say, is an error: PRECONDITION_FAILED. notices are for the log.
-func (t Topology) Declare(conn *amqp.Connection) (notices []string, err error) {
+func Declare(conn *amqp.Connection, t topology.Topology) (notices []string, err error) {
 	for _, e := range t.Exchanges() {
-		if err := withChannel(conn, e.Declare); err != nil {
+		if err := withChannel(conn, func(ch *amqp.Channel) error { return Exchange(ch, e) }); err != nil {
 			return notices, err
 		}
 	}
 	for _, q := range t.Queues() {
-		notice, err := t.declareFixedQueue(conn, q)
+		notice, err := declareFixedQueue(conn, t, q)
 		if err != nil {
 			return notices, err
 		}
@@ -43,26 +48,13 @@ func (t Topology) Declare(conn *amqp.Connection) (notices []string, err error) {
 	}
 	err = withChannel(conn, func(ch *amqp.Channel) error {
 		for _, b := range t.Bindings() {
-			if err := b.Declare(ch); err != nil {
+			if err := Binding(ch, b); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
 	return notices, err
-}
-
-// DeclareDelayQueue declares the delay queue for d and its exchange, and
-// binds them.
-func (t Topology) DeclareDelayQueue(ch *amqp.Channel, d time.Duration) error {
-	q, b := t.DelayQueue(d)
-	if err := t.DelayExchangeFor(d).Declare(ch); err != nil {
-		return err
-	}
-	if err := q.Declare(ch); err != nil {
-		return err
-	}
-	return b.Declare(ch)
 }
 
 // withChannel runs f on a new channel of conn and closes it.
@@ -75,21 +67,16 @@ func withChannel(conn *amqp.Connection, f func(*amqp.Channel) error) error {
 	return f(ch)
 }
 
-// Declare declares e, durable, on ch.
-func (e Exchange) Declare(ch *amqp.Channel) error {
+// Exchange declares e, durable, on ch.
+func Exchange(ch *amqp.Channel, e topology.Exchange) error {
 	if err := ch.ExchangeDeclare(e.Name, e.Kind, true, false, false, false, nil); err != nil {
 		return fmt.Errorf("declare exchange %s: %w", e.Name, err)
 	}
 	return nil
 }
 
-// addedArgs are the queue arguments this version of rebound declares that
-// earlier ones did not: a fixed queue that lacks only these is an earlier
-// rebound's, and is kept.
-var addedArgs = []string{"x-dead-letter-exchange", "x-dead-letter-routing-key", "x-dead-letter-strategy", amqp.QueueOverflowArg, "x-delivery-limit"}
-
-func (t Topology) declareFixedQueue(conn *amqp.Connection, q Queue) (notice string, err error) {
-	err = withChannel(conn, q.Declare)
+func declareFixedQueue(conn *amqp.Connection, t topology.Topology, q topology.Queue) (notice string, err error) {
+	err = withChannel(conn, func(ch *amqp.Channel) error { return Queue(ch, q) })
 	if q.Name == t.InUseQueue() && isAccessRefused(err) {
 		// Permissions from before leases: rebound runs on without them.
 		return fmt.Sprintf("cannot declare %s (%v): this replica's leases of the delay queues it uses are lost, and `rebound topology prune` "+
@@ -105,25 +92,17 @@ func (t Topology) declareFixedQueue(conn *amqp.Connection, q Queue) (notice stri
 	if err == nil || !inequivalentAdded(err) {
 		return "", err
 	}
-	legacy := Queue{Name: q.Name, Args: maps.Clone(q.Args)}
-	var missing []string
-	for _, name := range addedArgs {
-		if v, ok := legacy.Args[name]; ok {
-			missing = append(missing, fmt.Sprintf("%s=%v", name, v))
-			delete(legacy.Args, name)
-		}
-	}
-	if err := withChannel(conn, legacy.Declare); err != nil {
+	legacy, missing := topology.WithoutAdded(q)
+	if err := withChannel(conn, func(ch *amqp.Channel) error { return Queue(ch, legacy) }); err != nil {
 		return "", err
 	}
-	sort.Strings(missing)
 	return fmt.Sprintf("queue %s was declared by an earlier rebound without %s, which a queue's declaration cannot add: %s; "+
 		"apply them by policy (%s: deploy/rabbitmq/setup.sh or `rebound topology print` has it) or see docs/upgrading.md",
-		q.Name, strings.Join(missing, ", "), t.why(q.Name), t.policyFor(q.Name)), nil
+		q.Name, strings.Join(missing, ", "), why(t, q.Name), policyFor(t, q.Name)), nil
 }
 
 // why says what a fixed queue's added arguments protect against.
-func (t Topology) why(queue string) string {
+func why(t topology.Topology, queue string) string {
 	if queue == t.ParkingQueue {
 		return "on RabbitMQ 4.x a `rebound parked` command killed 20 times while holding a parked message drops it"
 	}
@@ -131,11 +110,11 @@ func (t Topology) why(queue string) string {
 }
 
 // policyFor names the policy that adds what a fixed queue lacks.
-func (t Topology) policyFor(queue string) string {
+func policyFor(t topology.Topology, queue string) string {
 	if queue == t.ParkingQueue {
-		return ParkingNoDeliveryLimitPolicyName
+		return topology.ParkingNoDeliveryLimitPolicyName
 	}
-	return InboxDeadLetterPolicyName
+	return topology.InboxDeadLetterPolicyName
 }
 
 // inequivalent reports whether err is the broker refusing a declaration
@@ -149,9 +128,12 @@ func inequivalent(err error, arg, current string) bool {
 
 // isAccessRefused reports whether err is the broker refusing an operation
 // for want of a permission.
-func isAccessRefused(err error) bool {
+func isAccessRefused(err error) bool { return isCode(err, amqp.AccessRefused) }
+
+// isCode reports whether err is the broker's refusal with code.
+func isCode(err error, code int) bool {
 	var aerr *amqp.Error
-	return errors.As(err, &aerr) && aerr.Code == amqp.AccessRefused
+	return errors.As(err, &aerr) && aerr.Code == code
 }
 
 // isChannelError reports whether err is the broker refusing one
@@ -172,7 +154,7 @@ func isChannelError(err error) bool {
 // inequivalentAdded reports whether err is the broker refusing a queue
 // declaration because the queue lacks one of addedArgs.
 func inequivalentAdded(err error) bool {
-	for _, name := range addedArgs {
+	for _, name := range topology.AddedArgs {
 		if inequivalent(err, name, "none") {
 			return true
 		}
@@ -180,30 +162,18 @@ func inequivalentAdded(err error) bool {
 	return false
 }
 
-// Declare declares q, durable, with its arguments on ch.
-func (q Queue) Declare(ch *amqp.Channel) error {
+// Queue declares q, durable, with its arguments on ch.
+func Queue(ch *amqp.Channel, q topology.Queue) error {
 	if _, err := ch.QueueDeclare(q.Name, true, false, false, false, q.Args); err != nil {
 		return fmt.Errorf("declare queue %s: %w", q.Name, err)
 	}
 	return nil
 }
 
-// Declare binds b's queue to its exchange on ch.
-func (b Binding) Declare(ch *amqp.Channel) error {
+// Binding binds b's queue to its exchange on ch.
+func Binding(ch *amqp.Channel, b topology.Binding) error {
 	if err := ch.QueueBind(b.Queue, b.Key, b.Exchange, false, b.Args); err != nil {
 		return fmt.Errorf("bind queue %s to %s: %w", b.Queue, b.Exchange, err)
 	}
 	return nil
-}
-
-func formatArgs(args amqp.Table) string {
-	if len(args) == 0 {
-		return ""
-	}
-	parts := make([]string, 0, len(args))
-	for k, v := range args {
-		parts = append(parts, fmt.Sprintf("%s=%v", k, v))
-	}
-	sort.Strings(parts)
-	return ", " + strings.Join(parts, ", ")
 }

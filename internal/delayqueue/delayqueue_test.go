@@ -1,0 +1,214 @@
+package delayqueue
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/rebound-mq/rebound/internal/brokertest"
+	"github.com/rebound-mq/rebound/internal/declarer"
+	"github.com/rebound-mq/rebound/internal/topology"
+)
+
+// testEnv is one test's topology on the broker, deleted at cleanup.
+type testEnv struct {
+	*brokertest.Deployment
+	t      *testing.T
+	broker *brokertest.Broker
+	topo   topology.Topology
+	offset atomic.Int64 // added to the real time the test's Sets see
+}
+
+func newEnv(t *testing.T, quorum bool) *testEnv {
+	t.Helper()
+	b := brokertest.Require(t)
+	d := brokertest.NewDeployment(t, b, nil, nil)
+	e := &testEnv{Deployment: d, t: t, broker: b, topo: d.Topology(quorum)}
+	if _, err := declarer.Declare(d.Conn, e.topo); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *testEnv) now() time.Time { return time.Now().Add(time.Duration(e.offset.Load())) }
+
+// set returns a Set on a connection of its own, closed at cleanup.
+func (e *testEnv) set() *Set {
+	e.t.Helper()
+	s, err := New(e.broker.Dial(e.t, e.broker.URL), e.topo, nil, e.now)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(s.Close)
+	return s
+}
+
+// TestForgetNeverWaitsForADeclaration: the Publisher's confirm/return
+// loop calls Forget when a copy comes back from a delay queue, and must
+// never wait on anything that waits on the broker (amqp091-go abandons a
+// notification its listener does not take within 5 s: the ack after an
+// abandoned return would pass for a confirm). Forget returns while the
+// declaration lock is held, as it is during a declaration's round trip,
+// and the next Ensure declares the queue again.
+func TestForgetNeverWaitsForADeclaration(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	s := e.set()
+	if _, err := s.Ensure(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	q, _ := e.topo.DelayQueue(time.Second)
+	if _, err := e.Ch.QueueDelete(q.Name, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.Forget(time.Second.Milliseconds())
+	s.mu.Unlock()
+	if _, err := s.Ensure(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := brokertest.QueueLen(e.broker.URL, q.Name); err != nil || n != 0 {
+		t.Errorf("delay queue %s after Forget and Ensure: %d, %v; want declared again, empty", q.Name, n, err)
+	}
+}
+
+func TestSweepIdleDeletesOnlyEmptyClassicQueues(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	s := e.set()
+	for _, d := range []time.Duration{time.Second, 2 * time.Second} {
+		if _, err := s.Ensure(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	busy, _ := e.topo.DelayQueue(2 * time.Second)
+	// Confirmed, so the message is in the queue before the sweep looks.
+	confirming, err := e.broker.Dial(t, e.broker.URL).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := confirming.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	brokertest.PublishConfirmed(t, confirming, busy.Name, amqp.Publishing{MessageId: "waiting", DeliveryMode: amqp.Persistent})
+	e.offset.Add(int64(time.Hour))
+
+	// While another connection holds the lock of the delay queues (a
+	// `rebound delayed` command may hold messages of this one unacked,
+	// which if-empty does not see), the sweep deletes nothing.
+	other, err := e.broker.Dial(t, e.broker.URL).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Lock(other, e.topo); err != nil {
+		t.Fatal(err)
+	}
+	if deleted, err := s.SweepIdle(time.Minute, true); err != nil || len(deleted) != 0 {
+		t.Errorf("SweepIdle while another holds the lock = %v, %v; want nothing deleted", deleted, err)
+	}
+	if len(s.Names()) != 2 {
+		t.Errorf("the Set forgot %v while it could not sweep", s.Names())
+	}
+	if err := Unlock(other, e.topo); err != nil {
+		t.Fatal(err)
+	}
+
+	deleted, err := s.SweepIdle(time.Minute, true)
+	idle, _ := e.topo.DelayQueue(time.Second)
+	if err != nil || len(deleted) != 1 || deleted[0] != idle.Name {
+		t.Errorf("SweepIdle = %v, %v; want only %s", deleted, err, idle.Name)
+	}
+	if n, err := brokertest.QueueLen(e.broker.URL, busy.Name); err != nil || n != 1 {
+		t.Errorf("busy delay queue: %d, %v; want kept with its message", n, err)
+	}
+	// The busy one is still leased; the lock was released.
+	if got := s.Names(); len(got) != 1 || got[0] != busy.Name {
+		t.Errorf("DelayQueues after the sweep = %v, want [%s]", got, busy.Name)
+	}
+	if err := Lock(other, e.topo); err != nil {
+		t.Errorf("the sweep kept the lock: %v", err)
+	}
+}
+
+func TestSweepIdleLeavesQuorumQueues(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true)
+	s := e.set()
+	if _, err := s.Ensure(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	e.offset.Add(int64(time.Hour))
+	if deleted, err := s.SweepIdle(time.Minute, true); err != nil || len(deleted) != 0 {
+		t.Errorf("SweepIdle = %v, %v; quorum delay queues are never swept", deleted, err)
+	}
+	// Forgotten, so no longer leased, but still there.
+	if got := s.Names(); len(got) != 0 {
+		t.Errorf("DelayQueues after the sweep = %v, want none", got)
+	}
+	q, _ := e.topo.DelayQueue(time.Second)
+	if _, err := brokertest.QueueLen(e.broker.URL, q.Name); err != nil {
+		t.Errorf("quorum delay queue %s: %v; want it kept", q.Name, err)
+	}
+}
+
+// Only a refusal for good detours a delay: a declaration that exists with
+// other arguments or of another type (PRECONDITION_FAILED), or a broken
+// queue (NOT_FOUND). A refused permission or a connection error is not
+// the delay queue's fault, and another delay would not fare better.
+func TestUnusable(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{&amqp.Error{Code: amqp.PreconditionFailed, Recover: true}, true},
+		{fmt.Errorf("declare queue q: %w", &amqp.Error{Code: amqp.NotFound, Recover: true}), true},
+		{&amqp.Error{Code: amqp.AccessRefused, Recover: true}, false},
+		{&amqp.Error{Code: amqp.ResourceLocked, Recover: true}, false},
+		{&amqp.Error{Code: amqp.InternalError}, false},
+		{amqp.ErrClosed, false},
+		{errors.New("timeout"), false},
+		{nil, false},
+	} {
+		if got := unusable(tc.err); got != tc.want {
+			t.Errorf("unusable(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// TestLeaseReadsBack: a lease reads back as it was published, with an
+// expiry the broker applies; one that is not JSON is an error.
+func TestLeaseReadsBack(t *testing.T) {
+	lease := Lease{Replica: "pod-a #0001", Queues: []string{"rebound.delay.1000", "rebound.delay.2000"}, Sequence: 3}
+	msg := lease.Publishing(3 * time.Minute)
+	if msg.Expiration != "180000" || msg.DeliveryMode != amqp.Persistent {
+		t.Errorf("lease published with expiration %q, delivery mode %d", msg.Expiration, msg.DeliveryMode)
+	}
+	got, err := ReadLease(msg.Body)
+	if err != nil || got.Replica != lease.Replica || got.Sequence != lease.Sequence || !slices.Equal(got.Queues, lease.Queues) {
+		t.Errorf("lease read back as %+v, %v; want %+v", got, err, lease)
+	}
+	if _, err := ReadLease([]byte("not json")); err == nil {
+		t.Error("a lease that is not JSON was read without an error")
+	}
+}
+
+// TestPublishLease: the lease a Set publishes waits in the in-use queue,
+// naming the queues it was given.
+func TestPublishLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	s := e.set()
+	want := Lease{Replica: "pod-a", Queues: []string{"q1"}, Sequence: 1}
+	if err := s.PublishLease(want, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadLease(e.Get(e.topo.InUseQueue(), 10*time.Second).Body)
+	if err != nil || got.Replica != want.Replica || !slices.Equal(got.Queues, want.Queues) {
+		t.Errorf("lease in %s: %+v, %v; want %+v", e.topo.InUseQueue(), got, err, want)
+	}
+}
