@@ -296,7 +296,7 @@ func (c Config) validate(failed map[string]bool) []FieldError {
 	if ms, ok := strings.CutPrefix(c.DeadLetterExchange, c.DelayExchange+"."); ok && ms != "" && strings.Trim(ms, "0123456789") == "" {
 		add("DEAD_LETTER_EXCHANGE", c.DeadLetterExchange, "a name other than REBOUND_DELAY_EXCHANGE + \".\" + digits, which names a delay queue's exchange")
 	}
-	hs := c.HeaderNames()
+	hs := c.headerNames()
 	seen := map[string]string{}
 	// In a fixed order, so that of two variables naming the same header it
 	// is always the later one that is reported.
@@ -332,8 +332,8 @@ func names[T ~string](values []T) []string {
 	return out
 }
 
-// HeaderNames returns the header names the configuration selects.
-func (c Config) HeaderNames() headers.Names {
+// headerNames returns the header names the configuration selects.
+func (c Config) headerNames() headers.Names {
 	return headers.Names{
 		RetryCount:    c.HeaderRetryCount,
 		TaskStartedAt: c.HeaderTaskStartedAt,
@@ -367,13 +367,7 @@ func (c Config) BrokerURLs() []string {
 // Vhost is the virtual host the broker URLs name, "/" if they name none.
 // Only for a Config that Load accepted.
 func (c Config) Vhost() string {
-	return VhostOf(c.BrokerURLs()[0])
-}
-
-// VhostOf is the virtual host an AMQP URL names: "/" when it names none or
-// does not parse.
-func VhostOf(url string) string {
-	u, err := amqp.ParseURI(url)
+	u, err := amqp.ParseURI(c.BrokerURLs()[0])
 	if err != nil || u.Vhost == "" {
 		return "/"
 	}
@@ -402,7 +396,7 @@ func (c Config) Topology() topology.Topology {
 // configuration describes: the topology (with the allowlist), the
 // policies and the header names. Only for a Config that Load accepted.
 func (c Config) Router() route.Router {
-	return route.Router{Topology: c.Topology(), Policies: c.PolicySet(), Codec: headers.NewCodec(c.HeaderNames())}
+	return route.Router{Topology: c.Topology(), Policies: c.PolicySet(), Codec: headers.NewCodec(c.headerNames())}
 }
 
 // Policy returns the default policy: REBOUND_BACKOFF and the rest, with

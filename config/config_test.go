@@ -68,8 +68,8 @@ func TestLoadDefaults(t *testing.T) {
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("Load(no REBOUND_*) =\n%+v\nwant\n%+v", c, want)
 	}
-	if c.HeaderNames() != headers.DefaultNames() {
-		t.Errorf("HeaderNames() = %+v, want headers.DefaultNames()", c.HeaderNames())
+	if c.headerNames() != headers.DefaultNames() {
+		t.Errorf("headerNames() = %+v, want headers.DefaultNames()", c.headerNames())
 	}
 }
 
@@ -93,7 +93,7 @@ func TestLoadValues(t *testing.T) {
 	if c.Policy() != want {
 		t.Errorf("Policy() = %+v, want %+v", c.Policy(), want)
 	}
-	if c.AMQPURL != "amqps://app:pw@broker.internal:5671/orders" || c.QueueType != Quorum || c.Prefetch != 32 || c.HeaderNames().Error != "x-app-error" {
+	if c.AMQPURL != "amqps://app:pw@broker.internal:5671/orders" || c.QueueType != Quorum || c.Prefetch != 32 || c.headerNames().Error != "x-app-error" {
 		t.Errorf("Load = %+v", c)
 	}
 }

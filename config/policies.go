@@ -61,10 +61,10 @@ type NamedPolicy struct {
 	PolicyConfig
 }
 
-// MaxRetryRate is the highest REBOUND_RETRY_RATE accepted: far above what
+// maxRetryRate is the highest REBOUND_RETRY_RATE accepted: far above what
 // a dependency that needs protecting answers, low enough that a typo
 // (an extra digit or three) is caught.
-const MaxRetryRate = 100_000
+const maxRetryRate = 100_000
 
 // policyFields lists the variables of a policy, without prefix, in the
 // order they are declared.
@@ -300,8 +300,8 @@ func (pc PolicyConfig) validate(prefix string, failed map[string]bool) []policyP
 			"at least %[1]sIMMEDIATE_RETRIES (%[2]d) + 2 with %[1]sBACKOFF=%[3]s: the curve is fitted over the delayed retries, %[1]sMAX_RETRIES - %[1]sIMMEDIATE_RETRIES",
 			prefix, pc.ImmediateRetries, pc.Backoff), "IMMEDIATE_RETRIES", "BACKOFF")
 	}
-	if !(pc.RetryRate >= 0 && pc.RetryRate <= MaxRetryRate) {
-		add("RETRY_RATE", pc.RetryRate, fmt.Sprintf("copies per second to one origin queue, from 0 (no cap) to %d", MaxRetryRate))
+	if !(pc.RetryRate >= 0 && pc.RetryRate <= maxRetryRate) {
+		add("RETRY_RATE", pc.RetryRate, fmt.Sprintf("copies per second to one origin queue, from 0 (no cap) to %d", maxRetryRate))
 	}
 	return ps
 }

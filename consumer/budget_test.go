@@ -20,7 +20,7 @@ import (
 func TestBudgetKeepsDeadlineCopiesOnTheGrid(t *testing.T) {
 	p := policy.Policy{Backoff: policy.Constant, MinDelay: 10 * time.Second, MaxDelay: 10 * time.Second, Jitter: policy.NoJitter,
 		MaxDuration: time.Hour, Deadline: policy.Clamp, RetryRate: 1}
-	r := route.Router{Policies: policy.Single(p), Codec: headers.NewCodec(headers.DefaultNames())}
+	r := route.Router{Policies: policy.NewSet(p), Codec: headers.NewCodec(headers.DefaultNames())}
 	reg := prometheus.NewRegistry()
 	s := New(Options{Router: r, Logger: zap.NewNop(), Metrics: NewMetrics(reg, r)})
 	ss := &session{s: s}
@@ -60,7 +60,7 @@ func TestBudgetKeepsDeadlineCopiesOnTheGrid(t *testing.T) {
 func TestShareIgnoresAMomentWithoutAConsumer(t *testing.T) {
 	p := policy.Policy{Backoff: policy.Constant, MinDelay: time.Second, MaxDelay: time.Second, Jitter: policy.NoJitter,
 		MaxDuration: time.Hour, RetryRate: 60}
-	r := route.Router{Policies: policy.Single(p), Codec: headers.NewCodec(headers.DefaultNames())}
+	r := route.Router{Policies: policy.NewSet(p), Codec: headers.NewCodec(headers.DefaultNames())}
 	start := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	s := New(Options{Router: r, Logger: zap.NewNop(), Metrics: NewMetrics(prometheus.NewRegistry(), r), Now: func() time.Time { return start }})
 	named := r.Policies.Default()

@@ -258,7 +258,7 @@ func (ss *session) tendDelayQueues(st *leaseState) error {
 	idle := s.opt.DelayQueueIdle
 	window := idle
 	if window <= 0 {
-		window = DefaultLeaseIdle
+		window = defaultLeaseIdle
 	}
 	every := min(window, time.Minute)
 	now := s.opt.Now()

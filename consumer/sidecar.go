@@ -53,7 +53,7 @@ type Options struct {
 	// DelayQueueIdle: delay queues with no publish for this long (or twice
 	// their delay) are deleted when classic and empty, and leased no more
 	// (see topology.Lease); 0 deletes none, and stops leasing them after
-	// DefaultLeaseIdle.
+	// defaultLeaseIdle.
 	DelayQueueIdle time.Duration
 	// EventsExchange receives a JSON event for every park (package
 	// events); "" publishes none.
@@ -106,9 +106,9 @@ type Sidecar struct {
 	leases  atomic.Uint64
 }
 
-// DefaultLeaseIdle is how long a replica leases a delay queue it no longer
+// defaultLeaseIdle is how long a replica leases a delay queue it no longer
 // publishes to when REBOUND_DELAY_QUEUE_IDLE is 0.
-const DefaultLeaseIdle = 15 * time.Minute
+const defaultLeaseIdle = 15 * time.Minute
 
 // New returns a Sidecar with defaults filled in.
 func New(opt Options) *Sidecar {

@@ -88,7 +88,7 @@ func newTestEnvOn(t *testing.T, b *brokertest.Broker, overrides map[string]strin
 }
 
 // vhost is the virtual host of the env's broker URL.
-func (e *testEnv) vhost() string { return config.VhostOf(e.URL()) }
+func (e *testEnv) vhost() string { return config.Config{AMQPURL: e.URL()}.Vhost() }
 
 // cli runs a rebound command in-process with the env's variables.
 func (e *testEnv) cli(args ...string) (stdout, stderr string, err error) {

@@ -410,8 +410,8 @@ func queueName(v any) (string, string) {
 	if q == "" {
 		return "", "empty"
 	}
-	if len(q) > MaxQueueName {
-		return "", "longer than " + strconv.Itoa(MaxQueueName) + " bytes"
+	if len(q) > maxQueueName {
+		return "", "longer than " + strconv.Itoa(maxQueueName) + " bytes"
 	}
 	return q, ""
 }

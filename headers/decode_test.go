@@ -290,7 +290,7 @@ func TestDecodeNonRetryable(t *testing.T) {
 
 func TestDecodeOrigin(t *testing.T) {
 	at := testNow().Add(-time.Minute)
-	long := strings.Repeat("q", MaxQueueName+1)
+	long := strings.Repeat("q", maxQueueName+1)
 	tests := []struct {
 		name    string
 		h       amqp.Table

@@ -192,7 +192,7 @@ func FuzzDecode(f *testing.F) {
 				t.Errorf("problem %q", p)
 			}
 		}
-		if s.Retries < 0 || s.Retries > MaxRetryCount || s.LastDelay < 0 || s.LastDelay > MaxLastDelay || len(s.Origin) > MaxQueueName {
+		if s.Retries < 0 || s.Retries > MaxRetryCount || s.LastDelay < 0 || s.LastDelay > MaxLastDelay || len(s.Origin) > maxQueueName {
 			t.Errorf("state out of range: %+v", s)
 		}
 		if s.StartedAt.UnixMilli() < minTimeMs || s.StartedAt.After(testNow().Add(c.MaxFutureSkew)) {

@@ -117,11 +117,11 @@ const (
 	// MaxLastDelay is far above any delay rebound chooses (REBOUND_MAX_DELAY
 	// is typically minutes to hours).
 	MaxLastDelay = 30 * 24 * time.Hour
-	// MaxQueueName is the AMQP limit on a queue name (a short string).
-	MaxQueueName = 255
-	// DefaultMaxFutureSkew is how far in the future a task start may be:
+	// maxQueueName is the AMQP limit on a queue name (a short string).
+	maxQueueName = 255
+	// defaultMaxFutureSkew is how far in the future a task start may be:
 	// room for clock skew between producers, the broker and rebound.
-	DefaultMaxFutureSkew = 5 * time.Minute
+	defaultMaxFutureSkew = 5 * time.Minute
 
 	// minTimeMs is 2000-01-01T00:00:00Z in Unix milliseconds. An earlier
 	// task start is a unit mistake (seconds for milliseconds) or garbage.
@@ -136,9 +136,9 @@ type Codec struct {
 }
 
 // NewCodec returns a Codec for the names, which must be non-empty and
-// distinct (package config checks them), with DefaultMaxFutureSkew.
+// distinct (package config checks them), with defaultMaxFutureSkew.
 func NewCodec(n Names) Codec {
-	return Codec{Names: n, MaxFutureSkew: DefaultMaxFutureSkew}
+	return Codec{Names: n, MaxFutureSkew: defaultMaxFutureSkew}
 }
 
 // State is the retry state of one message plus where it goes back to.

@@ -59,13 +59,13 @@ func ExamplePolicy_Decide_jitter() {
 	started := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	d := p.Decide(policy.State{Retries: 2, StartedAt: started}, started.Add(3*time.Second), r)
 	lo, hi := p.Range(2, 0)
-	fmt.Println(d.Retry, d.Delay >= lo && d.Delay <= hi, d.Delay == policy.RoundDelay(d.Delay))
+	fmt.Println(d.Retry, d.Delay >= lo && d.Delay <= hi, d.Delay == policy.Round(d.Delay, policy.DefaultDelayDigits))
 	// Output: true true true
 }
 
-func ExampleRoundDelay() {
+func ExampleRound() {
 	for _, d := range []time.Duration{1234 * time.Millisecond, 56789 * time.Millisecond, time.Millisecond, 0} {
-		fmt.Println(d, "→", policy.RoundDelay(d))
+		fmt.Println(d, "→", policy.Round(d, policy.DefaultDelayDigits))
 	}
 	// Output:
 	// 1.234s → 1.2s

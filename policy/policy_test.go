@@ -279,6 +279,9 @@ func TestDecideDeadline(t *testing.T) {
 	}
 }
 
+// roundDelay is Round with the default digits.
+func roundDelay(d time.Duration) time.Duration { return Round(d, DefaultDelayDigits) }
+
 func TestRoundDelay(t *testing.T) {
 	tests := []struct{ d, want time.Duration }{
 		{0, 0},
@@ -306,8 +309,8 @@ func TestRoundDelay(t *testing.T) {
 		{math.MaxInt64, 92 * 1e17},
 	}
 	for _, tt := range tests {
-		if got := RoundDelay(tt.d); got != tt.want {
-			t.Errorf("RoundDelay(%v) = %v, want %v", tt.d, got, tt.want)
+		if got := roundDelay(tt.d); got != tt.want {
+			t.Errorf("roundDelay(%v) = %v, want %v", tt.d, got, tt.want)
 		}
 	}
 }

@@ -178,7 +178,7 @@ func checkDecision(t *testing.T, p Policy, s State, elapsed time.Duration, r Ran
 	if d.Reason != "" || d.Delay < 0 || d.Delay > p.MaxDelay {
 		bad("delay outside [0, MaxDelay]")
 	}
-	if RoundDelay(d.Delay) != d.Delay {
+	if roundDelay(d.Delay) != d.Delay {
 		bad("delay not rounded to two significant digits")
 	}
 	if p.MaxDuration > 0 && p.Deadline != Lenient && spent+d.Delay > p.MaxDuration {

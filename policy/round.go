@@ -9,20 +9,13 @@ import (
 // count a delay keeps by default (REBOUND_DELAY_DIGITS).
 const DefaultDelayDigits = 2
 
-// RoundDelay rounds d to two significant digits of its millisecond count,
-// half up: 1234ms becomes 1.2s, 56789ms becomes 57s, 1ms stays 1ms and a
-// delay under half a millisecond becomes 0. Below 100ms that is the whole
-// millisecond, which is what x-message-ttl counts. It is Round with
-// DefaultDelayDigits.
-//
-// Every distinct delay needs its own delay queue (rebound.delay.<ms>), so
-// rounding keeps their number bounded and their names readable, at under
-// 5 % error and none for round delays. A negative d rounds to 0.
-func RoundDelay(d time.Duration) time.Duration { return Round(d, DefaultDelayDigits) }
-
 // Round rounds d to digits significant digits (1, 2 or 3; any other value
 // counts as DefaultDelayDigits) of its millisecond count, half up, never
-// below a whole millisecond: with one digit 1234ms becomes 1s and 56789ms
+// below a whole millisecond (what x-message-ttl counts). Every distinct
+// delay needs its own delay queue (rebound.delay.<ms>), so rounding keeps
+// their number bounded and their names readable. With the default two
+// digits 1234ms becomes 1.2s and 56789ms 57s (under 5 % error, none for
+// round delays, at most 90 delay queues a decade); with one digit 1234ms becomes 1s and 56789ms
 // 60s (under 50 % error, at most 9 delay queues a decade); with three
 // 1230ms and 56.8s (under 0.5 %, up to 900 a decade). A negative d rounds
 // to 0.

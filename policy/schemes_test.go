@@ -46,7 +46,7 @@ func TestGoogleHTTPClient(t *testing.T) {
 	// The randomized interval as Decide draws it, at both ends.
 	for _, u := range []float64{0, 0.5} {
 		r := &script{t: t, u: []float64{u}}
-		want := RoundDelay(sec(1.125 * (1 + 0.5*(2*u-1))))
+		want := roundDelay(sec(1.125 * (1 + 0.5*(2*u-1))))
 		if got := p.Decide(State{Retries: 2, StartedAt: start}, start.Add(time.Second), r).rounded(); got != (Decision{Retry: true, Delay: want}) {
 			t.Errorf("retry 3, U=%v: %+v, want retry after %v", u, got, want)
 		}

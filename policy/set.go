@@ -48,9 +48,6 @@ func NewSet(def Policy, named ...Named) Set {
 	return s
 }
 
-// Single returns a set holding only p, as the default policy.
-func Single(p Policy) Set { return NewSet(p) }
-
 // For returns the policy that decides for a message from origin: the
 // first named policy whose Queues matches it, else the default. An
 // unknown origin ("") gets the default.

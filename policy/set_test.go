@@ -96,7 +96,7 @@ func TestSet(t *testing.T) {
 	if _, ok := s.Lookup("orders"); ok {
 		t.Error("Lookup found a policy the set does not have")
 	}
-	single := Single(defaultPolicy)
+	single := NewSet(defaultPolicy)
 	if single.For("anything").Label() != "default:75dc41b8" {
 		t.Errorf("Single's policy is %s", single.For("anything").Label())
 	}

@@ -101,9 +101,6 @@ func (m *Mover) Trace(tr trace.Tracer, operation string) { m.tracer, m.op = tr, 
 // are still to read: what a caller that stops early leaves unread.
 func (m *Mover) Remaining() int { return max(m.remaining, 0) }
 
-// Queue is the name of the queue m reads.
-func (m *Mover) Queue() string { return m.queue }
-
 // Next returns the next message, or false once the messages the queue
 // held at the first read have been read, the queue is empty or ctx is
 // done.

@@ -34,7 +34,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/rebound-mq/rebound/internal/declarer"
 	"github.com/rebound-mq/rebound/internal/delayqueue"
 	"github.com/rebound-mq/rebound/internal/topology"
 )
@@ -279,9 +278,13 @@ func (p *Publisher) takeReturns(returns <-chan amqp.Return) <-chan amqp.Return {
 }
 
 // maxReturnedQueues is how many queues Publisher.returned holds before
-// markReturned forgets those older than declarer.OriginRecheck: names come from
+// markReturned forgets those older than returnMemory: names come from
 // messages, so the map must not grow with them.
 const maxReturnedQueues = 1024
+
+// returnMemory is how long a return is kept for ReturnedSince: longer
+// than the minute declarer.Origins asks about.
+const returnMemory = 2 * time.Minute
 
 func (p *Publisher) markReturned(r amqp.Return) {
 	key := routeKey{exchange: r.Exchange, routingKey: r.RoutingKey}
@@ -300,7 +303,7 @@ func (p *Publisher) markReturned(r amqp.Return) {
 		now := p.now()
 		if len(p.returned) >= maxReturnedQueues {
 			for q, at := range p.returned {
-				if now.Sub(at) >= declarer.OriginRecheck {
+				if now.Sub(at) >= returnMemory {
 					delete(p.returned, q)
 				}
 			}

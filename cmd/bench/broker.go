@@ -159,7 +159,7 @@ func (b *broker) pauseBeforeRetry(ctx context.Context) error {
 }
 
 // vhost is the virtual host of the broker URL.
-func (b *broker) vhost() string { return config.VhostOf(b.url) }
+func (b *broker) vhost() string { return config.Config{AMQPURL: b.url}.Vhost() }
 
 // sweep deletes the queues and exchanges whose names start with prefix
 // and clears the shovels named so: what a run that failed because the
@@ -331,7 +331,7 @@ func retried(topo topology.Topology, origin string) func(i int) amqp.Publishing 
 			Timestamp: m.Timestamp, MessageId: m.MessageId, Body: m.Body}
 		now := time.Now()
 		state, _ := codec.Decode(d.Headers, d.Timestamp, now, nil)
-		r := route.Router{Topology: topo, Policies: policy.Single(policy.Policy{}), Codec: codec}
+		r := route.Router{Topology: topo, Policies: policy.NewSet(policy.Policy{}), Codec: codec}
 		rt := route.Route{Origin: route.Origin{Queue: origin}, Policy: r.Policies.Default(), Decision: policy.Decision{Retry: true, Delay: retryDelay, Drawn: retryDelay}}
 		_, copy := r.Plan(d, state, rt, now)
 		return copy
@@ -487,7 +487,7 @@ func shovelURI(raw string, direct bool) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("parse broker URL: %w", err)
 	}
-	vhost := url.PathEscape(config.VhostOf(raw))
+	vhost := url.PathEscape(config.Config{AMQPURL: raw}.Vhost())
 	if direct {
 		return "amqp:///" + vhost, nil
 	}

@@ -43,7 +43,7 @@ type delayResult struct {
 // delay queues (two significant digits) takes off this delay, plus 100 ms.
 func measureDelay(ctx context.Context, b *broker, delay time.Duration, lazy bool, o options, stdout io.Writer) (delayResult, error) {
 	// rebound sends the copies to the delay queue of the rounded delay.
-	queued := policy.RoundDelay(delay)
+	queued := policy.Round(delay, policy.DefaultDelayDigits)
 	res := delayResult{Delay: delay, Lazy: lazy, BgRate: o.bgRate, Target: (delay - queued).Abs() + 100*time.Millisecond}
 	prefix := fmt.Sprintf("%sdelay%d.%s.", b.prefix, delay.Milliseconds(), res.mode())
 	topo := topology.Topology{

@@ -399,7 +399,7 @@ func (r *report) writeBroker(w *writer, br *brokerResult, cpus int) {
 		w.p("### Delay accuracy\n")
 		var rounded []string
 		for _, d := range br.Delays {
-			if q := policy.RoundDelay(d.Delay); q != d.Delay && !d.Lazy {
+			if q := policy.Round(d.Delay, policy.DefaultDelayDigits); q != d.Delay && !d.Lazy {
 				rounded = append(rounded, fmt.Sprintf("%s (queued as %s)", d.Delay, q))
 			}
 		}

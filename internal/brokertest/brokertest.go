@@ -425,8 +425,8 @@ func (b *Broker) PrivateVhost(t testing.TB) string {
 }
 
 // vhostOf is the virtual host url names, "/" when none. Not
-// config.VhostOf: config imports republisher, whose tests use this
-// package.
+// config.Config.Vhost: config's tests would import this package, which
+// would import config.
 func vhostOf(url string) string {
 	if u, err := amqp.ParseURI(url); err == nil && u.Vhost != "" {
 		return u.Vhost

@@ -148,15 +148,15 @@ func ExitCode(err error, stderr io.Writer) int {
 		return 0
 	}
 	fmt.Fprintln(stderr, "rebound "+err.Error())
-	if IsUsageError(err) {
+	if isUsageError(err) {
 		return 2
 	}
 	return 1
 }
 
-// IsUsageError reports whether err is a usage or configuration error,
+// isUsageError reports whether err is a usage or configuration error,
 // the kind that exits 2.
-func IsUsageError(err error) bool {
+func isUsageError(err error) bool {
 	var cfgErr *config.Error
 	var usage usageError
 	return errors.As(err, &cfgErr) || errors.As(err, &usage)

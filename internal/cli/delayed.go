@@ -104,16 +104,16 @@ func findDelayed(ctx context.Context, in invocation, f *scanFlags, role string, 
 	return dp, delays, queues, close, nil
 }
 
-// DelayedJSON is `rebound delayed --format json`. Its field names are
+// delayedJSON is `rebound delayed --format json`. Its field names are
 // public interface.
-type DelayedJSON struct {
-	Queues []DelayQueueJSON `json:"queues"`
+type delayedJSON struct {
+	Queues []delayQueueJSON `json:"queues"`
 	Total  int              `json:"total"`  // messages in every queue listed
 	Looked int              `json:"looked"` // delay queue names looked for
 }
 
-// DelayQueueJSON is one delay queue in DelayedJSON.
-type DelayQueueJSON struct {
+// delayQueueJSON is one delay queue in delayedJSON.
+type delayQueueJSON struct {
 	Queue     string `json:"queue"`
 	DelayMs   int64  `json:"delay_ms"`
 	Messages  int    `json:"messages"`
@@ -150,9 +150,9 @@ func runDelayed(ctx context.Context, args []string, in invocation) error {
 		return err
 	}
 	defer closeConns()
-	doc := DelayedJSON{Queues: []DelayQueueJSON{}, Looked: len(delays)}
+	doc := delayedJSON{Queues: []delayQueueJSON{}, Looked: len(delays)}
 	for _, q := range queues {
-		doc.Queues = append(doc.Queues, DelayQueueJSON{Queue: q.Name, DelayMs: q.Delay.Milliseconds(), Messages: q.Messages, Consumers: q.Consumers})
+		doc.Queues = append(doc.Queues, delayQueueJSON{Queue: q.Name, DelayMs: q.Delay.Milliseconds(), Messages: q.Messages, Consumers: q.Consumers})
 		doc.Total += q.Messages
 	}
 	if *format == "json" {

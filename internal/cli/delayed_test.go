@@ -84,12 +84,12 @@ func TestDelayedListsAndFlushes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err, out)
 	}
-	var doc DelayedJSON
+	var doc delayedJSON
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatal(err, out)
 	}
-	if doc.Total != 5 || len(doc.Queues) != 2 || doc.Queues[0] != (DelayQueueJSON{Queue: q5.Name, DelayMs: 300000, Messages: 2}) ||
-		doc.Queues[1] != (DelayQueueJSON{Queue: q10.Name, DelayMs: 600000, Messages: 3}) {
+	if doc.Total != 5 || len(doc.Queues) != 2 || doc.Queues[0] != (delayQueueJSON{Queue: q5.Name, DelayMs: 300000, Messages: 2}) ||
+		doc.Queues[1] != (delayQueueJSON{Queue: q10.Name, DelayMs: 600000, Messages: 3}) {
 		t.Errorf("delayed --format json: %+v", doc)
 	}
 	out, err = run("delayed")

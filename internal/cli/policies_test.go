@@ -61,7 +61,7 @@ func TestScheduleOfAPolicy(t *testing.T) {
 	}
 	for _, args := range [][]string{{"--policy", "refunds"}, {"--policy", "payments", "--origin", "x"}} {
 		_, _, err := runCLI(t, twoServices, "schedule", args...)
-		if !IsUsageError(err) {
+		if !isUsageError(err) {
 			t.Errorf("schedule %v: %v, want a usage error", args, err)
 		}
 	}
@@ -82,7 +82,7 @@ func TestSimulateAPolicy(t *testing.T) {
 	if stdout.String() == def.String() {
 		t.Error("simulating the payments policy gave what the default policy gives")
 	}
-	if err := Run(context.Background(), []string{"simulate", "outage", "--policy", "nope"}, twoServices, &stdout, &stderr); !IsUsageError(err) {
+	if err := Run(context.Background(), []string{"simulate", "outage", "--policy", "nope"}, twoServices, &stdout, &stderr); !isUsageError(err) {
 		t.Errorf("simulate outage --policy nope: %v, want a usage error", err)
 	}
 }

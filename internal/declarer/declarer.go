@@ -9,6 +9,7 @@ package declarer
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -89,16 +90,27 @@ func declareFixedQueue(conn *amqp.Connection, t topology.Topology, q topology.Qu
 		return fmt.Sprintf("cannot declare %s (%v): this replica's leases of the delay queues it uses are lost until it reconnects, "+
 			"and `rebound topology prune` refuses to delete any meanwhile", q.Name, err), nil
 	}
-	if err == nil || !inequivalentAdded(err) {
+	legacy, missing := topology.WithoutAdded(q)
+	if err == nil || !inequivalentAdded(err, missing) {
 		return "", err
 	}
-	legacy, missing := topology.WithoutAdded(q)
 	if err := withChannel(conn, func(ch *amqp.Channel) error { return Queue(ch, legacy) }); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("queue %s was declared by an earlier rebound without %s, which a queue's declaration cannot add: %s; "+
 		"apply them by policy (%s: deploy/rabbitmq/setup.sh or `rebound topology print` has it) or see docs/upgrading.md",
-		q.Name, strings.Join(missing, ", "), why(t, q.Name), policyFor(t, q.Name)), nil
+		q.Name, formatArgs(q.Args, missing), why(t, q.Name), policyFor(t, q.Name)), nil
+}
+
+// formatArgs lists the arguments of args that names names as
+// "name=value", sorted.
+func formatArgs(args amqp.Table, names []string) string {
+	parts := make([]string, 0, len(names))
+	for _, name := range names {
+		parts = append(parts, fmt.Sprintf("%s=%v", name, args[name]))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
 }
 
 // why says what a fixed queue's added arguments protect against.
@@ -152,9 +164,10 @@ func isChannelError(err error) bool {
 }
 
 // inequivalentAdded reports whether err is the broker refusing a queue
-// declaration because the queue lacks one of addedArgs.
-func inequivalentAdded(err error) bool {
-	for _, name := range topology.AddedArgs {
+// declaration because the queue lacks one of the arguments added since an
+// earlier rebound declared it.
+func inequivalentAdded(err error, added []string) bool {
+	for _, name := range added {
 		if inequivalent(err, name, "none") {
 			return true
 		}

@@ -36,9 +36,9 @@ func queueExists(conn *amqp.Connection, queue string) (bool, error) {
 	return false, fmt.Errorf("check queue %s: %w", queue, err)
 }
 
-// OriginRecheck is how long a queue seen to exist is trusted to still
+// originRecheck is how long a queue seen to exist is trusted to still
 // exist, and how long a copy returned from one says it does not.
-const OriginRecheck = time.Minute
+const originRecheck = time.Minute
 
 // Origins answers whether origin queues exist: the one check that the
 // consumer makes before it sends a copy back towards a queue, and
@@ -74,10 +74,10 @@ func NewOrigins(conn *amqp.Connection, returned func(queue string, since time.Ti
 }
 
 // Exists reports whether queue exists, checking at most once every
-// OriginRecheck per queue a queue seen to exist. checked is false when the
+// originRecheck per queue a queue seen to exist. checked is false when the
 // broker refused the check (RabbitMQ 4.2.6 and later want a permission on
 // the queue): the queue then counts as existing unless a copy sent
-// straight to it came back within OriginRecheck, since the default
+// straight to it came back within originRecheck, since the default
 // exchange routes to the queue its key names whenever that queue exists:
 // a return is the broker's own word that it does not. The notice says so
 // once per queue.
@@ -85,11 +85,11 @@ func (o *Origins) Exists(queue string) (exists, checked bool, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	now := o.now()
-	if seen, ok := o.seen[queue]; ok && now.Sub(seen) < OriginRecheck {
+	if seen, ok := o.seen[queue]; ok && now.Sub(seen) < originRecheck {
 		return true, true, nil
 	}
-	if refused, ok := o.unchecked[queue]; ok && now.Sub(refused) < OriginRecheck {
-		return !o.returned(queue, now.Add(-OriginRecheck)), false, nil
+	if refused, ok := o.unchecked[queue]; ok && now.Sub(refused) < originRecheck {
+		return !o.returned(queue, now.Add(-originRecheck)), false, nil
 	}
 	exists, err = queueExists(o.conn, queue)
 	if errors.Is(err, errCheckRefused) {
@@ -99,7 +99,7 @@ func (o *Origins) Exists(queue string) (exists, checked bool, err error) {
 				"to check them (deploy/README.md, Permissions)")
 		}
 		o.unchecked[queue] = now
-		return !o.returned(queue, now.Add(-OriginRecheck)), false, nil
+		return !o.returned(queue, now.Add(-originRecheck)), false, nil
 	}
 	if err != nil {
 		return false, false, err

@@ -34,7 +34,7 @@ func (n *notices) list() []string {
 	return slices.Clone(n.got)
 }
 
-// TestOriginsExists: a queue seen to exist is trusted for OriginRecheck,
+// TestOriginsExists: a queue seen to exist is trusted for a minute,
 // then checked again; a missing one is checked every time.
 func TestOriginsExists(t *testing.T) {
 	t.Parallel()
@@ -56,7 +56,7 @@ func TestOriginsExists(t *testing.T) {
 	if ok, _, _ := o.Exists(d.App); !ok {
 		t.Error("Exists rechecked within the minute")
 	}
-	offset.Add(int64(2 * declarer.OriginRecheck))
+	offset.Add(int64(time.Hour))
 	if ok, _, err := o.Exists(d.App); ok || err != nil {
 		t.Errorf("Exists after the recheck = %v, %v; want false", ok, err)
 	}

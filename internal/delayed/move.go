@@ -68,8 +68,8 @@ type step struct {
 // says of its origin and republisher.Outcome.Why of a copy the broker
 // did not take.
 const (
-	WhyNoDueTime = "no due time (made by a rebound before x-retry-due-at): left to wait out its delay in place"
-	WhyDue       = "already due: left for the broker to send on as its delay ends"
+	whyNoDueTime = "no due time (made by a rebound before x-retry-due-at): left to wait out its delay in place"
+	whyDue       = "already due: left for the broker to send on as its delay ends"
 )
 
 // plan decides what becomes of d, a copy read from q, as of now. A copy
@@ -103,11 +103,11 @@ func plan(r route.Router, q Queue, d amqp.Delivery, opt Options, now time.Time) 
 		return step{action: toOrigin, dest: dest, msg: msg}
 	}
 	if s.DueAt.IsZero() {
-		return step{action: leave, why: WhyNoDueTime}
+		return step{action: leave, why: whyNoDueTime}
 	}
 	wait := min(s.DueAt.Sub(now), q.Delay)
 	if wait <= 0 {
-		return step{action: leave, why: WhyDue}
+		return step{action: leave, why: whyDue}
 	}
 	dest, msg := r.Redelay(d, origin, wait, s.DueAt)
 	return step{action: redelay, dest: dest, msg: msg}

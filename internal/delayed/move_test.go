@@ -48,7 +48,7 @@ func TestFlushAndCancelTwoOrigins(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Read != 8 || res.Matched != 4 || res.Sent != 3 || res.Redelayed != 3 || res.Left[WhyNoDueTime] != 1 || len(res.Kept) != 1 ||
+		if res.Read != 8 || res.Matched != 4 || res.Sent != 3 || res.Redelayed != 3 || res.Left[whyNoDueTime] != 1 || len(res.Kept) != 1 ||
 			res.Kept[0].ID != "c0" || res.Kept[0].Why != "origin queue not allowed by REBOUND_ORIGIN_QUEUES" {
 			t.Fatalf("flush: %+v", res)
 		}

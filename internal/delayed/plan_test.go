@@ -18,7 +18,7 @@ func TestPlan(t *testing.T) {
 	r := route.Router{
 		Topology: topology.Topology{InboxQueue: "in", DeadLetterExchange: "dlx", DelayExchange: "delay", DelayQueuePrefix: "delay.",
 			ParkingQueue: "parked", OriginQueues: regexp.MustCompile(`^(orders|payments)$`)},
-		Policies: policy.Single(policy.Policy{Backoff: policy.Constant, MinDelay: time.Second, MaxDelay: time.Hour, Jitter: policy.NoJitter,
+		Policies: policy.NewSet(policy.Policy{Backoff: policy.Constant, MinDelay: time.Second, MaxDelay: time.Hour, Jitter: policy.NoJitter,
 			MaxRetries: 3, Deadline: policy.Clamp}),
 		Codec: headers.NewCodec(headers.DefaultNames()),
 	}
@@ -55,8 +55,8 @@ func TestPlan(t *testing.T) {
 			r.Topology.Delayed(280*time.Second, "payments"), due.UnixMilli(), ""},
 		{"others: never past their own queue's delay", copyOf("payments", now.Add(time.Hour)), cancel, redelay,
 			r.Topology.Delayed(10*time.Minute, "payments"), now.Add(time.Hour).UnixMilli(), ""},
-		{"others: no due time, left in place", copyOf("payments", time.Time{}), flush, leave, topology.Destination{}, nil, WhyNoDueTime},
-		{"others: due, left in place", copyOf("payments", now.Add(-time.Second)), flush, leave, topology.Destination{}, nil, WhyDue},
+		{"others: no due time, left in place", copyOf("payments", time.Time{}), flush, leave, topology.Destination{}, nil, whyNoDueTime},
+		{"others: due, left in place", copyOf("payments", now.Add(-time.Second)), flush, leave, topology.Destination{}, nil, whyDue},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := plan(r, q, tc.d, tc.opt, now)
@@ -86,7 +86,7 @@ func TestPlan(t *testing.T) {
 func TestPlanFollowsTheRoutingKey(t *testing.T) {
 	r := route.Router{
 		Topology: topology.Topology{InboxQueue: "in", DelayExchange: "delay", DelayQueuePrefix: "delay.", ParkingQueue: "parked"},
-		Policies: policy.Single(policy.Policy{Backoff: policy.Constant, MinDelay: time.Second, MaxDelay: time.Hour, Jitter: policy.NoJitter, MaxRetries: 3}),
+		Policies: policy.NewSet(policy.Policy{Backoff: policy.Constant, MinDelay: time.Second, MaxDelay: time.Hour, Jitter: policy.NoJitter, MaxRetries: 3}),
 		Codec:    headers.NewCodec(headers.DefaultNames()),
 	}
 	d := amqp.Delivery{RoutingKey: "orders", Headers: amqp.Table{"x-retry-origin-queue": "payments"}}

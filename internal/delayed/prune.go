@@ -81,9 +81,9 @@ type Pruned struct {
 // Why Prune keeps a delay queue.
 const (
 	WhyLeased     = "a running replica uses it (its lease names it)"
-	WhyMessages   = "holds messages"
-	WhyConsumers  = "has consumers"
-	WhyRedeclared = "a replica declared it again while it was being deleted"
+	whyMessages   = "holds messages"
+	whyConsumers  = "has consumers"
+	whyRedeclared = "a replica declared it again while it was being deleted"
 )
 
 // PruneResult is what Prune did.
@@ -145,9 +145,9 @@ func (dp Deployment) Prune(ctx context.Context, delays []time.Duration, dryRun b
 		case res.Leases.Queues[q.Name]:
 			pr.Why = WhyLeased
 		case q.Messages > 0:
-			pr.Why = WhyMessages
+			pr.Why = whyMessages
 		case q.Consumers > 0:
-			pr.Why = WhyConsumers
+			pr.Why = whyConsumers
 		case dryRun:
 			pr.Deleted = true
 		default:
@@ -225,7 +225,7 @@ func (dp Deployment) deleteQueue(q Queue) (why string, err error) {
 	standIn := topology.Exchange{Name: exchange.Name, Kind: amqp.ExchangeDirect}
 	if err := declarer.Exchange(ch, standIn); err != nil {
 		if isCode(err, amqp.PreconditionFailed) {
-			return WhyRedeclared, nil // a replica declared the fanout one since step 1: it is in use
+			return whyRedeclared, nil // a replica declared the fanout one since step 1: it is in use
 		}
 		return "", err
 	}
@@ -250,9 +250,9 @@ func (dp Deployment) deleteQueue(q Queue) (why string, err error) {
 			return "", err
 		}
 		if got.Messages > 0 {
-			return WhyMessages, nil
+			return whyMessages, nil
 		}
-		return WhyConsumers, nil
+		return whyConsumers, nil
 	}
 	if _, err := ch.QueueDelete(queue.Name, false, false, false); err != nil {
 		return "", fmt.Errorf("delete delay queue %s: %w", queue.Name, err)

@@ -66,7 +66,7 @@ func TestPruneDeletesOnlyEmptyUnusedDelayQueues(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := map[string]string{e.delayQueue(time.Second): "", holds: WhyMessages, leased: WhyLeased, read: WhyConsumers}
+		want := map[string]string{e.delayQueue(time.Second): "", holds: whyMessages, leased: WhyLeased, read: whyConsumers}
 		check := func(what string, res PruneResult) {
 			t.Helper()
 			got := map[string]string{}
@@ -149,7 +149,7 @@ func TestDeleteQueueRestoresWhatItFindsInUse(t *testing.T) {
 		q := Queue{Name: e.delayQueue(time.Minute), Delay: time.Minute}
 		e.WaitQueueLen(q.Name, 1, 10*time.Second)
 		why, err := e.dp.deleteQueue(q)
-		if err != nil || why != WhyMessages {
+		if err != nil || why != whyMessages {
 			t.Fatalf("deleteQueue of a queue holding a copy: %q, %v; want it kept", why, err)
 		}
 		e.seed(waiting{id: "w2", origin: "a", delay: time.Minute}) // through the exchange, restored

@@ -240,7 +240,7 @@ func (s *Set) SweepIdle(idle time.Duration, remove bool) (deleted []string, err 
 	switch err := s.withChannel(func(ch *amqp.Channel) error { return Lock(ch, s.topo) }); {
 	case errors.Is(err, ErrLocked):
 		return nil, nil
-	case errors.Is(err, ErrLockRefused):
+	case errors.Is(err, errLockRefused):
 		// Permissions from before the lock: a command with rebound's
 		// user cannot take it either, so none can hold messages of these
 		// queues; sweep without it.

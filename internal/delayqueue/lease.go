@@ -70,9 +70,9 @@ func ReadLease(body []byte) (Lease, error) {
 // ErrLocked means another connection holds the lock of the delay queues.
 var ErrLocked = errors.New("another rebound holds the lock of the delay queues (`rebound delayed flush` or `cancel`, `rebound topology prune`, or a replica sweeping idle delay queues)")
 
-// ErrLockRefused means the broker refuses the lock for want of a
+// errLockRefused means the broker refuses the lock for want of a
 // permission (configure on the lock queue): permissions from before it.
-var ErrLockRefused = errors.New("no permission to take the lock of the delay queues: grant rebound's user configure on it (deploy/rabbitmq/setup.sh)")
+var errLockRefused = errors.New("no permission to take the lock of the delay queues: grant rebound's user configure on it (deploy/rabbitmq/setup.sh)")
 
 // Lock takes the lock of t's delay queues for ch's connection: it
 // declares the lock queue, exclusive. It returns ErrLocked when another
@@ -84,7 +84,7 @@ func Lock(ch *amqp.Channel, t topology.Topology) error {
 		return ErrLocked
 	}
 	if isCode(err, amqp.AccessRefused) {
-		return fmt.Errorf("%w: %w", ErrLockRefused, err)
+		return fmt.Errorf("%w: %w", errLockRefused, err)
 	}
 	if err != nil {
 		return fmt.Errorf("lock delay queues: %w", err)

@@ -18,9 +18,9 @@ type CanaryResult struct {
 	Rest ReplayResult // the replay of the rest, when none came back
 }
 
-// ErrNoCanary means no canary could be replayed, so there was nothing to
+// errNoCanary means no canary could be replayed, so there was nothing to
 // watch; the rest stayed parked.
-var ErrNoCanary = errors.New("no canary could be replayed")
+var errNoCanary = errors.New("no canary could be replayed")
 
 // ReplayCanary tries a fix on a few messages before the many: it replays
 // at most k of the messages f matches (ReplayWith), then watches the
@@ -48,7 +48,7 @@ func (q Queue) ReplayCanary(ctx context.Context, f Filter, k int, wait, poll tim
 		return res, err
 	}
 	if len(res.Canaries.Sent) == 0 {
-		return res, ErrNoCanary
+		return res, errNoCanary
 	}
 	if announce != nil {
 		announce(res.Canaries)

@@ -33,7 +33,7 @@ func newEnv(t *testing.T, quorum bool) *env {
 	b := brokertest.Require(t)
 	d := brokertest.NewDeployment(t, b, nil, nil)
 	topo := d.Topology(quorum)
-	router := route.Router{Topology: topo, Policies: policy.Single(testPolicy), Codec: headers.NewCodec(headers.DefaultNames())}
+	router := route.Router{Topology: topo, Policies: policy.NewSet(testPolicy), Codec: headers.NewCodec(headers.DefaultNames())}
 	e := &env{Deployment: d, t: t, q: Queue{Conn: b.Dial(t, b.URL), Router: router}}
 	if _, err := declarer.Declare(e.q.Conn, topo); err != nil {
 		t.Fatal(err)

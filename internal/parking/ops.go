@@ -40,7 +40,7 @@ func (q Queue) List(ctx context.Context, f Filter, now time.Time) (l Listing, er
 		}
 		l.Scanned++
 		m := q.Decode(d, now)
-		if !f.Match(m, now) {
+		if !f.match(m, now) {
 			continue
 		}
 		l.Matched++
@@ -66,7 +66,7 @@ func (q Queue) Purge(ctx context.Context, f Filter, now time.Time) (scanned, rem
 			return scanned, removed, errors.Join(err, ctx.Err())
 		}
 		scanned++
-		if !f.Match(q.Decode(d, now), now) {
+		if !f.match(q.Decode(d, now), now) {
 			continue
 		}
 		if err := r.Remove(d); err != nil {
@@ -83,11 +83,11 @@ type Kept struct {
 	Why     string
 }
 
-// WhyOriginMissing is why a matching message was not replayed when its
+// whyOriginMissing is why a matching message was not replayed when its
 // origin queue does not exist; route.Router.CheckOrigin says why for the
 // other origins refused, republisher.Outcome.Why for the copies the
 // broker did not take.
-const WhyOriginMissing = "origin queue does not exist"
+const whyOriginMissing = "origin queue does not exist"
 
 // ReplayOptions say how a replay runs.
 type ReplayOptions struct {
@@ -156,7 +156,7 @@ func (q Queue) ReplayWith(ctx context.Context, f Filter, now time.Time, opt Repl
 		}
 		res.Scanned++
 		m := q.Decode(d, now)
-		if !f.Match(m, now) {
+		if !f.match(m, now) {
 			continue
 		}
 		res.Matched++
@@ -171,7 +171,7 @@ func (q Queue) ReplayWith(ctx context.Context, f Filter, now time.Time, opt Repl
 			return res, err
 		}
 		if !found {
-			res.Kept = append(res.Kept, Kept{m, WhyOriginMissing})
+			res.Kept = append(res.Kept, Kept{m, whyOriginMissing})
 			continue
 		}
 		if dryRun {

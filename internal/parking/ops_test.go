@@ -149,7 +149,7 @@ func TestReplay(t *testing.T) {
 		)
 		wantKept := map[string]string{
 			"unknown": "no origin queue in x-death or the origin headers", "own": "origin is one of rebound's own queues",
-			"denied": "origin queue not allowed by REBOUND_ORIGIN_QUEUES", "missing": WhyOriginMissing,
+			"denied": "origin queue not allowed by REBOUND_ORIGIN_QUEUES", "missing": whyOriginMissing,
 		}
 		ctx := context.Background()
 
@@ -316,7 +316,7 @@ func TestReplayDryRunWithoutPermissionOnTheOrigin(t *testing.T) {
 		if res.Replayed != 2 || res.Unchecked != 2 || len(res.Kept) != 0 {
 			t.Errorf("dry run on RabbitMQ %s: %+v; want 2 replayable, both unchecked", e.Broker.Version(), res)
 		}
-	} else if res.Replayed != 1 || res.Unchecked != 0 || !maps.Equal(kept(res), map[string]string{"missing": WhyOriginMissing}) {
+	} else if res.Replayed != 1 || res.Unchecked != 0 || !maps.Equal(kept(res), map[string]string{"missing": whyOriginMissing}) {
 		t.Errorf("dry run on RabbitMQ %s: %+v; want 1 replayable, none unchecked, missing kept", e.Broker.Version(), res)
 	}
 	e.settled(2)
@@ -398,15 +398,15 @@ func TestErrNoQueue(t *testing.T) {
 	missing := e.q
 	missing.Router.Topology.ParkingQueue = e.Prefix + "no-such-queue"
 	ctx, now := context.Background(), time.Now()
-	if _, err := missing.List(ctx, Filter{}, now); !errors.Is(err, ErrNoQueue) {
-		t.Errorf("List: %v, want ErrNoQueue", err)
+	if _, err := missing.List(ctx, Filter{}, now); !errors.Is(err, republisher.ErrNoQueue) {
+		t.Errorf("List: %v, want republisher.ErrNoQueue", err)
 	}
-	if _, _, err := missing.Purge(ctx, Filter{}, now); !errors.Is(err, ErrNoQueue) {
-		t.Errorf("Purge: %v, want ErrNoQueue", err)
+	if _, _, err := missing.Purge(ctx, Filter{}, now); !errors.Is(err, republisher.ErrNoQueue) {
+		t.Errorf("Purge: %v, want republisher.ErrNoQueue", err)
 	}
 	for _, dryRun := range []bool{true, false} {
-		if _, err := missing.Replay(ctx, Filter{}, now, dryRun); !errors.Is(err, ErrNoQueue) {
-			t.Errorf("Replay (dry run %v): %v, want ErrNoQueue", dryRun, err)
+		if _, err := missing.Replay(ctx, Filter{}, now, dryRun); !errors.Is(err, republisher.ErrNoQueue) {
+			t.Errorf("Replay (dry run %v): %v, want republisher.ErrNoQueue", dryRun, err)
 		}
 	}
 	if _, err := e.q.List(ctx, Filter{}, now); err != nil {

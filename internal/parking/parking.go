@@ -57,8 +57,8 @@ type Filter struct {
 	ParkedBefore time.Time
 }
 
-// Match reports whether m passes every condition of f except Limit.
-func (f Filter) Match(m Message, now time.Time) bool {
+// match reports whether m passes every condition of f except Limit.
+func (f Filter) match(m Message, now time.Time) bool {
 	switch {
 	case f.Reason != "" && m.Reason != f.Reason:
 		return false
@@ -126,9 +126,6 @@ func (q Queue) Decode(d amqp.Delivery, now time.Time) Message {
 	}
 	return m
 }
-
-// ErrNoQueue means the parking queue does not exist.
-var ErrNoQueue = republisher.ErrNoQueue
 
 // open opens a Mover on the parking queue.
 func (q Queue) open() (*republisher.Mover, error) {

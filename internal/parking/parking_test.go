@@ -41,8 +41,8 @@ func TestParkedFilterMatch(t *testing.T) {
 		{"unknown parked-at never older", Filter{OlderThan: time.Hour}, unknownAt, false},
 		{"all conditions", Filter{Reason: "max-retries", Origin: "orders", OlderThan: time.Hour, Limit: 1}, m, true},
 	} {
-		if got := tc.f.Match(tc.m, now); got != tc.want {
-			t.Errorf("%s: Match = %v, want %v", tc.name, got, tc.want)
+		if got := tc.f.match(tc.m, now); got != tc.want {
+			t.Errorf("%s: match = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

@@ -54,7 +54,7 @@ func testRouter(allowed *regexp.Regexp) Router {
 			InboxQueue: "in", DeadLetterExchange: "dlx", DelayExchange: "delay",
 			DelayQueuePrefix: "delay.", ParkingQueue: "parked", OriginQueues: allowed,
 		},
-		Policies: policy.Single(policy.Policy{
+		Policies: policy.NewSet(policy.Policy{
 			Backoff: policy.Constant, MinDelay: time.Second, MaxDelay: time.Second, Jitter: policy.NoJitter,
 			MaxRetries: 3, Deadline: policy.Clamp,
 		}),

@@ -119,16 +119,18 @@ type BurstStrategy struct {
 // Names of the strategies of "Exploring backoff", and of the configured
 // policy.
 const (
-	NB     = "NB"     // no backoff: retry at once
-	CB     = "CB"     // constant backoff
-	URB    = "URB"    // uniformly random backoff
-	EB     = "EB"     // exponential backoff
-	REB    = "REB"    // random exponential backoff
-	Policy = "policy" // rebound's policy, converted to ticks
+	strategyNB     = "NB"     // no backoff: retry at once
+	strategyCB     = "CB"     // constant backoff
+	strategyURB    = "URB"    // uniformly random backoff
+	strategyEB     = "EB"     // exponential backoff
+	strategyREB    = "REB"    // random exponential backoff
+	strategyPolicy = "policy" // rebound's policy, converted to ticks
 )
 
 // BurstStrategyNames lists the strategy names in the text's order.
-func BurstStrategyNames() []string { return []string{NB, CB, URB, EB, REB, Policy} }
+func BurstStrategyNames() []string {
+	return []string{strategyNB, strategyCB, strategyURB, strategyEB, strategyREB, strategyPolicy}
+}
 
 // Backoffs holds the parameters of the burst strategies, in ticks, and the
 // rebound policy with the duration of one tick.
@@ -155,32 +157,32 @@ func DefaultBackoffs(p policy.Policy) Backoffs {
 // other exponential backoff.
 func (b Backoffs) Strategy(name string) (BurstStrategy, error) {
 	switch name {
-	case NB:
-		return BurstStrategy{Name: NB, Delay: func(Failure, *rand.Rand) (float64, float64, bool) { return 0, 0, false }}, nil
-	case CB:
+	case strategyNB:
+		return BurstStrategy{Name: strategyNB, Delay: func(Failure, *rand.Rand) (float64, float64, bool) { return 0, 0, false }}, nil
+	case strategyCB:
 		d := b.Constant
-		return BurstStrategy{Name: CB, Delay: func(Failure, *rand.Rand) (float64, float64, bool) { return d, d, false }}, nil
-	case URB:
+		return BurstStrategy{Name: strategyCB, Delay: func(Failure, *rand.Rand) (float64, float64, bool) { return d, d, false }}, nil
+	case strategyURB:
 		hi := b.UniformMax
-		return BurstStrategy{Name: URB, Delay: func(_ Failure, r *rand.Rand) (float64, float64, bool) {
+		return BurstStrategy{Name: strategyURB, Delay: func(_ Failure, r *rand.Rand) (float64, float64, bool) {
 			d := r.Float64() * hi
 			return d, d, false
 		}}, nil
-	case EB:
+	case strategyEB:
 		limit := b.ExpCap
-		return BurstStrategy{Name: EB, Delay: func(f Failure, _ *rand.Rand) (float64, float64, bool) {
+		return BurstStrategy{Name: strategyEB, Delay: func(f Failure, _ *rand.Rand) (float64, float64, bool) {
 			d := math.Min(math.Exp2(float64(f.Attempts)), limit)
 			return d, d, false
 		}}, nil
-	case REB:
+	case strategyREB:
 		limit := b.ExpCap
-		return BurstStrategy{Name: REB, Delay: func(f Failure, r *rand.Rand) (float64, float64, bool) {
+		return BurstStrategy{Name: strategyREB, Delay: func(f Failure, r *rand.Rand) (float64, float64, bool) {
 			d := r.Float64() * math.Min(math.Exp2(float64(f.Attempts)), limit)
 			return d, d, false
 		}}, nil
-	case Policy:
+	case strategyPolicy:
 		if b.Tick <= 0 {
-			return BurstStrategy{}, fmt.Errorf("strategy %s: tick %s: want a duration above 0", Policy, b.Tick)
+			return BurstStrategy{}, fmt.Errorf("strategy %s: tick %s: want a duration above 0", strategyPolicy, b.Tick)
 		}
 		return PolicyBackoff(b.Policy, b.Tick), nil
 	}
@@ -206,7 +208,7 @@ func epoch() time.Time { return time.Unix(0, 0).UTC() }
 func PolicyBackoff(p policy.Policy, tick time.Duration) BurstStrategy {
 	perTick := float64(tick)
 	b := newBudget(p)
-	return BurstStrategy{Name: Policy, RetryRate: p.RetryRate, Delay: func(f Failure, r *rand.Rand) (float64, float64, bool) {
+	return BurstStrategy{Name: strategyPolicy, RetryRate: p.RetryRate, Delay: func(f Failure, r *rand.Rand) (float64, float64, bool) {
 		s := policy.State{
 			Retries:   f.Attempts - 1,
 			StartedAt: epoch(),

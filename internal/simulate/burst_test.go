@@ -66,12 +66,12 @@ func TestBurstFindings(t *testing.T) {
 			c := DefaultBurst()
 			c.Seed = seed
 			r := burstAll(t, c, p)
-			for _, good := range []string{EB, REB} {
+			for _, good := range []string{strategyEB, strategyREB} {
 				g := r[good]
 				if g.Completed != c.Clients {
 					t.Errorf("seed %d: %s answered %d of %d clients, want all", seed, good, g.Completed, c.Clients)
 				}
-				for _, bad := range []string{NB, CB, URB} {
+				for _, bad := range []string{strategyNB, strategyCB, strategyURB} {
 					b := r[bad]
 					if val(g.LatencyP90) >= val(b.LatencyP50) {
 						t.Errorf("seed %d: %s p90 latency %v not below %s p50 %v", seed, good, val(g.LatencyP90), bad, val(b.LatencyP50))
@@ -84,7 +84,7 @@ func TestBurstFindings(t *testing.T) {
 					}
 				}
 			}
-			eb, reb := r[EB], r[REB]
+			eb, reb := r[strategyEB], r[strategyREB]
 			if eb.Aftershocks < 2.5 || reb.Aftershocks > 1.5 {
 				t.Errorf("seed %d: aftershock index EB %.2f, REB %.2f: want EB above 2.5 (waves) and REB under 1.5 (none)", seed, eb.Aftershocks, reb.Aftershocks)
 			}
@@ -119,12 +119,12 @@ func TestBurstByHand(t *testing.T) {
 		// at the end of the tick and retries every tick: rejected at 1..4
 		// (A's slot frees only at the end of tick 4), accepted at 5, done
 		// at the end of tick 9.
-		{"NB retries each tick", two, NB, 10, 6, 5},
+		{"NB retries each tick", two, strategyNB, 10, 6, 5},
 		// B retries at 0+1+5 = 6, is accepted, done at the end of tick 10.
-		{"CB waits 5 ticks", two, CB, 11, 2, 1},
+		{"CB waits 5 ticks", two, strategyCB, 11, 2, 1},
 		// B waits 2^1 = 2: retries at 3, rejected; waits 2^2 = 4: retries
 		// at 3+1+4 = 8, accepted, done at the end of tick 12.
-		{"EB doubles", two, EB, 13, 3, 2},
+		{"EB doubles", two, strategyEB, 13, 3, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -161,7 +161,7 @@ func TestBurstOverwhelmedProgress(t *testing.T) {
 		ServiceTicks: 5, RejectTicks: 1, Overwhelmed: 10, ShockWindow: 1}
 	for _, seed := range seeds {
 		c.Seed = seed
-		s, _ := DefaultBackoffs(policy.Policy{}).Strategy(NB)
+		s, _ := DefaultBackoffs(policy.Policy{}).Strategy(strategyNB)
 		r, err := Burst(c, s)
 		if err != nil {
 			t.Fatal(err)
@@ -261,7 +261,7 @@ func checkBurst(t *testing.T, i int, c BurstConfig, name string, retries int) {
 	if inFlight := sum.Requests - sum.Rejected - sum.Completed; inFlight < 0 || inFlight > c.Capacity {
 		t.Errorf("case %d: %d accepted requests unanswered at the end, want 0 to capacity %d", i, inFlight, c.Capacity)
 	}
-	if sum.GaveUp > 0 && name != Policy {
+	if sum.GaveUp > 0 && name != strategyPolicy {
 		t.Errorf("case %d: %s gave up %d times; only the policy parks", i, name, sum.GaveUp)
 	}
 	if sum.Completed+sum.GaveUp > c.Clients {
@@ -322,19 +322,19 @@ func TestBurstStrategies(t *testing.T) {
 		lo, hi   float64 // want lo <= delay <= hi
 		giveUp   bool
 	}{
-		{NB, 1, 0, 0, false},
-		{NB, 50, 0, 0, false},
-		{CB, 3, 5, 5, false},
-		{URB, 1, 0, 5, false},
-		{EB, 1, 2, 2, false},
-		{EB, 4, 16, 16, false},
-		{EB, 5, 30, 30, false}, // 32 capped at 30, not raised to it
-		{EB, 40, 30, 30, false},
-		{REB, 2, 0, 4, false},
-		{REB, 9, 0, 30, false},
-		{Policy, 1, 2, 2, false}, // 2s at one second a tick
-		{Policy, 3, 2, 2, false},
-		{Policy, 4, 0, 0, true}, // the fourth failure: 3 retries spent, parked
+		{strategyNB, 1, 0, 0, false},
+		{strategyNB, 50, 0, 0, false},
+		{strategyCB, 3, 5, 5, false},
+		{strategyURB, 1, 0, 5, false},
+		{strategyEB, 1, 2, 2, false},
+		{strategyEB, 4, 16, 16, false},
+		{strategyEB, 5, 30, 30, false}, // 32 capped at 30, not raised to it
+		{strategyEB, 40, 30, 30, false},
+		{strategyREB, 2, 0, 4, false},
+		{strategyREB, 9, 0, 30, false},
+		{strategyPolicy, 1, 2, 2, false}, // 2s at one second a tick
+		{strategyPolicy, 3, 2, 2, false},
+		{strategyPolicy, 4, 0, 0, true}, // the fourth failure: 3 retries spent, parked
 	}
 	for _, tt := range tests {
 		s, err := b.Strategy(tt.strategy)
@@ -355,7 +355,7 @@ func TestBurstStrategies(t *testing.T) {
 		t.Errorf("unknown strategy: error %v, want one naming the choices", err)
 	}
 	b.Tick = 0
-	if _, err := b.Strategy(Policy); err == nil {
+	if _, err := b.Strategy(strategyPolicy); err == nil {
 		t.Error("policy strategy with a zero tick: no error")
 	}
 }
@@ -407,7 +407,7 @@ func TestBurstValidate(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), tt.field+" ") {
 			t.Errorf("%s: error %v, want one naming it", tt.field, err)
 		}
-		if _, err := Burst(c, BurstStrategy{Name: NB, Delay: func(Failure, *rand.Rand) (float64, float64, bool) { return 0, 0, false }}); err == nil {
+		if _, err := Burst(c, BurstStrategy{Name: strategyNB, Delay: func(Failure, *rand.Rand) (float64, float64, bool) { return 0, 0, false }}); err == nil {
 			t.Errorf("%s: Burst ran an invalid configuration", tt.field)
 		}
 	}

@@ -130,7 +130,7 @@ func (t Topology) LazyDelayQueuePolicy(vhost, name string) PolicyDefinition {
 
 // Names of rebound's own policies, as deploy/rabbitmq/setup.sh sets them.
 const (
-	LazyDelayQueuePolicyName         = "rebound-delay-queues-lazy"
+	lazyDelayQueuePolicyName         = "rebound-delay-queues-lazy"
 	InboxDeadLetterPolicyName        = "rebound-inbox-dead-letter"
 	ParkingNoDeliveryLimitPolicyName = "rebound-parked-no-delivery-limit"
 )
@@ -147,7 +147,7 @@ const (
 //     them). RabbitMQ 3.x refuses a delivery limit of -1 in a policy.
 func (t Topology) Policies(vhost string) []PolicyDefinition {
 	if !t.Quorum {
-		return []PolicyDefinition{t.LazyDelayQueuePolicy(vhost, LazyDelayQueuePolicyName)}
+		return []PolicyDefinition{t.LazyDelayQueuePolicy(vhost, lazyDelayQueuePolicyName)}
 	}
 	queues := t.Queues()
 	policies := []PolicyDefinition{t.argumentPolicy(vhost, InboxDeadLetterPolicyName, queues[0])}
@@ -161,7 +161,7 @@ func (t Topology) Policies(vhost string) []PolicyDefinition {
 // declaration's added arguments set.
 func (t Topology) argumentPolicy(vhost, name string, q Queue) PolicyDefinition {
 	def := amqp.Table{}
-	for _, arg := range AddedArgs {
+	for _, arg := range addedArgs {
 		if v, ok := q.Args[arg]; ok {
 			def[strings.TrimPrefix(arg, "x-")] = v
 		}

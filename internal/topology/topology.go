@@ -239,22 +239,21 @@ func (t Topology) Describe() []string {
 	return lines
 }
 
-// AddedArgs are the queue arguments this version of rebound declares that
+// addedArgs are the queue arguments this version of rebound declares that
 // earlier ones did not: a fixed queue that lacks only these is an earlier
 // rebound's, and is kept (see WithoutAdded).
-var AddedArgs = []string{"x-dead-letter-exchange", "x-dead-letter-routing-key", "x-dead-letter-strategy", amqp.QueueOverflowArg, "x-delivery-limit"}
+var addedArgs = []string{"x-dead-letter-exchange", "x-dead-letter-routing-key", "x-dead-letter-strategy", amqp.QueueOverflowArg, "x-delivery-limit"}
 
-// WithoutAdded returns q as an earlier rebound declared it, without
-// AddedArgs, and the arguments it lacks then ("name=value", sorted).
+// WithoutAdded returns q as an earlier rebound declared it, without the
+// arguments this version added, and the names of those it lacks then.
 func WithoutAdded(q Queue) (legacy Queue, missing []string) {
 	legacy = Queue{Name: q.Name, Args: maps.Clone(q.Args)}
-	for _, name := range AddedArgs {
-		if v, ok := legacy.Args[name]; ok {
-			missing = append(missing, fmt.Sprintf("%s=%v", name, v))
+	for _, name := range addedArgs {
+		if _, ok := legacy.Args[name]; ok {
+			missing = append(missing, name)
 			delete(legacy.Args, name)
 		}
 	}
-	sort.Strings(missing)
 	return legacy, missing
 }
 

@@ -140,7 +140,7 @@ func TestTopologyDefinitions(t *testing.T) {
 			t.Errorf("policy: %v", p)
 		}
 		if !quorum {
-			lazy := ps[LazyDelayQueuePolicyName]
+			lazy := ps[lazyDelayQueuePolicyName]
 			if lazy["apply-to"] != "queues" || lazy["definition"].(map[string]any)["queue-mode"] != "lazy" || lazy["priority"] != 10.0 || len(ps) != 2 {
 				t.Errorf("classic policies: %v", ps)
 			}
@@ -219,12 +219,12 @@ func TestAllowsAndDirect(t *testing.T) {
 }
 
 // TestWithoutAdded: a fixed queue as an earlier rebound declared it is
-// the queue without the arguments added since, which are listed sorted;
+// the queue without the arguments added since, which are named;
 // a queue with none of them is unchanged, and the original is untouched.
 func TestWithoutAdded(t *testing.T) {
 	inbox := testTopology(true, true).Queues()[0]
 	legacy, missing := WithoutAdded(inbox)
-	want := []string{"x-dead-letter-exchange=", "x-dead-letter-routing-key=parked", "x-dead-letter-strategy=at-least-once", "x-overflow=reject-publish"}
+	want := []string{"x-dead-letter-exchange", "x-dead-letter-routing-key", "x-dead-letter-strategy", amqp.QueueOverflowArg}
 	if !slices.Equal(missing, want) {
 		t.Errorf("missing %q, want %q", missing, want)
 	}
