@@ -21,16 +21,14 @@ import (
 // testEnv is one test's topology on the broker, deleted at cleanup.
 type testEnv struct {
 	*brokertest.Deployment
-	t      *testing.T
-	broker *brokertest.Broker
-	conn   *amqp.Connection // the publisher's
-	admin  *amqp.Channel    // the test's own, in confirm mode
-	topo   topology.Topology
-	origin string // an application queue
-	clock  clock  // the time e's publishers see
-
-	mu      sync.Mutex
-	notices []string // what e's publishers noticed
+	t       *testing.T
+	broker  *brokertest.Broker
+	conn    *amqp.Connection // the publisher's
+	admin   *amqp.Channel    // the test's own, in confirm mode
+	topo    topology.Topology
+	origin  string             // an application queue
+	clock   clock              // the time e's publishers see
+	notices brokertest.Notices // what e's publishers noticed
 }
 
 // clock is the real time plus an offset a test moves; the Publisher's
@@ -40,19 +38,6 @@ type clock struct{ offset atomic.Int64 }
 func (c *clock) now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
 
 func (c *clock) advance(d time.Duration) { c.offset.Add(int64(d)) }
-
-// notice is the notice function of e's publishers.
-func (e *testEnv) notice(msg string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.notices = append(e.notices, msg)
-}
-
-func (e *testEnv) noticed() []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return slices.Clone(e.notices)
-}
 
 func newTestEnv(t *testing.T, quorum bool) *testEnv {
 	t.Helper()
@@ -68,7 +53,7 @@ func (e *testEnv) publisher(window int) *Publisher {
 	if _, err := declarer.Declare(e.conn, e.topo); err != nil {
 		e.t.Fatal(err)
 	}
-	p, err := newPublisher(e.conn, e.topo, window, 30*time.Second, e.notice, e.clock.now)
+	p, err := newPublisher(e.conn, e.topo, window, 30*time.Second, e.notices.Add, e.clock.now)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -208,7 +193,7 @@ func TestUnusableDelayQueueIsDetoured(t *testing.T) {
 			t.Errorf("%s: %v, want Confirmed", id, out)
 		}
 	}
-	if notices := e.noticed(); len(notices) != 2 {
+	if notices := e.notices.List(); len(notices) != 2 {
 		t.Errorf("notices = %q, want two, both for the first copy", notices)
 	}
 	detour, _ := e.topo.DelayQueue(delay + 2*time.Millisecond)
@@ -242,7 +227,7 @@ func TestUnusableDelayQueueIsDetoured(t *testing.T) {
 	if got := o.wait(t, 2, 10*time.Second); got["third"] != Confirmed || got["fourth"] != Confirmed {
 		t.Errorf("outcomes after the second detour: %v", got)
 	}
-	if notices := e.noticed(); len(notices) != 3 {
+	if notices := e.notices.List(); len(notices) != 3 {
 		t.Errorf("notices = %q, want three: one more for the detour's queue, none for the fourth copy", notices)
 	}
 	if to, err := p.Delays().Ensure(delay); err != nil || to != delay+3*time.Millisecond {

@@ -37,6 +37,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -306,6 +307,27 @@ func Await(timeout time.Duration, cond func() bool) bool {
 		}
 	}
 	return true
+}
+
+// Notices collects what a component under test reports for the log (its
+// notice function is Add) while the test reads it.
+type Notices struct {
+	mu  sync.Mutex
+	got []string
+}
+
+// Add records msg.
+func (n *Notices) Add(msg string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.got = append(n.got, msg)
+}
+
+// List returns what was recorded so far.
+func (n *Notices) List() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.got)
 }
 
 // SyncBuffer collects a process's output while the test reads it.

@@ -18,17 +18,14 @@ import (
 // testEnv is one test's topology on the broker, deleted at cleanup.
 type testEnv struct {
 	*brokertest.Deployment
-	t      *testing.T
-	broker *brokertest.Broker
 	topo   topology.Topology
 	offset atomic.Int64 // added to the real time the test's Sets see
 }
 
 func newEnv(t *testing.T, quorum bool) *testEnv {
 	t.Helper()
-	b := brokertest.Require(t)
-	d := brokertest.NewDeployment(t, b, nil, nil)
-	e := &testEnv{Deployment: d, t: t, broker: b, topo: d.Topology(quorum)}
+	d := brokertest.NewDeployment(t, brokertest.Require(t), nil, nil)
+	e := &testEnv{Deployment: d, topo: d.Topology(quorum)}
 	if _, err := declarer.Declare(d.Conn, e.topo); err != nil {
 		t.Fatal(err)
 	}
@@ -37,14 +34,20 @@ func newEnv(t *testing.T, quorum bool) *testEnv {
 
 func (e *testEnv) now() time.Time { return time.Now().Add(time.Duration(e.offset.Load())) }
 
-// set returns a Set on a connection of its own, closed at cleanup.
-func (e *testEnv) set() *Set {
-	e.t.Helper()
-	s, err := New(e.broker.Dial(e.t, e.broker.URL), e.topo, nil, e.now)
+// set returns a Set on a connection of its own, closed at cleanup, that
+// has declared the delay queues of delays.
+func (e *testEnv) set(delays ...time.Duration) *Set {
+	e.T.Helper()
+	s, err := New(e.Broker.Dial(e.T, e.Broker.URL), e.topo, nil, e.now)
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
-	e.t.Cleanup(s.Close)
+	e.T.Cleanup(s.Close)
+	for _, d := range delays {
+		if _, err := s.Ensure(d); err != nil {
+			e.T.Fatal(err)
+		}
+	}
 	return s
 }
 
@@ -58,10 +61,7 @@ func (e *testEnv) set() *Set {
 func TestForgetNeverWaitsForADeclaration(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, false)
-	s := e.set()
-	if _, err := s.Ensure(time.Second); err != nil {
-		t.Fatal(err)
-	}
+	s := e.set(time.Second)
 	q, _ := e.topo.DelayQueue(time.Second)
 	if _, err := e.Ch.QueueDelete(q.Name, false, false, false); err != nil {
 		t.Fatal(err)
@@ -72,7 +72,7 @@ func TestForgetNeverWaitsForADeclaration(t *testing.T) {
 	if _, err := s.Ensure(time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := brokertest.QueueLen(e.broker.URL, q.Name); err != nil || n != 0 {
+	if n, err := brokertest.QueueLen(e.Broker.URL, q.Name); err != nil || n != 0 {
 		t.Errorf("delay queue %s after Forget and Ensure: %d, %v; want declared again, empty", q.Name, n, err)
 	}
 }
@@ -80,15 +80,10 @@ func TestForgetNeverWaitsForADeclaration(t *testing.T) {
 func TestSweepIdleDeletesOnlyEmptyClassicQueues(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, false)
-	s := e.set()
-	for _, d := range []time.Duration{time.Second, 2 * time.Second} {
-		if _, err := s.Ensure(d); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s := e.set(time.Second, 2*time.Second)
 	busy, _ := e.topo.DelayQueue(2 * time.Second)
 	// Confirmed, so the message is in the queue before the sweep looks.
-	confirming, err := e.broker.Dial(t, e.broker.URL).Channel()
+	confirming, err := e.Broker.Dial(t, e.Broker.URL).Channel()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +96,7 @@ func TestSweepIdleDeletesOnlyEmptyClassicQueues(t *testing.T) {
 	// While another connection holds the lock of the delay queues (a
 	// `rebound delayed` command may hold messages of this one unacked,
 	// which if-empty does not see), the sweep deletes nothing.
-	other, err := e.broker.Dial(t, e.broker.URL).Channel()
+	other, err := e.Broker.Dial(t, e.Broker.URL).Channel()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +118,7 @@ func TestSweepIdleDeletesOnlyEmptyClassicQueues(t *testing.T) {
 	if err != nil || len(deleted) != 1 || deleted[0] != idle.Name {
 		t.Errorf("SweepIdle = %v, %v; want only %s", deleted, err, idle.Name)
 	}
-	if n, err := brokertest.QueueLen(e.broker.URL, busy.Name); err != nil || n != 1 {
+	if n, err := brokertest.QueueLen(e.Broker.URL, busy.Name); err != nil || n != 1 {
 		t.Errorf("busy delay queue: %d, %v; want kept with its message", n, err)
 	}
 	// The busy one is still leased; the lock was released.
@@ -138,10 +133,7 @@ func TestSweepIdleDeletesOnlyEmptyClassicQueues(t *testing.T) {
 func TestSweepIdleLeavesQuorumQueues(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, true)
-	s := e.set()
-	if _, err := s.Ensure(time.Second); err != nil {
-		t.Fatal(err)
-	}
+	s := e.set(time.Second)
 	e.offset.Add(int64(time.Hour))
 	if deleted, err := s.SweepIdle(time.Minute, true); err != nil || len(deleted) != 0 {
 		t.Errorf("SweepIdle = %v, %v; quorum delay queues are never swept", deleted, err)
@@ -151,7 +143,7 @@ func TestSweepIdleLeavesQuorumQueues(t *testing.T) {
 		t.Errorf("DelayQueues after the sweep = %v, want none", got)
 	}
 	q, _ := e.topo.DelayQueue(time.Second)
-	if _, err := brokertest.QueueLen(e.broker.URL, q.Name); err != nil {
+	if _, err := brokertest.QueueLen(e.Broker.URL, q.Name); err != nil {
 		t.Errorf("quorum delay queue %s: %v; want it kept", q.Name, err)
 	}
 }
