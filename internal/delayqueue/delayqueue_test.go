@@ -15,7 +15,8 @@ import (
 	"github.com/rebound-mq/rebound/internal/topology"
 )
 
-// testEnv is one test's topology on the broker, deleted at cleanup.
+// testEnv is a deployment of its own for one test, with a clock the test
+// moves.
 type testEnv struct {
 	*brokertest.Deployment
 	topo   topology.Topology
@@ -80,8 +81,10 @@ func TestForgetNeverWaitsForADeclaration(t *testing.T) {
 func TestSweepIdleDeletesOnlyEmptyClassicQueues(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, false)
-	s := e.set(time.Second, 2*time.Second)
-	busy, _ := e.topo.DelayQueue(2 * time.Second)
+	// The busy queue's delay outlasts the test: its message must not
+	// expire (and leave the queue empty) before the sweep looks.
+	s := e.set(time.Second, 10*time.Minute)
+	busy, _ := e.topo.DelayQueue(10 * time.Minute)
 	// Confirmed, so the message is in the queue before the sweep looks.
 	confirming, err := e.Broker.Dial(t, e.Broker.URL).Channel()
 	if err != nil {
