@@ -9,7 +9,6 @@
 package delayqueue
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -273,19 +272,6 @@ func (s *Set) SweepIdle(idle time.Duration, remove bool) (deleted []string, err 
 		}
 	}
 	return deleted, nil
-}
-
-// PublishLease publishes l into the in-use queue, expiring after ttl. It
-// is not confirmed: a lease lost is replaced at the next refresh.
-func (s *Set) PublishLease(l Lease, ttl time.Duration) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.withChannel(func(ch *amqp.Channel) error {
-		if err := ch.PublishWithContext(context.Background(), "", s.topo.InUseQueue(), false, false, l.Publishing(ttl)); err != nil {
-			return fmt.Errorf("publish lease: %w", err)
-		}
-		return nil
-	})
 }
 
 // withChannel runs f on the Set's channel, replacing the channel when f's

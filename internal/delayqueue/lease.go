@@ -26,6 +26,7 @@ package delayqueue
 // replica while it sweeps its idle classic delay queues.
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -98,4 +99,17 @@ func Unlock(ch *amqp.Channel, t topology.Topology) error {
 		return fmt.Errorf("unlock delay queues: %w", err)
 	}
 	return nil
+}
+
+// PublishLease publishes l into the in-use queue, expiring after ttl. It
+// is not confirmed: a lease lost is replaced at the next refresh.
+func (s *Set) PublishLease(l Lease, ttl time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.withChannel(func(ch *amqp.Channel) error {
+		if err := ch.PublishWithContext(context.Background(), "", s.topo.InUseQueue(), false, false, l.Publishing(ttl)); err != nil {
+			return fmt.Errorf("publish lease: %w", err)
+		}
+		return nil
+	})
 }
