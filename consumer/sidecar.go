@@ -86,13 +86,14 @@ type Sidecar struct {
 	heartbeat atomic.Int64 // Unix nanoseconds of the last sign of life
 
 	// The retry rate budget: the calendar of copies per origin and second
-	// (the one piece of state rebound keeps, lost on restart), and the
+	// (the one piece of state rebound keeps, lost on restart), the
 	// inbox's consumer count that divides each rate into this replica's
-	// share.
+	// share, and its place among the replicas.
 	calendar       *calendar.Calendar
 	consumers      atomic.Int64 // the divisor of the share (setConsumers)
 	consumerMu     sync.Mutex
-	consumerReads  []consumerRead // within consumerMemory
+	consumerLower  int          // a lower count read once, not yet confirmed; 0 for none
+	place          atomic.Int64 // setPlace
 	consumerWarned atomic.Bool
 	deferrals      deferralLog // used by the session's goroutine only
 
@@ -139,7 +140,8 @@ func New(opt Options) *Sidecar {
 	}
 	s := &Sidecar{opt: opt, log: opt.Logger, m: opt.Metrics, calendar: calendar.New(),
 		replica: fmt.Sprintf("%s #%08x", name, rand.Uint32())}
-	s.setConsumers(1, opt.Now())
+	s.consumers.Store(1)
+	s.reportShares()
 	s.beat()
 	return s
 }

@@ -43,6 +43,13 @@ func (t Topology) InUseQueue() string { return t.DelayQueuePrefix + "in-use" }
 // holds meanwhile.
 func (t Topology) LockQueue() string { return t.DelayQueuePrefix + "lock" }
 
+// PlaceQueue is the exclusive queue that holds place i among the replicas
+// on the inbox: each replica holds the lowest place free, for as long as
+// its consuming connection lives, so that the replicas' places are 0 to
+// n−1 and their shares of the retry rate budget fall in seconds of their
+// own (calendar.Share).
+func (t Topology) PlaceQueue(i int) string { return t.DelayQueuePrefix + "replica." + strconv.Itoa(i) }
+
 // Lease names the delay queues one replica uses. Each lease names all of
 // them, so a replica's newest lease supersedes its older ones, which wait
 // in the in-use queue until they expire.

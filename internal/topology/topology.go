@@ -185,12 +185,27 @@ func (t Topology) DelayQueue(d time.Duration) (Queue, Binding) {
 }
 
 // Owns reports whether queue is one of rebound's own: the inbox, the
-// parking queue, a delay queue, the in-use queue or the lock. None of
+// parking queue, a delay queue, the in-use queue, the lock or a replica's
+// place (PlaceQueue). None of
 // them is ever an origin: a message sent "back" to one would loop through
 // rebound or slip into the parking queue unmarked.
 func (t Topology) Owns(queue string) bool {
 	return queue == t.InboxQueue || queue == t.ParkingQueue || t.IsDelayQueue(queue) ||
-		queue == t.InUseQueue() || queue == t.LockQueue()
+		queue == t.InUseQueue() || queue == t.LockQueue() || t.isPlaceQueue(queue)
+}
+
+// isPlaceQueue reports whether queue is a replica's place (PlaceQueue).
+func (t Topology) isPlaceQueue(queue string) bool {
+	n, ok := strings.CutPrefix(queue, t.DelayQueuePrefix+"replica.")
+	if !ok || n == "" {
+		return false
+	}
+	for _, c := range n {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // IsDelayQueue reports whether queue is one of the topology's delay queues.
