@@ -76,6 +76,12 @@ type origin struct {
 	counts []uint32 // counts[s % horizonSeconds] for second s
 	second []uint32 // which second each slot holds, in Unix seconds (until 2106)
 	used   uint64   // the calendar's tick when last booked
+	latest int64    // the latest second booked
+
+	// share is the share in force; earlier the one before it, which
+	// still bounds the seconds up to until (0: none). See adopt.
+	share, earlier Share
+	until          int64
 }
 
 // New returns an empty calendar.
@@ -175,6 +181,7 @@ func (c *Calendar) reserve(key string, now time.Time, delay, latest time.Duratio
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	o := c.origin(key)
+	o.adopt(sh)
 	d := delay
 	for {
 		s := now.Add(d).Unix()
@@ -192,7 +199,7 @@ func (c *Calendar) reserve(key string, now time.Time, delay, latest time.Duratio
 			o.book(now.Add(last).Unix())
 			return last, Overflow
 		}
-		if o.count(s) < sh.capacity(s) {
+		if o.count(s) < o.capacity(s) {
 			o.book(s)
 			return d, outcome(d, delay)
 		}
@@ -248,7 +255,36 @@ func (o *origin) count(s int64) uint32 {
 	return o.counts[i]
 }
 
+// adopt makes sh the share in force. A share that changes (a replica
+// joined or left, or this one moved place) applies in full only past the
+// seconds already booked, and a second of margin for each copy the old
+// share held per second below one: in those, the other replicas booked
+// their parts at the old shares too (the one that left among them, whose
+// copies still come due there), so this replica books there no more than
+// either share allows. A replica that joins cannot know what the others
+// booked before it came; that is the bound of the overshoot.
+func (o *origin) adopt(sh Share) {
+	if sh == o.share {
+		return
+	}
+	if old := o.share.PerSecond(); o.share.Rate > 0 && o.latest > 0 {
+		o.earlier = o.share
+		o.until = o.latest + int64(math.Ceil(1/old))
+	}
+	o.share = sh
+}
+
+// capacity is how many copies fit in second s at the share in force
+// then.
+func (o *origin) capacity(s int64) uint32 {
+	if s <= o.until {
+		return min(o.earlier.capacity(s), o.share.capacity(s))
+	}
+	return o.share.capacity(s)
+}
+
 func (o *origin) book(s int64) {
+	o.latest = max(o.latest, s)
 	i := o.slot(s)
 	if o.second[i] != uint32(s) {
 		o.second[i], o.counts[i] = uint32(s), 0

@@ -137,6 +137,59 @@ func TestReplicasSharesAddUpToTheCap(t *testing.T) {
 	}
 }
 
+// TestReplicasJoiningOrLeavingMidStorm: replicas book a storm, each alone
+// at its share; then one joins, or one leaves (its copies still come due
+// in the seconds it booked), and the others book on at their new shares.
+// A leave costs nothing over the cap: a larger share applies only past
+// the seconds already booked. A join is bounded by the newcomer's share,
+// rounded up, in each second the others had booked before it came.
+func TestReplicasJoiningOrLeavingMidStorm(t *testing.T) {
+	const rate = 40
+	for _, tc := range []struct {
+		name          string
+		before, after int
+	}{
+		{"2 to 3", 2, 3}, {"3 to 2", 3, 2}, {"1 to 2", 1, 2}, {"2 to 1", 2, 1}, {"50 to 49", 50, 49}, {"49 to 50", 49, 50},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			perSecond := map[int64]int{}
+			cals := make([]*Calendar, max(tc.before, tc.after))
+			for i := range cals {
+				cals[i] = New()
+			}
+			storm := func(replicas, copies int, at time.Time) (latest int64) {
+				for i := range replicas {
+					sh := Share{Rate: rate, Replicas: replicas, Index: i}
+					for range copies {
+						d, _ := cals[i].reserve("orders", at, 0, 0, sh, up2)
+						s := at.Add(d).Unix()
+						perSecond[s]++
+						latest = max(latest, s)
+					}
+				}
+				return latest
+			}
+			// 20 seconds of the cap booked, then the change 5 s later.
+			booked := storm(tc.before, 20*rate/tc.before, t0)
+			changed := t0.Add(5 * time.Second)
+			storm(tc.after, 20*rate/tc.after, changed)
+			excess := 0
+			for _, n := range perSecond {
+				excess += max(n-rate, 0)
+			}
+			bound := 0
+			if tc.after > tc.before {
+				share := (rate + tc.after - 1) / tc.after
+				bound = share * int(booked-changed.Unix()+1)
+			}
+			t.Logf("%d over the cap in all, bound %d", excess, bound)
+			if excess > bound {
+				t.Errorf("%d copies over the cap of %d, more than the bound of %d", excess, rate, bound)
+			}
+		})
+	}
+}
+
 // TestRetryRoundsAnOverflowDown: a copy that finds no room before its
 // deadline comes due at the delay queue just before the deadline, never
 // before its policy's delay.
