@@ -268,8 +268,12 @@ func (o *origin) adopt(sh Share) {
 		return
 	}
 	if old := o.share.PerSecond(); o.share.Rate > 0 && o.latest > 0 {
-		o.earlier = o.share
-		o.until = o.latest + int64(math.Ceil(1/old))
+		// Changes in a row (a replica left, then this one moved place):
+		// the smallest share still bounds every second booked under it.
+		if o.until < o.latest || o.share.PerSecond() < o.earlier.PerSecond() {
+			o.earlier = o.share
+		}
+		o.until = max(o.until, o.latest+int64(math.Ceil(1/old)))
 	}
 	o.share = sh
 }

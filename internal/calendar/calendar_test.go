@@ -148,8 +148,14 @@ func TestReplicasJoiningOrLeavingMidStorm(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
 		before, after int
+		// firstLeaves: the replica at place 0 leaves, and the one at the
+		// last place moves down to it after counting the leave (a share
+		// changed twice in a row); otherwise the last place leaves.
+		firstLeaves bool
 	}{
-		{"2 to 3", 2, 3}, {"3 to 2", 3, 2}, {"1 to 2", 1, 2}, {"2 to 1", 2, 1}, {"50 to 49", 50, 49}, {"49 to 50", 49, 50},
+		{"2 to 3", 2, 3, false}, {"3 to 2", 3, 2, false}, {"3 to 2, place 0 left", 3, 2, true},
+		{"1 to 2", 1, 2, false}, {"2 to 1", 2, 1, false}, {"2 to 1, place 0 left", 2, 1, true},
+		{"50 to 49", 50, 49, false}, {"50 to 49, place 0 left", 50, 49, true}, {"49 to 50", 49, 50, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			perSecond := map[int64]int{}
@@ -157,22 +163,42 @@ func TestReplicasJoiningOrLeavingMidStorm(t *testing.T) {
 			for i := range cals {
 				cals[i] = New()
 			}
-			storm := func(replicas, copies int, at time.Time) (latest int64) {
-				for i := range replicas {
-					sh := Share{Rate: rate, Replicas: replicas, Index: i}
-					for range copies {
-						d, _ := cals[i].reserve("orders", at, 0, 0, sh, up2)
-						s := at.Add(d).Unix()
-						perSecond[s]++
-						latest = max(latest, s)
-					}
+			book := func(c *Calendar, sh Share, copies int, at time.Time) (latest int64) {
+				for range copies {
+					d, _ := c.reserve("orders", at, 0, 0, sh, up2)
+					s := at.Add(d).Unix()
+					perSecond[s]++
+					latest = max(latest, s)
 				}
 				return latest
 			}
 			// 20 seconds of the cap booked, then the change 5 s later.
-			booked := storm(tc.before, 20*rate/tc.before, t0)
+			var booked int64
+			for i := range tc.before {
+				booked = max(booked, book(cals[i], Share{Rate: rate, Replicas: tc.before, Index: i}, 20*rate/tc.before, t0))
+			}
 			changed := t0.Add(5 * time.Second)
-			storm(tc.after, 20*rate/tc.after, changed)
+			copies := 20 * rate / tc.after
+			switch {
+			case tc.after > tc.before:
+				for i := range tc.after {
+					book(cals[i], Share{Rate: rate, Replicas: tc.after, Index: i}, copies, changed)
+				}
+			case tc.firstLeaves:
+				for i := 1; i < tc.before; i++ {
+					place := i
+					if i == tc.before-1 {
+						// Counted the leave at its old place first.
+						book(cals[i], Share{Rate: rate, Replicas: tc.after, Index: i}, 1, changed)
+						place = 0
+					}
+					book(cals[i], Share{Rate: rate, Replicas: tc.after, Index: place}, copies, changed)
+				}
+			default:
+				for i := range tc.after {
+					book(cals[i], Share{Rate: rate, Replicas: tc.after, Index: i}, copies, changed)
+				}
+			}
 			excess := 0
 			for _, n := range perSecond {
 				excess += max(n-rate, 0)
