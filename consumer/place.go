@@ -64,3 +64,36 @@ func (w *watcher) takePlace(n int) {
 		return
 	}
 }
+
+// placesHeld counts the places below limit that a replica holds, this one
+// included, by declaring each passively: the broker refuses one another
+// connection holds (405) and knows none that is free (404). It reports
+// false when it cannot tell (this replica holds no place, or another
+// error): then the inbox's count stands.
+func (w *watcher) placesHeld(limit int) (int, bool) {
+	if w.placeOff || w.place < 0 {
+		return 0, false
+	}
+	topo := w.ss.router.Topology
+	held := 0
+	for i := range limit {
+		if i == w.place {
+			held++
+			continue
+		}
+		ch, err := w.channel()
+		if err != nil {
+			return 0, false
+		}
+		_, err = ch.QueueDeclarePassive(topo.PlaceQueue(i), false, false, true, false, nil)
+		var aerr *amqp.Error
+		switch {
+		case errors.As(err, &aerr) && aerr.Code == amqp.ResourceLocked:
+			held++
+		case errors.As(err, &aerr) && aerr.Code == amqp.NotFound:
+		default:
+			return 0, false // a place that exists and is not exclusive, or the broker would not say
+		}
+	}
+	return held, true
+}

@@ -115,7 +115,16 @@ func (w *watcher) inbox() {
 	}
 	s.m.InboxMessages.Set(float64(q.Messages))
 	s.m.InboxConsumers.Set(float64(q.Consumers))
-	s.setConsumers(q.Consumers)
+	n := q.Consumers
+	if counted := int(s.consumers.Load()); n < counted {
+		// Fewer consumers than counted: a replica left, or one is
+		// between two consumers (inbox.refit), which on a busy broker
+		// can outlast two readings. The places tell them apart.
+		if held, ok := w.placesHeld(counted); ok {
+			n = max(n, held)
+		}
+	}
+	s.setConsumers(n)
 	w.takePlace(int(s.consumers.Load()))
 }
 
