@@ -113,17 +113,7 @@ func TestMeterHoldsBytesToTheBudget(t *testing.T) {
 			}
 		}
 		m = newMeter(conn, budget)
-
-		done := make(chan struct{})
-		go func() { // amqp091-go's reader
-			defer close(done)
-			buf := make([]byte, 4096)
-			for {
-				if _, err := m.Read(buf); err != nil {
-					return
-				}
-			}
-		}()
+		done := readToTheEnd(m)
 
 		var mu sync.Mutex
 		var held []int64
@@ -247,6 +237,22 @@ func (m *meter) waitingMessages() int {
 	return len(m.arrived)
 }
 
+// readToTheEnd reads m, as amqp091-go's reader does, until it fails (the
+// end of the stream); done is closed then.
+func readToTheEnd(m *meter) (done <-chan struct{}) {
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		buf := make([]byte, 4096)
+		for {
+			if _, err := m.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	return ended
+}
+
 // basicFrame is a basic method frame with a short string argument (a
 // consumer tag), as basic.cancel-ok and basic.consume-ok are.
 func basicFrame(method uint16, consumer string) []byte {
@@ -309,16 +315,7 @@ func TestMeterRequeuesWhatAnEndedConsumerIsSent(t *testing.T) {
 			now := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return clock }
 			m := newMeter(conn, budget)
 			m.now = now
-			done := make(chan struct{})
-			go func() { // amqp091-go's reader
-				defer close(done)
-				buf := make([]byte, 4096)
-				for {
-					if _, err := m.Read(buf); err != nil {
-						return
-					}
-				}
-			}()
+			done := readToTheEnd(m)
 			await := func(what string, cond func() bool) {
 				t.Helper()
 				for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {

@@ -196,21 +196,17 @@ func (t Topology) Owns(queue string) bool {
 
 // isPlaceQueue reports whether queue is a replica's place (PlaceQueue).
 func (t Topology) isPlaceQueue(queue string) bool {
-	n, ok := strings.CutPrefix(queue, t.DelayQueuePrefix+"replica.")
-	if !ok || n == "" {
-		return false
-	}
-	for _, c := range n {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
+	return numbered(queue, t.DelayQueuePrefix+"replica.")
 }
 
 // IsDelayQueue reports whether queue is one of the topology's delay queues.
 func (t Topology) IsDelayQueue(queue string) bool {
-	digits, ok := strings.CutPrefix(queue, t.DelayQueuePrefix)
+	return numbered(queue, t.DelayQueuePrefix)
+}
+
+// numbered reports whether name is prefix followed by decimal digits only.
+func numbered(name, prefix string) bool {
+	digits, ok := strings.CutPrefix(name, prefix)
 	if !ok || digits == "" {
 		return false
 	}
