@@ -68,6 +68,7 @@ lint:
 	go vet ./...
 	go vet -tags chaos ./e2e/
 	go run $(STATICCHECK) ./...
+	bash scripts/rabbitmq43_test.sh
 	go run $(STATICCHECK) -tags chaos ./e2e/
 
 # The broker the demo and `make run` use: RabbitMQ 3.10 on 127.0.0.1:5672.

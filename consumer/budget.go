@@ -13,92 +13,78 @@ import (
 
 // The retry rate budget (REBOUND_RETRY_RATE): each replica sends an
 // origin queue at most its share of the policy's rate, the rate over the
-// inbox's consumers, keeping the calendar of when its copies come due
-// (package calendar).
+// replicas on the inbox at the replica's place among them, keeping the
+// calendar of when its copies come due (package calendar). The count is
+// the inbox's consumers, read every inboxEvery; the place is the lowest
+// free PlaceQueue, which the watcher holds (place.go).
 
-// consumerMemory is how long a consumer count read keeps counting
-// towards the share. A replica replacing its inbox consumer for a new
-// prefetch (inbox.refit) has none for a moment, and a count read then
-// would hand every other replica a larger share, and the replicas
-// together would pass the cap; so the share divides by the largest count read within consumerMemory. A
-// replica that joins lowers the others' share at once, one that leaves
-// raises it that much later: the safe way.
-const consumerMemory = 3 * inboxEvery
-
-// consumerRead is one reading of the inbox's consumer count.
-type consumerRead struct {
-	at time.Time
-	n  int
-}
-
-// setConsumers records the inbox's consumer count as read at now; the
-// largest count read within consumerMemory divides every policy's rate
-// into this replica's share.
-func (s *Sidecar) setConsumers(n int, now time.Time) {
-	if n < 1 {
-		n = 1 // this replica consumes, whatever the broker says
-	}
+// setConsumers records the inbox's consumer count as read at one
+// reading. A higher count than the one in use is taken at once: a
+// replica joined, and every share falls. A lower one is taken only when
+// the next reading is lower too (the larger of the two): a replica
+// replacing its inbox consumer for a new prefetch (inbox.refit) has none
+// for a moment, and a reading then would raise every other replica's
+// share, while a replica that left is gone from both.
+func (s *Sidecar) setConsumers(n int) {
+	n = max(n, 1) // this replica consumes, whatever the broker says
 	s.consumerMu.Lock()
-	s.consumerReads = append(s.consumerReads, consumerRead{at: now, n: n})
-	recent := s.consumerReads[:0]
-	for _, r := range s.consumerReads {
-		if now.Sub(r.at) < consumerMemory {
-			recent = append(recent, r)
-			n = max(n, r.n)
-		}
+	in := int(s.consumers.Load())
+	switch {
+	case n >= in:
+		s.consumerLower = 0
+	case s.consumerLower == 0:
+		s.consumerLower, n = n, in // held: the next reading says
+	default:
+		n, s.consumerLower = max(n, s.consumerLower), 0
 	}
-	s.consumerReads = recent
 	s.consumerMu.Unlock()
-	if s.consumers.Swap(int64(n)) == int64(n) {
-		return
+	if s.consumers.Swap(int64(n)) != int64(n) {
+		s.reportShares()
 	}
+}
+
+// setPlace records this replica's place among the replicas (PlaceQueue),
+// 0 when it holds none.
+func (s *Sidecar) setPlace(i int) {
+	if s.place.Swap(int64(i)) != int64(i) {
+		s.reportShares()
+	}
+}
+
+func (s *Sidecar) reportShares() {
 	for _, p := range s.opt.Router.Policies.All() {
-		s.m.RateShare.WithLabelValues(p.Name).Set(s.share(p))
+		s.m.RateShare.WithLabelValues(p.Name).Set(s.share(p).PerSecond())
 	}
 }
 
-// share is the copies a second this replica may send each origin of p.
-func (s *Sidecar) share(p *policy.Named) float64 {
-	return p.RetryRate / float64(max(s.consumers.Load(), 1))
+// share is this replica's part of p's retry rate.
+func (s *Sidecar) share(p *policy.Named) calendar.Share {
+	return calendar.Share{Rate: p.RetryRate, Replicas: int(max(s.consumers.Load(), 1)), Index: int(s.place.Load())}
 }
 
-// budget applies the retry rate budget to a retry: its copy comes due no
-// earlier than the policy wants and no later than the policy's deadline,
-// in a second that still has room for the origin, and the decision says
-// when. A park, and a policy without a rate, pass as they are.
+// budget applies the retry rate budget to a route (route.Router.Budget)
+// and counts and logs what it did.
 func (ss *session) budget(rt route.Route, st headers.State, now time.Time) route.Route {
 	s := ss.s
-	p := rt.Policy
-	if !rt.Decision.Retry || p.RetryRate <= 0 {
+	rt = ss.router.Budget(rt, st, now, s.calendar, s.share(rt.Policy))
+	name := rt.Policy.Name
+	switch rt.Budget {
+	case calendar.OnTime:
 		return rt
-	}
-	up := func(d time.Duration) time.Duration { return policy.RoundUp(d, p.Digits()) }
-	delay, outcome := s.calendar.Reserve(rt.Origin.Queue, now, rt.Decision.Delay, p.Remaining(st.State, now), s.share(p), up)
-	if outcome == calendar.OnTime {
-		return rt
-	}
-	if outcome == calendar.Overflow {
-		// At the deadline, which is to the millisecond: a delay queue for
-		// it would be one of a kind, and a storm would make thousands.
-		// The delay queue just before it, never before the policy's.
-		delay = max(policy.RoundDown(delay, p.Digits()), rt.Decision.Delay)
-	}
-	added := delay - rt.Decision.Delay
-	rt.Decision.Delay = delay
-	switch outcome {
 	case calendar.Deferred:
-		s.m.RateDeferred.WithLabelValues(p.Name).Inc()
-		s.m.RateDeferral.WithLabelValues(p.Name).Observe(added.Seconds())
+		s.m.RateDeferred.WithLabelValues(name).Inc()
+		s.m.RateDeferral.WithLabelValues(name).Observe(rt.Added.Seconds())
 	case calendar.Overflow:
-		s.m.RateOverflow.WithLabelValues(p.Name).Inc()
-		if added > 0 {
-			s.m.RateDeferral.WithLabelValues(p.Name).Observe(added.Seconds())
+		s.m.RateOverflow.WithLabelValues(name).Inc()
+		if rt.Added > 0 {
+			s.m.RateDeferral.WithLabelValues(name).Observe(rt.Added.Seconds())
 		}
 	}
 	if s.deferrals.first(rt.Origin.Queue, now) {
 		s.log.Info("retry rate budget: copies to this origin queue come back later than their policy wanted",
-			zap.String("origin", quoteShort(rt.Origin.Queue)), zap.String("policy", p.Name),
-			zap.Float64("share_per_second", s.share(p)), zap.Duration("added", added), zap.Bool("over_budget", outcome == calendar.Overflow))
+			zap.String("origin", quoteShort(rt.Origin.Queue)), zap.String("policy", name),
+			zap.Float64("share_per_second", s.share(rt.Policy).PerSecond()), zap.Duration("added", rt.Added),
+			zap.Bool("over_budget", rt.Budget == calendar.Overflow))
 	}
 	return rt
 }

@@ -52,34 +52,43 @@ func TestBudgetKeepsDeadlineCopiesOnTheGrid(t *testing.T) {
 	}
 }
 
-// TestShareIgnoresAMomentWithoutAConsumer: the share divides by the
-// largest consumer count read within consumerMemory, so a reading taken
+// TestShareIgnoresAMomentWithoutAConsumer: a lower consumer count is taken
+// on the second reading in a row that shows it, so that a reading taken
 // while another replica replaces its consumer (one fewer for a moment)
 // does not raise this replica's share; a replica that joins lowers it at
-// once, and one that left raises it once consumerMemory has passed.
+// the first reading, one that left raises it at the second; the place
+// among the replicas goes with the share.
 func TestShareIgnoresAMomentWithoutAConsumer(t *testing.T) {
 	p := policy.Policy{Backoff: policy.Constant, MinDelay: time.Second, MaxDelay: time.Second, Jitter: policy.NoJitter,
 		MaxDuration: time.Hour, RetryRate: 60}
 	r := route.Router{Policies: policy.NewSet(p), Codec: headers.NewCodec(headers.DefaultNames())}
-	start := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-	s := New(Options{Router: r, Logger: zap.NewNop(), Metrics: NewMetrics(prometheus.NewRegistry(), r), Now: func() time.Time { return start }})
+	s := New(Options{Router: r, Logger: zap.NewNop(), Metrics: NewMetrics(prometheus.NewRegistry(), r)})
 	named := r.Policies.Default()
-	for _, step := range []struct {
-		after     time.Duration
+	for i, step := range []struct {
 		consumers int
 		share     float64
 	}{
-		{0, 2, 30},
-		{inboxEvery, 1, 30}, // the other replica between two consumers
-		{2 * inboxEvery, 3, 20},
-		{3 * inboxEvery, 2, 20},                  // the third left: not yet
-		{3*inboxEvery + consumerMemory, 2, 30},   // now
-		{4*inboxEvery + consumerMemory, 0, 30},   // a reading of none: this replica counts
-		{4*inboxEvery + 2*consumerMemory, 0, 60}, // alone for consumerMemory
+		{2, 30},
+		{1, 30}, // the other replica between two consumers
+		{2, 30},
+		{3, 20}, // a third joined
+		{2, 20}, // and left, or a moment without its consumer
+		{3, 20}, // a moment
+		{2, 20},
+		{2, 30}, // left
+		{0, 30}, // a reading of none: this replica counts
+		{0, 60},
+		{4, 15},
+		{2, 15},
+		{3, 20}, // two lower readings: the larger of them
 	} {
-		s.setConsumers(step.consumers, start.Add(step.after))
-		if got := s.share(named); got != step.share {
-			t.Errorf("after %v, %d consumers read: share %v, want %v", step.after, step.consumers, got, step.share)
+		s.setConsumers(step.consumers)
+		if got := s.share(named).PerSecond(); got != step.share {
+			t.Errorf("reading %d, %d consumers: share %v, want %v", i, step.consumers, got, step.share)
 		}
+	}
+	s.setPlace(2)
+	if sh := s.share(named); sh.Index != 2 || sh.Replicas != 3 || sh.Rate != 60 {
+		t.Errorf("share %+v, want rate 60 over 3 replicas at place 2", sh)
 	}
 }

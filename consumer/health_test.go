@@ -45,6 +45,56 @@ func TestHealthy(t *testing.T) {
 	}
 }
 
+// TestHealthyFailsOnAStall: the consume connection unread for the
+// in-flight bytes budget while rebound holds no delivery, longer than a
+// heartbeat interval, is a stall a restart cures: /healthz fails. Waiting
+// on deliveries rebound holds (an origin's backoff, a slow confirm) is
+// not, nor is a resource alarm.
+func TestHealthyFailsOnAStall(t *testing.T) {
+	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	s := New(Options{
+		Logger: zap.NewNop(), Metrics: NewMetrics(prometheus.NewRegistry(), route.Router{}), ConfirmTimeout: 10 * time.Second,
+		Now: clock,
+	})
+	m := newMeter(nil, 1000)
+	m.now = clock
+	s.inboxMeter.Store(m)
+	s.stallAfter.Store(int64(30 * time.Second))
+	waiting := func(held int64) func() {
+		return func() {
+			m.mu.Lock()
+			m.waitingSince, m.held = now, held
+			m.mu.Unlock()
+		}
+	}
+	later := func(d time.Duration) func() { return func() { now = now.Add(d); s.beat() } }
+	for _, step := range []struct {
+		what    string
+		do      func()
+		stalled string // "" when healthy
+	}{
+		{"reading", func() {}, ""},
+		{"waiting, holding deliveries", waiting(2000), ""},
+		{"a minute later", later(time.Minute), ""},
+		{"waiting, holding nothing", waiting(0), ""},
+		{"29s later", later(29 * time.Second), ""},
+		{"31s later", later(2 * time.Second), "inbox stalled: the consume connection unread for 31s while rebound holds no delivery"},
+		{"blocked by a resource alarm", func() { s.setBlocked(true) }, ""},
+		{"unblocked", func() { s.setBlocked(false) }, "inbox stalled: the consume connection unread for 31s while rebound holds no delivery"},
+		{"between sessions", func() { s.inboxMeter.Store(nil) }, ""},
+	} {
+		step.do()
+		err := s.Healthy()
+		switch {
+		case step.stalled == "" && err != nil:
+			t.Errorf("%s: Healthy = %v, want nil", step.what, err)
+		case step.stalled != "" && (err == nil || err.Error() != step.stalled):
+			t.Errorf("%s: Healthy = %v, want %q", step.what, err, step.stalled)
+		}
+	}
+}
+
 func TestReadyFollowsSessionAndResourceAlarm(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	core, logs := observer.New(zap.InfoLevel)

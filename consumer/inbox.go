@@ -43,10 +43,11 @@ type inbox struct {
 	live     <-chan amqp.Delivery
 	// reading is the channel read now: the live consumer's, or a
 	// cancelled one's until it has handed over every delivery it had; nil
-	// while there is neither.
-	reading  <-chan amqp.Delivery
-	replaced chan replacement // a replacement's outcome, when one runs
-	running  sync.WaitGroup   // replacements and cancels under way
+	// while there is neither. readingTag is its consumer's tag.
+	reading    <-chan amqp.Delivery
+	readingTag string
+	replaced   chan replacement // a replacement's outcome, when one runs
+	running    sync.WaitGroup   // replacements and cancels under way
 
 	last    time.Time // the last delivery taken
 	lastTag uint64    // and its tag
@@ -90,7 +91,7 @@ func (in *inbox) install(r replacement) error {
 	}
 	in.tag, in.prefetch, in.live = r.tag, r.prefetch, r.deliveries
 	if in.reading == nil {
-		in.reading = r.deliveries
+		in.reading, in.readingTag = r.deliveries, r.tag
 	}
 	in.onPrefetch(r.prefetch)
 	return nil
@@ -102,15 +103,17 @@ func (in *inbox) deliveries() <-chan amqp.Delivery { return in.reading }
 
 // ended is called when the channel being read is closed: a cancelled
 // consumer has handed over its last delivery, and the live one's come
-// next. The live consumer's channel closing is an error: the channel or
-// the connection went away.
-func (in *inbox) ended() error {
+// next. It returns the cancelled consumer's tag: what the broker still
+// sends it, amqp091-go drops (meter.end). The live consumer's channel
+// closing is an error: the channel or the connection went away.
+func (in *inbox) ended() (string, error) {
 	if in.reading == in.live {
-		return errors.New("inbox deliveries stopped")
+		return "", errors.New("inbox deliveries stopped")
 	}
-	in.reading = in.live
+	cancelled := in.readingTag
+	in.reading, in.readingTag = in.live, in.tag
 	in.retiredThrough = in.lastTag
-	return nil
+	return cancelled, nil
 }
 
 // took records a delivery the session took.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/binary"
 	"net"
+	"slices"
 	"sync"
 	"time"
 )
@@ -29,13 +30,19 @@ import (
 // rebound holds of message bodies, taken, waiting or half read, stays
 // within the budget plus one message (and the 64 KiB it reads ahead).
 //
-// It also reads the delivery tag of each basic.deliver, so that it knows
-// which message is which: a delivery amqp091-go reads off the socket but
-// never hands to the session (it drops one whose consumer was cancelled
-// already, which quorum queues can send after basic.cancel-ok) is found when the session takes a later one. take
-// names those, so that the session requeues them: a multiple ack would
-// otherwise cover a delivery rebound never saw, and the broker would
-// forget a message that was never copied.
+// It also reads the consumer tag and delivery tag of each basic.deliver,
+// so that it knows which message is which and whose. amqp091-go drops a
+// delivery whose consumer was cancelled already (the broker may send one
+// after basic.cancel-ok): once the session says that consumer ended
+// (end), its deliveries, those read and those read later, wait no more:
+// the meter hands them to the session (orphans, signalled on orphaned) to
+// requeue at once, and wakes the reader. Were they counted as waiting,
+// one larger than the budget would stop the reader for good, before the
+// replies the session waits for. A delivery dropped otherwise is found
+// when the session takes a later one (take). Either way the session
+// requeues it: a multiple ack would otherwise cover a delivery rebound
+// never saw, and the broker would forget a message that was never
+// copied.
 //
 // While it waits, nothing is read on the connection: replies to the
 // session's calls and the broker's heartbeats wait too. The read deadline
@@ -63,6 +70,17 @@ type meter struct {
 	peak     int64 // the most of held plus waiting
 	released bool  // no more waiting: the connection is closing
 	span     time.Duration
+	// ended is the consumers the session said ended, newest last (a few:
+	// a cancelled consumer's stray deliveries come soon after it ends);
+	// orphans the deliveries of theirs not yet handed to the session, and
+	// orphaned signals when there are some.
+	ended    []string
+	orphans  []uint64
+	orphaned chan struct{}
+	// waitingSince is when Read began to wait, zero while it reads, by
+	// now (time.Now unless set).
+	waitingSince time.Time
+	now          func() time.Time
 	// observe hears what rebound holds after each take and settle (the
 	// gauge rebound_inflight_bytes); it is called with mu held.
 	observe func(bytes int64)
@@ -76,13 +94,18 @@ type meter struct {
 	body    int64  // body bytes of the message in progress still to come
 	partial int64  // body bytes of the message in progress read so far
 	tag     uint64 // the delivery tag of the last basic.deliver: the message in progress
+	by      string // and its consumer tag
 }
 
 // arrival is a message read whole off the socket.
 type arrival struct {
 	tag  uint64 // 0 if its basic.deliver was not read (a basic.get-ok)
+	by   string // its consumer tag
 	size int64
 }
+
+// maxEnded is how many ended consumers the meter remembers.
+const maxEnded = 8
 
 // AMQP 0-9-1 frame types, and basic.deliver's class and method.
 const (
@@ -95,7 +118,8 @@ const (
 )
 
 func newMeter(conn net.Conn, budget int64) *meter {
-	m := &meter{Conn: conn, budget: max(budget, 1), socket: bufio.NewReaderSize(conn, 64<<10)}
+	m := &meter{Conn: conn, budget: max(budget, 1), socket: bufio.NewReaderSize(conn, 64<<10),
+		orphaned: make(chan struct{}, 1), now: time.Now}
 	m.ready = sync.NewCond(&m.mu)
 	return m
 }
@@ -109,9 +133,13 @@ func (m *meter) Read(p []byte) (int, error) {
 	m.mu.Lock()
 	waited := false
 	for m.full() {
+		if !waited {
+			m.waitingSince = m.now()
+		}
 		waited = true
 		m.ready.Wait()
 	}
+	m.waitingSince = time.Time{}
 	span := m.span
 	m.mu.Unlock()
 	if waited && span > 0 {
@@ -213,6 +241,7 @@ func (m *meter) readDeliver(chunk []byte) {
 		chunk = chunk[k:]
 		if need > 5 && len(m.payload) == need {
 			m.tag = binary.BigEndian.Uint64(m.payload[need-8:])
+			m.by = string(m.payload[5 : need-8])
 			return
 		}
 	}
@@ -222,18 +251,83 @@ func (m *meter) readDeliver(chunk []byte) {
 func (m *meter) arrive() {
 	m.mu.Lock()
 	m.received += m.partial
-	m.arrived = append(m.arrived, arrival{tag: m.tag, size: m.partial})
+	a := arrival{tag: m.tag, by: m.by, size: m.partial}
+	if a.tag != 0 && slices.Contains(m.ended, a.by) {
+		m.orphan(a)
+	} else {
+		m.arrived = append(m.arrived, a)
+	}
 	m.peak = max(m.peak, m.held+m.received-m.taken)
 	m.mu.Unlock()
-	m.partial, m.tag = 0, 0
+	m.partial, m.tag, m.by = 0, 0, ""
+}
+
+// orphan hands a, a delivery of an ended consumer, to the session to
+// requeue: it waits no more. m.mu is held.
+func (m *meter) orphan(a arrival) {
+	m.taken += a.size
+	m.orphans = append(m.orphans, a.tag)
+	select {
+	case m.orphaned <- struct{}{}:
+	default: // signalled already
+	}
+}
+
+// end records that the session's consumer tag ended (its deliveries
+// channel closed after basic.cancel-ok): its deliveries read and not
+// taken, and those read later, are orphans, and the reader reads on.
+func (m *meter) end(consumer string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.ended) == maxEnded {
+		m.ended = slices.Delete(m.ended, 0, 1)
+	}
+	m.ended = append(m.ended, consumer)
+	kept := m.arrived[:0]
+	for _, a := range m.arrived {
+		if a.tag != 0 && a.by == consumer {
+			m.orphan(a)
+		} else {
+			kept = append(kept, a)
+		}
+	}
+	clear(m.arrived[len(kept):])
+	m.arrived = kept
+	m.report()
+	m.ready.Broadcast()
+}
+
+// takeOrphans returns the deliveries of ended consumers not handed to the
+// session yet, for it to requeue.
+func (m *meter) takeOrphans() []uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	tags := m.orphans
+	m.orphans = nil
+	return tags
+}
+
+// stalled is how long Read has waited while rebound holds nothing taken
+// (what waits is only in amqp091-go, for the session to take): 0 when it
+// reads, or waits on deliveries rebound holds.
+func (m *meter) stalled(now time.Time) time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.waitingSince.IsZero() || m.held > 0 {
+		return 0
+	}
+	return max(now.Sub(m.waitingSince), 0)
 }
 
 // take records that the session took the delivery tag of size body
 // bytes, and returns the tags of the deliveries read off the socket
-// before it that never reached the session: their bytes wait no more.
+// before it that never reached the session, and of the orphans not handed
+// over yet: their bytes wait no more.
 func (m *meter) take(tag uint64, size int64) (dropped []uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	// Orphans first: the acker must register them before tag.
+	dropped, m.orphans = m.orphans, nil
 	for len(m.arrived) > 0 && m.arrived[0].tag != 0 && m.arrived[0].tag < tag {
 		dropped = append(dropped, m.arrived[0].tag)
 		m.taken += m.arrived[0].size

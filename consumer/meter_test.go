@@ -26,8 +26,12 @@ func frame(typ byte, payload []byte) []byte {
 // bytes: basic.deliver, the content header, the body in frames of at most
 // frameMax bytes.
 func deliveryFrames(tag uint64, size, frameMax int) []byte {
+	return deliveryFramesBy(fmt.Sprintf("rebound-%016x", tag*7919), tag, size, frameMax)
+}
+
+// deliveryFramesBy is deliveryFrames for consumer tag consumer.
+func deliveryFramesBy(consumer string, tag uint64, size, frameMax int) []byte {
 	deliver := []byte{0, 60, 0, 60}
-	consumer := fmt.Sprintf("rebound-%016x", tag*7919)
 	deliver = append(deliver, byte(len(consumer)))
 	deliver = append(deliver, consumer...)
 	deliver = binary.BigEndian.AppendUint64(deliver, tag)
@@ -109,17 +113,7 @@ func TestMeterHoldsBytesToTheBudget(t *testing.T) {
 			}
 		}
 		m = newMeter(conn, budget)
-
-		done := make(chan struct{})
-		go func() { // amqp091-go's reader
-			defer close(done)
-			buf := make([]byte, 4096)
-			for {
-				if _, err := m.Read(buf); err != nil {
-					return
-				}
-			}
-		}()
+		done := readToTheEnd(m)
 
 		var mu sync.Mutex
 		var held []int64
@@ -241,4 +235,152 @@ func (m *meter) waitingMessages() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.arrived)
+}
+
+// readToTheEnd reads m, as amqp091-go's reader does, until it fails (the
+// end of the stream); done is closed then.
+func readToTheEnd(m *meter) (done <-chan struct{}) {
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		buf := make([]byte, 4096)
+		for {
+			if _, err := m.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	return ended
+}
+
+// basicFrame is a basic method frame with a short string argument (a
+// consumer tag), as basic.cancel-ok and basic.consume-ok are.
+func basicFrame(method uint16, consumer string) []byte {
+	payload := []byte{0, 60, 0, byte(method)}
+	payload = append(payload, byte(len(consumer)))
+	return frame(1, append(payload, consumer...))
+}
+
+// gatedConn hands out its parts one after the other, each in random
+// pieces, and waits before part i+1 until gates[i] is closed.
+type gatedConn struct {
+	chunkedConn
+	parts [][]byte
+	gates []chan struct{}
+	next  int // the part to hand out next
+}
+
+func (c *gatedConn) Read(p []byte) (int, error) {
+	for len(c.stream) == 0 {
+		if c.next == len(c.parts) {
+			return 0, io.EOF
+		}
+		if c.next > 0 {
+			<-c.gates[c.next-1]
+		}
+		c.stream = c.parts[c.next]
+		c.next++
+	}
+	return c.chunkedConn.Read(p)
+}
+
+// TestMeterRequeuesWhatAnEndedConsumerIsSent plays a consumer replaced
+// for a new prefetch, whose queue sends it a delivery after
+// basic.cancel-ok, larger than the whole budget: amqp091-go drops it.
+// Once the session says the consumer ended (its deliveries channel closed
+// on basic.cancel-ok), the meter hands that delivery over to be requeued
+// and reads on: basic.qos-ok, basic.consume-ok and the new consumer's
+// first delivery, which the session takes; the meter counts nothing
+// left. The delivery comes before or after the session says so. Before,
+// the meter counted its bytes as waiting to be taken and stopped reading
+// for good, before the replies the session waited for.
+func TestMeterRequeuesWhatAnEndedConsumerIsSent(t *testing.T) {
+	const budget = 1000
+	old, next := "rebound-old", "rebound-new"
+	before := append(deliveryFramesBy(old, 1, 100, 4096), deliveryFramesBy(old, 2, 100, 4096)...)
+	before = append(before, basicFrame(31, old)...) // basic.cancel-ok
+	stray := deliveryFramesBy(old, 3, 5000, 4096)
+	after := append(frame(1, []byte{0, 60, 0, 11}), basicFrame(21, next)...) // basic.qos-ok, basic.consume-ok
+	after = append(after, deliveryFramesBy(next, 4, 10, 4096)...)
+	for _, strayFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("stray read before the end: %v", strayFirst), func(t *testing.T) {
+			ended := make(chan struct{})
+			conn := &gatedConn{chunkedConn: chunkedConn{r: rand.New(rand.NewPCG(1, 2))}, parts: [][]byte{slices.Concat(before, stray, after)}}
+			if !strayFirst {
+				conn.parts = [][]byte{before, slices.Concat(stray, after)}
+				conn.gates = []chan struct{}{ended}
+			}
+			clock := time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC)
+			var clockMu sync.Mutex
+			now := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return clock }
+			m := newMeter(conn, budget)
+			m.now = now
+			done := readToTheEnd(m)
+			await := func(what string, cond func() bool) {
+				t.Helper()
+				for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("waited 10 s for %s", what)
+					}
+				}
+			}
+			// The session takes the old consumer's two deliveries, and
+			// they are acked.
+			await("the first two deliveries", func() bool { return m.waitingMessages() >= 2 })
+			for tag := uint64(1); tag <= 2; tag++ {
+				if dropped := m.take(tag, 100); len(dropped) > 0 {
+					t.Fatalf("taking %d: %v named dropped", tag, dropped)
+				}
+			}
+			m.settle(200)
+			if strayFirst {
+				// The stray, alone past the budget, stops the reader: a
+				// stall, with nothing held.
+				await("the reader to wait on the stray", func() bool { return !m.waitingSinceZero() })
+				clockMu.Lock()
+				clock = clock.Add(time.Minute)
+				clockMu.Unlock()
+				if got := m.stalled(now()); got != time.Minute {
+					t.Errorf("stalled for %v, want a minute", got)
+				}
+			}
+			m.end(old)
+			close(ended)
+			var requeued []uint64
+			await("the stray handed over", func() bool {
+				select {
+				case <-m.orphaned:
+					requeued = append(requeued, m.takeOrphans()...)
+				default:
+				}
+				return len(requeued) > 0
+			})
+			if !slices.Equal(requeued, []uint64{3}) {
+				t.Fatalf("handed over %v to requeue, want [3]", requeued)
+			}
+			await("the new consumer's delivery", func() bool { return m.waitingMessages() >= 1 })
+			if dropped := m.take(4, 10); len(dropped) > 0 {
+				t.Fatalf("taking 4: %v named dropped, the stray twice?", dropped)
+			}
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the reader did not reach the end of the stream")
+			}
+			if got := m.stalled(now()); got != 0 {
+				t.Errorf("stalled for %v after the stray was handed over", got)
+			}
+			m.settle(10)
+			if got := m.bytes(); got != 0 {
+				t.Errorf("%d bytes counted after everything was taken or handed over and settled", got)
+			}
+		})
+	}
+}
+
+// waitingSinceZero reports whether Read is not waiting.
+func (m *meter) waitingSinceZero() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.waitingSince.IsZero()
 }

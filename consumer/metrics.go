@@ -39,6 +39,7 @@ type Metrics struct {
 	// The in-flight window (REBOUND_PREFETCH, REBOUND_INFLIGHT_BYTES).
 	Prefetch      prometheus.Gauge
 	InflightBytes prometheus.Gauge
+	InboxStalled  prometheus.Gauge // seconds the consume connection has gone unread while rebound holds nothing
 
 	// The retry rate budget (REBOUND_RETRY_RATE), by policy.
 	RateDeferred *prometheus.CounterVec   // policy
@@ -107,6 +108,8 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 
 		Prefetch:      gauge("rebound_prefetch", "The inbox prefetch in use: at most REBOUND_PREFETCH, lower when large messages fill REBOUND_INFLIGHT_BYTES."),
 		InflightBytes: gauge("rebound_inflight_bytes", "Message bytes of the inbox deliveries rebound holds unacked."),
+		InboxStalled: gauge("rebound_inbox_stalled_seconds",
+			"Seconds the consume connection has gone unread for the in-flight bytes budget while rebound holds no delivery: a stall (0 otherwise); /healthz fails past a heartbeat interval."),
 
 		RateDeferred: counterVec("rebound_retry_rate_deferred_total",
 			"Copies moved later than their policy's delay to keep an origin queue within REBOUND_RETRY_RATE.", "policy"),
@@ -128,7 +131,7 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 	reg.MustRegister(m.Received, m.Redelivered, m.Retried, m.RetryDelay, m.Parked, m.InvalidHeaders, m.OriginMismatch,
 		m.PolicyConflicts, m.PublishFailures, m.ConfirmLatency, m.InFlight, m.Reconnects, m.Blocked, m.Ready,
 		m.InboxMessages, m.InboxConsumers, m.ParkedMessages, m.DelayQueueMessages, m.Prefetch, m.InflightBytes,
-		m.RateDeferred, m.RateDeferral, m.RateOverflow, m.RateShare, m.Events, m.BuildInfo)
+		m.InboxStalled, m.RateDeferred, m.RateDeferral, m.RateOverflow, m.RateShare, m.Events, m.BuildInfo)
 	// Create the fixed-label series up front so dashboards show zeros, not gaps.
 	for _, p := range r.Policies.All() {
 		for _, kind := range []string{"delayed", "immediate"} {

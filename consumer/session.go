@@ -70,12 +70,15 @@ func (ss *session) open(ctx context.Context) error {
 	var m *meter
 	if ss.consConn, err = s.opt.Dialer.DialVia(ctx, "consume", func(conn net.Conn) net.Conn {
 		m = newMeter(conn, s.opt.InflightBytes)
+		m.now = s.opt.Now
 		m.observe = func(bytes int64) { s.m.InflightBytes.Set(float64(bytes)) }
 		return m
 	}); err != nil {
 		return err
 	}
 	ss.meter = m
+	s.inboxMeter.Store(m)
+	s.stallAfter.Store(int64(max(ss.consConn.Config.Heartbeat, minStallAfter)))
 	if ss.pubConn, err = s.opt.Dialer.Dial(ctx, "publish"); err != nil {
 		return err
 	}
@@ -153,6 +156,8 @@ func (ss *session) close() {
 		ss.s.m.InflightBytes.Set(0)
 	}
 	if ss.meter != nil {
+		ss.s.inboxMeter.CompareAndSwap(ss.meter, nil)
+		ss.s.m.InboxStalled.Set(0)
 		ss.meter.release() // the close handshake must be read
 	}
 	if ss.consConn != nil {
@@ -189,9 +194,12 @@ func (ss *session) loop(ctx context.Context) error {
 			return nil
 		case d, ok := <-ss.inbox.deliveries():
 			if !ok {
-				if err := ss.inbox.ended(); err != nil {
+				cancelled, err := ss.inbox.ended()
+				if err != nil {
 					return err
 				}
+				ss.meter.end(cancelled)
+				ss.requeueOrphans()
 				continue
 			}
 			ss.take(d)
@@ -207,6 +215,8 @@ func (ss *session) loop(ctx context.Context) error {
 				return err
 			}
 			ss.inbox.refit(s.opt.Now())
+		case <-ss.meter.orphaned:
+			ss.requeueOrphans()
 		case r := <-ss.inbox.replaced:
 			if err := ss.inbox.install(r); err != nil {
 				return err
@@ -225,6 +235,7 @@ func (ss *session) loop(ctx context.Context) error {
 		case <-tick.C:
 			s.beat()
 			s.setBlocked(ss.pub.Blocked())
+			s.m.InboxStalled.Set(ss.meter.stalled(s.opt.Now()).Seconds())
 			ss.inbox.refit(s.opt.Now())
 			if err := ss.tendDelayQueues(&lease); err != nil {
 				return err
@@ -356,14 +367,28 @@ func (ss *session) take(d amqp.Delivery) {
 	// cancelled already) go back to the queue before this one is
 	// registered: the acker's multiple acks must not cover them.
 	for _, tag := range ss.meter.take(d.DeliveryTag, size) {
-		ss.s.m.InFlight.Inc() // before the acker can settle it: never below the truth
-		ss.acks.requeue(tag)
-		ss.s.log.Debug("requeueing a delivery to a cancelled consumer", zap.Uint64("delivery_tag", tag))
+		ss.requeueDropped(tag)
 	}
 	ss.inbox.took(d.DeliveryTag, size, ss.s.opt.Now())
 	if peak := ss.meter.peakBytes(); peak > ss.s.peakInflightBytes.Load() {
 		ss.s.peakInflightBytes.Store(peak) // only this goroutine stores it
 	}
+}
+
+// requeueOrphans requeues the deliveries the broker sent consumers the
+// inbox had cancelled already, which amqp091-go dropped (meter.end).
+func (ss *session) requeueOrphans() {
+	for _, tag := range ss.meter.takeOrphans() {
+		ss.requeueDropped(tag)
+	}
+}
+
+// requeueDropped has the acker requeue a delivery that never reached the
+// session, in its turn.
+func (ss *session) requeueDropped(tag uint64) {
+	ss.s.m.InFlight.Inc() // before the acker can settle it: never below the truth
+	ss.acks.requeue(tag)
+	ss.s.log.Debug("requeueing a delivery to a cancelled consumer", zap.Uint64("delivery_tag", tag))
 }
 
 // handle routes one delivery and publishes its copy. The delivery is

@@ -84,15 +84,21 @@ type Sidecar struct {
 	ready     atomic.Bool
 	blocked   atomic.Bool
 	heartbeat atomic.Int64 // Unix nanoseconds of the last sign of life
+	// The meter under the session's consume connection, nil between
+	// sessions, and how long it may wait holding nothing before Healthy
+	// calls it a stall: the connection's heartbeat interval.
+	inboxMeter atomic.Pointer[meter]
+	stallAfter atomic.Int64 // a time.Duration
 
 	// The retry rate budget: the calendar of copies per origin and second
-	// (the one piece of state rebound keeps, lost on restart), and the
+	// (the one piece of state rebound keeps, lost on restart), the
 	// inbox's consumer count that divides each rate into this replica's
-	// share.
+	// share, and its place among the replicas.
 	calendar       *calendar.Calendar
 	consumers      atomic.Int64 // the divisor of the share (setConsumers)
 	consumerMu     sync.Mutex
-	consumerReads  []consumerRead // within consumerMemory
+	consumerLower  int          // a lower count read once, not yet confirmed; 0 for none
+	place          atomic.Int64 // setPlace
 	consumerWarned atomic.Bool
 	deferrals      deferralLog // used by the session's goroutine only
 
@@ -139,7 +145,8 @@ func New(opt Options) *Sidecar {
 	}
 	s := &Sidecar{opt: opt, log: opt.Logger, m: opt.Metrics, calendar: calendar.New(),
 		replica: fmt.Sprintf("%s #%08x", name, rand.Uint32())}
-	s.setConsumers(1, opt.Now())
+	s.consumers.Store(1)
+	s.reportShares()
 	s.beat()
 	return s
 }
@@ -152,11 +159,26 @@ func (s *Sidecar) Ready() bool { return s.ready.Load() && !s.blocked.Load() }
 // broker outage is not a wedge: reconnect attempts are signs of life.
 func (s *Sidecar) wedgedAfter() time.Duration { return 2*time.Minute + 2*s.opt.ConfirmTimeout }
 
+// minStallAfter is the least time the meter may wait holding nothing
+// before Healthy calls it a stall, whatever the heartbeat (none, or 1 s).
+const minStallAfter = 10 * time.Second
+
 // Healthy returns an error when the process looks wedged: no loop has
-// shown a sign of life for a long time while not blocked by the broker.
+// shown a sign of life for a long time while not blocked by the broker,
+// or the consume connection has gone unread for longer than a heartbeat
+// interval while rebound holds no delivery (the meter waits on bytes only
+// amqp091-go holds: nothing rebound does will free them, a restart will).
+// A resource alarm and an origin's backoff are not wedges: the first is
+// excepted, and during the second rebound holds the deliveries it waits
+// on.
 func (s *Sidecar) Healthy() error {
 	if s.blocked.Load() {
 		return nil
+	}
+	if m := s.inboxMeter.Load(); m != nil {
+		if d, limit := m.stalled(s.opt.Now()), time.Duration(s.stallAfter.Load()); d > limit {
+			return fmt.Errorf("inbox stalled: the consume connection unread for %s while rebound holds no delivery", d.Round(time.Second))
+		}
 	}
 	since := s.opt.Now().Sub(time.Unix(0, s.heartbeat.Load()))
 	if since > s.wedgedAfter() {

@@ -10,11 +10,13 @@ import (
 )
 
 // How often the watcher asks the broker. The inbox's consumer count sets
-// this replica's share of the retry rate budget, so it is read at least
-// every 10 s; the other queues are for the gauges only, and read at most
-// every 15 s.
+// this replica's share of the retry rate budget, so it is read twice a
+// second: a replica that joins is counted within half a second, one that
+// leaves within a second (setConsumers takes a lower count on the second
+// reading). The other queues are for the gauges only, and read every
+// 15 s.
 const (
-	inboxEvery  = 10 * time.Second
+	inboxEvery  = 500 * time.Millisecond
 	queuesEvery = 15 * time.Second
 )
 
@@ -32,11 +34,13 @@ type watcher struct {
 	done sync.WaitGroup
 
 	reported map[string]bool // delay queues with a series in the gauge
+	place    int             // the place this session's connection holds (PlaceQueue); -1 for none
+	placeOff bool            // the broker refused a place: none is asked for again
 }
 
 // startWatcher starts the watcher of ss on conn; stopWatcher ends it.
 func (ss *session) startWatcher(conn *amqp.Connection) *watcher {
-	w := &watcher{ss: ss, conn: conn, stop: make(chan struct{}), reported: map[string]bool{}}
+	w := &watcher{ss: ss, conn: conn, stop: make(chan struct{}), reported: map[string]bool{}, place: -1}
 	w.done.Add(1)
 	go func() {
 		defer w.done.Done()
@@ -74,17 +78,26 @@ func (w *watcher) run() {
 	}
 }
 
-// inspect declares queue passively on the watcher's channel, opening a
-// new one when the last was closed.
-func (w *watcher) inspect(queue string) (amqp.Queue, error) {
+// channel returns the watcher's channel, opening a new one when the last
+// was closed (a failed declaration closes it).
+func (w *watcher) channel() (*amqp.Channel, error) {
 	if w.ch == nil || w.ch.IsClosed() {
 		ch, err := w.conn.Channel()
 		if err != nil {
-			return amqp.Queue{}, err
+			return nil, err
 		}
 		w.ch = ch
 	}
-	return w.ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	return w.ch, nil
+}
+
+// inspect declares queue passively on the watcher's channel.
+func (w *watcher) inspect(queue string) (amqp.Queue, error) {
+	ch, err := w.channel()
+	if err != nil {
+		return amqp.Queue{}, err
+	}
+	return ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 }
 
 // inbox reads the inbox's messages and consumers. When the consumer count
@@ -102,7 +115,17 @@ func (w *watcher) inbox() {
 	}
 	s.m.InboxMessages.Set(float64(q.Messages))
 	s.m.InboxConsumers.Set(float64(q.Consumers))
-	s.setConsumers(q.Consumers, s.opt.Now())
+	n := q.Consumers
+	if counted := int(s.consumers.Load()); n < counted {
+		// Fewer consumers than counted: a replica left, or one is
+		// between two consumers (inbox.refit), which on a busy broker
+		// can outlast two readings. The places tell them apart.
+		if held, ok := w.placesHeld(counted); ok {
+			n = max(n, held)
+		}
+	}
+	s.setConsumers(n)
+	w.takePlace(int(s.consumers.Load()))
 }
 
 // queues reads the parking queue and the delay queues this replica uses

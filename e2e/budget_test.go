@@ -196,3 +196,176 @@ func (e *testEnv) storm(n int) *rejector {
 	e.Publish(e.App, msgs...)
 	return app
 }
+
+// The storm with replicas coming and going: a storm of stormN messages
+// rejected at once, each retried stormRetries times after 100 ms, under
+// a cap of stormRate copies a second to the application queue, all
+// replicas together.
+const stormN, stormRate, stormRetries = 400, 40, 2
+
+// newStormEnv is the deployment of a storm test (stop with replicas'
+// startInProcess; replicas come from replica()).
+func newStormEnv(t *testing.T) *testEnv {
+	return newTestEnv(t, with(nil, "REBOUND_BACKOFF", "constant", "REBOUND_MIN_DELAY", "100ms", "REBOUND_MAX_RETRIES", strconv.Itoa(stormRetries),
+		"REBOUND_MAX_DURATION", "1h", "REBOUND_PREFETCH", "1000", "REBOUND_RETRY_RATE", strconv.Itoa(stormRate)))
+}
+
+// awaitShare waits until every replica counts n replicas on the inbox:
+// its share of the cap is stormRate/n.
+func awaitShare(t *testing.T, replicas []*testEnv, n int) {
+	t.Helper()
+	want := strconv.FormatFloat(float64(stormRate)/float64(n), 'g', -1, 64)
+	if !brokertest.Await(30*time.Second, func() bool {
+		for _, r := range replicas {
+			if r.metric(`rebound_retry_rate_share{policy="default"}`) != want {
+				return false
+			}
+		}
+		return true
+	}) {
+		got := make([]string, len(replicas))
+		for i, r := range replicas {
+			got[i] = r.metric(`rebound_retry_rate_share{policy="default"}`)
+		}
+		t.Fatalf("the replicas' shares are %v, want %s each (%d replicas)", got, want, n)
+	}
+}
+
+// dueAt is the second a retry's copy came due, from its x-retry-due-at.
+func dueAt(a arrival) time.Time {
+	ms, _ := a.d.Headers["x-retry-due-at"].(int64)
+	return time.UnixMilli(ms)
+}
+
+// awaitParkedStorm waits until every message of the storm is parked after
+// its retries, and fails the test for any that is not.
+func (e *testEnv) awaitParkedStorm() {
+	e.t.Helper()
+	got := e.parked(stormN, 3*time.Minute)
+	for _, d := range got {
+		if d.Headers["x-retry-count"] != int64(stormRetries) {
+			e.t.Errorf("%s parked after %v retries, want %d", d.MessageId, d.Headers["x-retry-count"], stormRetries)
+		}
+	}
+	if lost := stormN - len(got); lost > 0 {
+		e.t.Fatalf("%d of %d messages not parked", lost, stormN)
+	}
+}
+
+// TestRetryRateBudgetReplicasStartedTogether: two and three replicas
+// started together, the storm as soon as each counts the others: the
+// copies due in any one second (x-retry-due-at), all replicas together,
+// never exceed the cap, though the cap does not divide into whole shares
+// (40 over 3 is 13⅓ a second each).
+func TestRetryRateBudgetReplicasStartedTogether(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{2, 3} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			t.Parallel()
+			e := newStormEnv(t)
+			replicas := []*testEnv{e}
+			for len(replicas) < n {
+				replicas = append(replicas, e.replica())
+			}
+			for _, r := range replicas {
+				r.startInProcess()
+			}
+			awaitShare(t, replicas, n)
+			app := e.storm(stormN)
+			e.awaitParkedStorm()
+			due, span := retriesPerSecond(app.seen(), dueAt)
+			peak := slices.Max(due)
+			t.Logf("BUDGET broker=%s replicas=%d started together: at most %d copies due in one second (cap %d), due over %s: %v",
+				e.Broker.Version(), n, peak, stormRate, span.Round(100*time.Millisecond), due)
+			if peak > stormRate {
+				t.Errorf("%d copies due in one second, over the cap of %d", peak, stormRate)
+			}
+		})
+	}
+}
+
+// TestRetryRateBudgetReplicaJoinsOrLeavesMidStorm: a third replica joins
+// two mid-storm, or one of three leaves (stopped as by SIGTERM).
+//   - A join: seconds the others booked before it came cannot be
+//     unbooked (there is no shared state), so the copies due over the cap,
+//     summed over the seconds, stay within the newcomer's share (the cap
+//     over three, rounded up) for each second booked before the change,
+//     and two more (a second for the others to count it, a second's
+//     rounding).
+//   - A leave: the others keep their old shares over the seconds they
+//     had booked, where the copies of the one that left still come due,
+//     so at most its share for the two seconds it takes to count the
+//     leave and move places.
+func TestRetryRateBudgetReplicaJoinsOrLeavesMidStorm(t *testing.T) {
+	t.Parallel()
+	for _, join := range []bool{true, false} {
+		name := "leaves"
+		if join {
+			name = "joins"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newStormEnv(t)
+			replicas := []*testEnv{e, e.replica(), e.replica()}
+			stops := make([]func() error, len(replicas))
+			before := 3
+			if join {
+				before = 2
+			}
+			for i, r := range replicas[:before] {
+				stops[i] = r.startInProcess()
+			}
+			awaitShare(t, replicas[:before], before)
+			app := e.storm(stormN)
+			// Mid-storm: a quarter of the retries back in the application queue.
+			if !brokertest.Await(time.Minute, func() bool { return len(app.seen()) >= stormN+stormN*stormRetries/4 }) {
+				t.Fatalf("%d arrivals in the application queue, want %d before the change", len(app.seen()), stormN+stormN*stormRetries/4)
+			}
+			var changed time.Time
+			if join {
+				replicas[2].startInProcess()
+				changed = time.Now() // ready: consuming
+			} else {
+				if err := stops[2](); err != nil {
+					t.Fatal(err)
+				}
+				changed = time.Now()
+			}
+			e.awaitParkedStorm()
+			arrivals := app.seen()
+			due, _ := retriesPerSecond(arrivals, dueAt)
+			excess := 0
+			for _, c := range due {
+				excess += max(c-stormRate, 0)
+			}
+			booked := bookedBefore(arrivals, changed)
+			share := (stormRate + 2) / 3 // the cap over three, rounded up
+			bound := share * 2
+			if join {
+				bound = share * (int(booked.Seconds()) + 2)
+			}
+			t.Logf("BUDGET broker=%s replica %s mid-storm (2↔3): at most %d copies due in one second (cap %d), %d over the cap in all, seconds booked before the change %.1f, bound %d: %v",
+				e.Broker.Version(), name, slices.Max(due), stormRate, excess, booked.Seconds(), bound, due)
+			if excess > bound {
+				t.Errorf("%d copies due over the cap, more than the bound of %d (a share of %d; %.1f seconds booked before the change)", excess, bound, share, booked.Seconds())
+			}
+		})
+	}
+}
+
+// bookedBefore is how far past changed reach the copies booked before
+// it: a copy is booked when its message's previous delivery is rejected,
+// at once on arrival in the application queue.
+func bookedBefore(arrivals []arrival, changed time.Time) time.Duration {
+	last := map[string]time.Time{}
+	var latest time.Time
+	for _, a := range arrivals {
+		if prev, ok := last[a.d.MessageId]; ok && prev.Before(changed) {
+			if due := dueAt(a); due.After(latest) {
+				latest = due
+			}
+		}
+		last[a.d.MessageId] = a.at
+	}
+	return max(latest.Sub(changed), 0)
+}

@@ -37,8 +37,6 @@ type clock struct{ offset atomic.Int64 }
 
 func (c *clock) now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
 
-func (c *clock) advance(d time.Duration) { c.offset.Add(int64(d)) }
-
 func newTestEnv(t *testing.T, quorum bool) *testEnv {
 	t.Helper()
 	b := brokertest.Require(t)

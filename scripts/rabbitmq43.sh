@@ -7,10 +7,12 @@
 #   scripts/rabbitmq43.sh ctl ARGS    rabbitmqctl against the node, from inside the chroot
 #   scripts/rabbitmq43.sh plugins ARGS  rabbitmq-plugins against the node
 #   scripts/rabbitmq43.sh pid         the node's Erlang VM process id, as the host sees it
+#   scripts/rabbitmq43.sh mirror      the Debian mirror the chroot would be built from
 #
 # Debian 12 ships RabbitMQ 3.10; Debian sid ships the current release. The
 # chroot ($REBOUND_RABBITMQ43_ROOT, default /var/lib/rebound/rabbitmq-4.3) is
-# built with mmdebstrap from the Debian mirror the host's apt sources name,
+# built with mmdebstrap from the Debian mirror the host's apt sources name
+# (and no other: without one it stops and says so),
 # with sid's rabbitmq-server and the Erlang it needs. The node runs in it as
 # rabbit43@localhost: AMQP on 127.0.0.1:5674, distribution on 25674, beside
 # rabbit@localhost (3.10) on 5672, sharing the host's epmd. guest/guest
@@ -32,14 +34,58 @@ die() {
 
 answers() { (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; }
 
-# mirror prints the first Debian mirror the host's apt sources name.
+# mirror prints the first Debian archive the machine's own apt sources
+# name (one-line entries in $APT_ROOT/etc/apt/sources.list and
+# sources.list.d/*.list, deb822 stanzas in sources.list.d/*.sources), and
+# fails when they name none: the chroot is built only from a mirror this
+# machine is set up to use. An archive is a "deb" URI whose path ends in
+# /debian (not debian-security, not a third-party repository); a stanza
+# with "Enabled: no" and commented lines do not count. APT_ROOT ("" by
+# default) lets the tests point it at sample files.
 mirror() {
-  local m
-  m=$(grep -hsE '^URIs:.*debian/?$' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' | head -1)
+  local etc="${APT_ROOT:-}/etc/apt" m
+  m=$(
+    {
+      # deb822: one stanza per paragraph; print its URIs when it is
+      # enabled and of type deb.
+      for f in "$etc"/sources.list.d/*.sources; do
+        [ -f "$f" ] || continue
+        awk '
+          function flush() {
+            if (types ~ /(^|[ \t])deb([ \t]|$)/ && enabled !~ /^(no|false)$/) {
+              n = split(uris, u, /[ \t]+/)
+              for (i = 1; i <= n; i++) if (u[i] != "") print u[i]
+            }
+            types = ""; uris = ""; enabled = ""
+          }
+          /^[ \t]*#/ { next }
+          /^[ \t]*$/ { flush(); next }
+          tolower($1) == "types:" { sub(/^[^:]*:[ \t]*/, ""); types = $0; next }
+          tolower($1) == "uris:" { sub(/^[^:]*:[ \t]*/, ""); uris = $0; next }
+          tolower($1) == "enabled:" { enabled = tolower($2); next }
+          END { flush() }
+        ' "$f"
+      done
+      # One-line style: deb [options] URI suite components.
+      for f in "$etc/sources.list" "$etc"/sources.list.d/*.list; do
+        [ -f "$f" ] || continue
+        awk '
+          $1 != "deb" { next }
+          {
+            i = 2
+            if ($i ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
+            if (i <= NF) print $i
+          }
+        ' "$f"
+      done
+    } | grep -E '^[a-z+]+://[^ ]*/debian/?$' | head -1
+  ) || true
   if [ -z "$m" ]; then
-    m=$(grep -hsE '^deb .*debian/? ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk '{print $2}' | head -1)
+    log "no Debian archive in this machine's apt sources ($etc/sources.list, $etc/sources.list.d/*.list, *.sources):"
+    log "add one (a \"deb\" line or a deb822 stanza whose URI ends in /debian) and run again"
+    return 1
   fi
-  echo "${m:-http://deb.debian.org/debian}"
+  echo "$m"
 }
 
 # mounted reports whether $1 is a mount point.
@@ -63,7 +109,7 @@ build() {
     }
   fi
   local src tmp began=$SECONDS
-  src=$(mirror)
+  src=$(mirror) || die "cannot build $ROOT without a Debian mirror"
   tmp="$ROOT.building"
   rm -rf "$tmp"
   mkdir -p "$(dirname "$ROOT")"
@@ -155,5 +201,6 @@ case "${1:-}" in
     chroot "$ROOT" /usr/sbin/rabbitmq-plugins -n "$NODE" "$@"
     ;;
   pid) pid ;;
-  *) die "usage: $0 ensure|start|stop|ctl ARGS|plugins ARGS|pid" ;;
+  mirror) mirror ;;
+  *) die "usage: $0 ensure|start|stop|ctl ARGS|plugins ARGS|pid|mirror" ;;
 esac

@@ -47,11 +47,14 @@ QUEUE_TYPE=${QUEUE_TYPE:-classic}
 # leases of the delay queues they use, and rebound.delay.lock is the
 # exclusive queue held by whoever reads or deletes delay queues (`rebound
 # delayed flush|cancel`, `rebound topology prune`, a replica's sweep).
+# rebound.delay.replica.<n> are the exclusive queues that give each replica
+# on the inbox its place, so that the replicas' shares of the retry rate
+# budget fall in seconds of their own.
 # rebound.delay alone is the shared headers exchange of earlier rebound
 # versions: older replicas still use it during a rolling upgrade (drop it
 # from the three patterns once none is left). The application queues are
 # not rebound's to declare.
-CONFIGURE='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+|delay\.in-use|delay\.lock)$'
+CONFIGURE='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+|delay\.in-use|delay\.lock|delay\.replica\.[0-9]+)$'
 
 # write: rebound publishes delayed copies to the delay queues' exchanges
 # (rebound.delay.<n>), and immediate retries and parked messages to the

@@ -44,7 +44,7 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		"ReboundDown", "ReboundNotReady", "ReboundConnectionBlocked", "ReboundMessagesStuck",
+		"ReboundDown", "ReboundNotReady", "ReboundConnectionBlocked", "ReboundMessagesStuck", "ReboundInboxStalled",
 		"ReboundParkingRateHigh", "ReboundPublishFailures", "ReboundFrequentReconnects",
 	} {
 		if !slices.Contains(alerts, want) {

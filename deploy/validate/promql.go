@@ -43,10 +43,12 @@ var Metrics = []Metric{
 	{Name: "rebound_delay_queue_messages", Labels: map[string][]string{"queue": nil}},
 	{Name: "rebound_prefetch"},
 	{Name: "rebound_inflight_bytes"},
+	{Name: "rebound_inbox_stalled_seconds"},
 	{Name: "rebound_retry_rate_deferred_total", Labels: map[string][]string{"policy": nil}},
 	{Name: "rebound_retry_rate_deferral_seconds", Histogram: true, Labels: map[string][]string{"policy": nil}},
 	{Name: "rebound_retry_rate_overflow_total", Labels: map[string][]string{"policy": nil}},
 	{Name: "rebound_retry_rate_share", Labels: map[string][]string{"policy": nil}},
+	{Name: "rebound_events_total", Labels: map[string][]string{"outcome": {"published", "failed", "dropped"}}},
 	{Name: "rebound_build_info", Labels: map[string][]string{"version": nil, "revision": nil, "goversion": nil}},
 }
 

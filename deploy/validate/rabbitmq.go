@@ -134,6 +134,8 @@ func Needs(c config.Config) []Access {
 		{"configure", topo.InUseQueue(), "declare the queue of the replicas' leases"},
 		{"read", topo.InUseQueue(), "rebound topology prune: read the leases"},
 		{"configure", topo.LockQueue(), "take and release the lock of the delay queues"},
+		{"configure", topo.PlaceQueue(0), "take a replica's place among the replicas (the retry rate budget's share)"},
+		{"configure", topo.PlaceQueue(49), "take a replica's place among the replicas (the retry rate budget's share)"},
 	}
 	for _, d := range delays {
 		queue, _ := topo.DelayQueue(d)
@@ -178,6 +180,7 @@ func CheckPermissions(p Permissions, c config.Config) []string {
 		"orders", "orders.created", "amq.topic", "amq.direct",
 		c.InboxQueue + "x", "x" + c.InboxQueue, c.DelayQueuePrefix + "abc", c.DelayQueuePrefix,
 		c.DeadLetterExchange + ".extra", c.ParkingQueue + "2", c.DelayQueuePrefix + "lock.x", c.DelayQueuePrefix + "in-use2",
+		c.DelayQueuePrefix + "replica.", c.DelayQueuePrefix + "replica.x",
 	}
 	for perm, r := range res {
 		for _, name := range foreign {

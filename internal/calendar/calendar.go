@@ -4,6 +4,14 @@
 // an outage the retries of thousands of messages that failed together
 // come back to the failing dependency no faster than the budget allows.
 //
+// Each replica books alone, its Share of the rate: the rate over the
+// replicas, and its place among them. A share that is not a whole number
+// of copies a second is honoured over time, the fraction carried from
+// second to second, and each replica's fractional copies fall in seconds
+// of their own: with the places 0 to n−1 of n replicas, the copies all of
+// them allow in any one second add up to the rate's (exactly the rate,
+// for a whole rate), never a copy more (Share.capacity).
+//
 // A copy whose second is full moves to the next second with room: later,
 // never earlier. A delay queue holds whole delays of a few significant
 // digits (policy.Round), so the copy moves to the next delay that can be
@@ -28,6 +36,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/rebound-mq/rebound/policy"
 )
 
 // Limits of what a Calendar holds.
@@ -66,6 +76,12 @@ type origin struct {
 	counts []uint32 // counts[s % horizonSeconds] for second s
 	second []uint32 // which second each slot holds, in Unix seconds (until 2106)
 	used   uint64   // the calendar's tick when last booked
+	latest int64    // the latest second booked
+
+	// share is the share in force; earlier the one before it, which
+	// still bounds the seconds up to until (0: none). See adopt.
+	share, earlier Share
+	until          int64
 }
 
 // New returns an empty calendar.
@@ -80,22 +96,92 @@ func (c *Calendar) Origins() int {
 	return len(c.origins)
 }
 
-// Reserve books one copy for origin, wanted at now+delay, where share
-// copies a second fit in each second (this replica's part of the rate; a
-// fractional share spreads: 0.5 fits one copy every other second), and
-// returns the delay to give it. latest is the most the delay may become
-// (the end of the policy's budget); 0 or less means no deadline. up gives,
-// for a delay, the least delay not below it that a delay queue can hold
-// (policy.RoundUp with the policy's digits).
-//
-// A share of 0 or less caps nothing.
-func (c *Calendar) Reserve(key string, now time.Time, delay, latest time.Duration, share float64, up func(time.Duration) time.Duration) (time.Duration, Outcome) {
-	if share <= 0 || math.IsNaN(share) {
+// Share is one replica's part of a retry rate: Rate copies a second for
+// all replicas together, over Replicas of them, this one at Index among
+// them (0 to Replicas−1; taken modulo Replicas). A Rate of 0 or less caps
+// nothing.
+type Share struct {
+	Rate     float64
+	Replicas int
+	Index    int
+}
+
+// PerSecond is the copies a second the share allows on average.
+func (sh Share) PerSecond() float64 { return sh.Rate / float64(sh.replicas()) }
+
+func (sh Share) replicas() int { return max(sh.Replicas, 1) }
+
+// capacity is how many copies fit in second s: the whole copies of
+// (s+1)·Rate+Index over Replicas less those of s·Rate+Index. Over the
+// seconds they add up to the share, the fraction carried; and over the
+// places 0 to n−1, by Hermite's identity (Σᵢ ⌊(x+i)/n⌋ = ⌊x⌋), they add
+// up to ⌊(s+1)·Rate⌋ − ⌊s·Rate⌋ in every second: the rate, never more.
+func (sh Share) capacity(s int64) uint32 {
+	n := int64(sh.replicas())
+	i := int64(sh.Index) % n
+	if i < 0 {
+		i += n
+	}
+	var c float64
+	if r := sh.Rate; r == math.Trunc(r) && r < 1<<20 {
+		// Whole rates in integers: exact whatever the second.
+		rate := int64(r)
+		c = float64(floorDiv((s+1)*rate+i, n) - floorDiv(s*rate+i, n))
+	} else {
+		c = math.Floor((float64(s+1)*r+float64(i))/float64(n)) - math.Floor((float64(s)*r+float64(i))/float64(n))
+	}
+	if c < 0 {
+		return 0
+	}
+	if c > math.MaxUint32 {
+		return math.MaxUint32
+	}
+	return uint32(c)
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if (a%b != 0) && ((a < 0) != (b < 0)) {
+		q--
+	}
+	return q
+}
+
+// Retry applies the retry rate budget of policy p to a retry to origin
+// key decided at now, in state st, after delay, at this replica's share
+// sh, and returns the delay to give its copy: no earlier than the policy
+// wants, no later than the policy's deadline, in a second that still has
+// room. A copy that finds no room before the deadline comes due at the
+// delay queue just before the deadline (which is to the millisecond: a
+// queue for it would be one of a kind, and a storm would make thousands),
+// never before the policy's delay. The sidecar and `rebound simulate`
+// both call it.
+func (c *Calendar) Retry(key string, now time.Time, p policy.Policy, st policy.State, delay time.Duration, sh Share) (time.Duration, Outcome) {
+	if p.RetryRate <= 0 {
+		return delay, OnTime
+	}
+	sh.Rate = p.RetryRate
+	up := func(d time.Duration) time.Duration { return policy.RoundUp(d, p.Digits()) }
+	d, o := c.reserve(key, now, delay, p.Remaining(st, now), sh, up)
+	if o == Overflow {
+		d = max(policy.RoundDown(d, p.Digits()), delay)
+	}
+	return d, o
+}
+
+// reserve books one copy for origin key, wanted at now+delay, at share
+// sh, and returns the delay to give it. latest is the most the delay may
+// become (the end of the policy's budget); 0 or less means no deadline.
+// up gives, for a delay, the least delay not below it that a delay queue
+// can hold (policy.RoundUp with the policy's digits).
+func (c *Calendar) reserve(key string, now time.Time, delay, latest time.Duration, sh Share, up func(time.Duration) time.Duration) (time.Duration, Outcome) {
+	if sh.Rate <= 0 || math.IsNaN(sh.Rate) || math.IsInf(sh.Rate, 0) {
 		return delay, OnTime
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	o := c.origin(key)
+	o.adopt(sh)
 	d := delay
 	for {
 		s := now.Add(d).Unix()
@@ -113,7 +199,7 @@ func (c *Calendar) Reserve(key string, now time.Time, delay, latest time.Duratio
 			o.book(now.Add(last).Unix())
 			return last, Overflow
 		}
-		if o.count(s) < capacity(s, share) {
+		if o.count(s) < o.capacity(s) {
 			o.book(s)
 			return d, outcome(d, delay)
 		}
@@ -128,20 +214,6 @@ func outcome(d, wanted time.Duration) Outcome {
 		return Deferred
 	}
 	return OnTime
-}
-
-// capacity is how many copies fit in second s at share a second:
-// floor((s+1)·share) − floor(s·share), so that a fractional share spreads
-// over the seconds and every second holds the share on average.
-func capacity(s int64, share float64) uint32 {
-	c := math.Floor(float64(s+1)*share) - math.Floor(float64(s)*share)
-	if c < 0 {
-		return 0
-	}
-	if c > math.MaxUint32 {
-		return math.MaxUint32
-	}
-	return uint32(c)
 }
 
 // origin returns key's calendar, making room for it.
@@ -183,7 +255,40 @@ func (o *origin) count(s int64) uint32 {
 	return o.counts[i]
 }
 
+// adopt makes sh the share in force. A share that changes (a replica
+// joined or left, or this one moved place) applies in full only past the
+// seconds already booked, and a second of margin for each copy the old
+// share held per second below one: in those, the other replicas booked
+// their parts at the old shares too (the one that left among them, whose
+// copies still come due there), so this replica books there no more than
+// either share allows. A replica that joins cannot know what the others
+// booked before it came; that is the bound of the overshoot.
+func (o *origin) adopt(sh Share) {
+	if sh == o.share {
+		return
+	}
+	if old := o.share.PerSecond(); o.share.Rate > 0 && o.latest > 0 {
+		// Changes in a row (a replica left, then this one moved place):
+		// the smallest share still bounds every second booked under it.
+		if o.until < o.latest || o.share.PerSecond() < o.earlier.PerSecond() {
+			o.earlier = o.share
+		}
+		o.until = max(o.until, o.latest+int64(math.Ceil(1/old)))
+	}
+	o.share = sh
+}
+
+// capacity is how many copies fit in second s at the share in force
+// then.
+func (o *origin) capacity(s int64) uint32 {
+	if s <= o.until {
+		return min(o.earlier.capacity(s), o.share.capacity(s))
+	}
+	return o.share.capacity(s)
+}
+
 func (o *origin) book(s int64) {
+	o.latest = max(o.latest, s)
 	i := o.slot(s)
 	if o.second[i] != uint32(s) {
 		o.second[i], o.counts[i] = uint32(s), 0

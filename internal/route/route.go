@@ -4,7 +4,8 @@
 // headers of the copy rebound publishes. It is pure: no I/O, no clock, no
 // randomness of its own. The one broker fact it needs, whether the origin
 // queue exists, its callers ask the broker for between CheckOrigin and
-// Decide.
+// Decide; the one state, the retry rate budget's calendar, the sidecar
+// hands to Budget, between Decide and Plan.
 //
 // The sidecar, `rebound parked replay` and `rebound delayed` all route
 // through it, so that a message gets the same answer whoever handles it.
@@ -18,6 +19,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/rebound-mq/rebound/headers"
+	"github.com/rebound-mq/rebound/internal/calendar"
 	"github.com/rebound-mq/rebound/internal/topology"
 	"github.com/rebound-mq/rebound/policy"
 )
@@ -44,6 +46,10 @@ type Route struct {
 	// Conflict says how the message's policy header disagrees with Policy
 	// (policy.Set.Conflict); "" when it agrees or has none.
 	Conflict string
+	// Budget is what the retry rate budget did to the copy (Budget, the
+	// step); Added the delay it added to the policy's.
+	Budget calendar.Outcome
+	Added  time.Duration
 }
 
 // Decide decides for a message whose state s was decoded from its
@@ -64,6 +70,23 @@ func (r Router) Decide(s headers.State, o Origin, exists bool, now time.Time, rn
 	default:
 		rt.Decision = rt.Policy.Decide(s.State, now, rng)
 	}
+	return rt
+}
+
+// Budget is the step between Decide and Plan when the policy caps its
+// retry rate (REBOUND_RETRY_RATE): it books the retry rt, decided as of
+// now for a message in state s, in this replica's calendar cal at its
+// share sh of the rate (calendar.Retry), and returns rt with the delay
+// the budget allows, which Plan then gives the copy: what Plan answers is
+// what is published. A park, and a policy without a rate, pass as they
+// are.
+func (r Router) Budget(rt Route, s headers.State, now time.Time, cal *calendar.Calendar, sh calendar.Share) Route {
+	if !rt.Decision.Retry || rt.Policy.RetryRate <= 0 {
+		return rt
+	}
+	wanted := rt.Decision.Delay
+	rt.Decision.Delay, rt.Budget = cal.Retry(rt.Origin.Queue, now, rt.Policy.Policy, s.State, wanted, sh)
+	rt.Added = rt.Decision.Delay - wanted
 	return rt
 }
 

@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/rebound-mq/rebound/headers"
+	"github.com/rebound-mq/rebound/internal/calendar"
 	"github.com/rebound-mq/rebound/internal/topology"
 	"github.com/rebound-mq/rebound/policy"
 )
@@ -239,5 +240,38 @@ func TestDecide(t *testing.T) {
 	}
 	if everything.Label() == payments.Label() {
 		t.Errorf("two policies with other parameters share the label %s", payments.Label())
+	}
+}
+
+// TestBudgetIsWhatPlanPublishes: under a retry rate of one copy a second,
+// three retries decided in the same second come due one a second, and
+// the copy Plan returns goes through the delay queue the budget chose and
+// says so in its due time; a park passes the budget as it is.
+func TestBudgetIsWhatPlanPublishes(t *testing.T) {
+	r := testRouter(nil)
+	p := r.Policies.Default()
+	p.RetryRate = 1
+	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	cal := calendar.New()
+	sh := calendar.Share{Replicas: 1}
+	st := headers.State{State: policy.State{StartedAt: now}}
+	for i, want := range []time.Duration{time.Second, 2 * time.Second, 3 * time.Second} {
+		rt := Route{Origin: Origin{Queue: "orders"}, Policy: p, Decision: policy.Decision{Retry: true, Delay: time.Second, Drawn: time.Second}}
+		rt = r.Budget(rt, st, now, cal, sh)
+		if rt.Decision.Delay != want || rt.Added != want-time.Second || (rt.Budget == calendar.Deferred) != (i > 0) {
+			t.Fatalf("retry %d: delay %v, added %v, %v; want %v", i, rt.Decision.Delay, rt.Added, rt.Budget, want)
+		}
+		dest, msg := r.Plan(amqp.Delivery{}, st, rt, now)
+		wantDest := r.Topology.Delayed(want, "orders")
+		if dest != wantDest {
+			t.Errorf("retry %d: planned to %+v, want %+v", i, dest, wantDest)
+		}
+		if due := msg.Headers[r.Codec.Names.DueAt]; due != now.Add(want).UnixMilli() {
+			t.Errorf("retry %d: due at %v, want %v", i, due, now.Add(want).UnixMilli())
+		}
+	}
+	park := Route{Origin: Origin{Queue: "orders"}, Policy: p, Decision: policy.Decision{Reason: policy.MaxRetries}}
+	if got := r.Budget(park, st, now, cal, sh); !reflect.DeepEqual(got, park) {
+		t.Errorf("a park through the budget: %+v, want it as it was", got)
 	}
 }

@@ -162,10 +162,10 @@ func newBudget(p policy.Policy) budget {
 }
 
 // reserve gives a retry decided at now, in state, its delay under the
-// budget, as the sidecar does.
+// budget: the sidecar's own arithmetic (calendar.Retry), for all of
+// rebound's replicas as one.
 func (b budget) reserve(state policy.State, now time.Time, delay time.Duration) (time.Duration, calendar.Outcome) {
-	up := func(d time.Duration) time.Duration { return policy.RoundUp(d, b.p.Digits()) }
-	return b.cal.Reserve("origin", now, delay, b.p.Remaining(state, now), b.p.RetryRate, up)
+	return b.cal.Retry("origin", now, b.p, state, delay, calendar.Share{Replicas: 1})
 }
 
 // OutageStrategy is a retry policy under a name.

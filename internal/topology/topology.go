@@ -193,17 +193,28 @@ func (t Topology) DelayQueue(d time.Duration) (Queue, Binding) {
 }
 
 // Owns reports whether queue is one of rebound's own: the inbox, the
-// parking queue, a delay queue, the in-use queue or the lock. None of
+// parking queue, a delay queue, the in-use queue, the lock or a replica's
+// place (PlaceQueue). None of
 // them is ever an origin: a message sent "back" to one would loop through
 // rebound or slip into the parking queue unmarked.
 func (t Topology) Owns(queue string) bool {
 	return queue == t.InboxQueue || queue == t.ParkingQueue || t.IsDelayQueue(queue) ||
-		queue == t.InUseQueue() || queue == t.LockQueue()
+		queue == t.InUseQueue() || queue == t.LockQueue() || t.isPlaceQueue(queue)
+}
+
+// isPlaceQueue reports whether queue is a replica's place (PlaceQueue).
+func (t Topology) isPlaceQueue(queue string) bool {
+	return numbered(queue, t.DelayQueuePrefix+"replica.")
 }
 
 // IsDelayQueue reports whether queue is one of the topology's delay queues.
 func (t Topology) IsDelayQueue(queue string) bool {
-	digits, ok := strings.CutPrefix(queue, t.DelayQueuePrefix)
+	return numbered(queue, t.DelayQueuePrefix)
+}
+
+// numbered reports whether name is prefix followed by decimal digits only.
+func numbered(name, prefix string) bool {
+	digits, ok := strings.CutPrefix(name, prefix)
 	if !ok || digits == "" {
 		return false
 	}
@@ -223,6 +234,13 @@ func (t Topology) InUseQueue() string { return t.DelayQueuePrefix + "in-use" }
 // LockQueue is the exclusive queue whoever reads or deletes delay queues
 // holds meanwhile (internal/delayqueue).
 func (t Topology) LockQueue() string { return t.DelayQueuePrefix + "lock" }
+
+// PlaceQueue is the exclusive queue that holds place i among the replicas
+// on the inbox: each replica holds the lowest place free, for as long as
+// its consuming connection lives, so that the replicas' places are 0 to
+// n−1 and their shares of the retry rate budget fall in seconds of their
+// own (calendar.Share).
+func (t Topology) PlaceQueue(i int) string { return t.DelayQueuePrefix + "replica." + strconv.Itoa(i) }
 
 // Describe lists what t declares, one line each, for people.
 func (t Topology) Describe() []string {

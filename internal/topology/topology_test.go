@@ -83,6 +83,7 @@ func TestOwns(t *testing.T) {
 	topo := testTopology(false, false)
 	for queue, want := range map[string]bool{
 		"in": true, "parked": true, "delay.1500": true, "delay.1": true, "delay.in-use": true, "delay.lock": true,
+		"delay.replica.0": true, "delay.replica.12": true, "delay.replica.": false, "delay.replica.x": false,
 		"delay.": false, "delay.15x": false, "delay.-1": false, "orders": false, "in.x": false, "xdelay.15": false,
 	} {
 		if got := topo.Owns(queue); got != want {
