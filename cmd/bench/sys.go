@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,7 +20,7 @@ const clockTick = 10 * time.Millisecond
 
 // cpu is a snapshot of CPU time spent so far.
 type cpu struct {
-	self    time.Duration // this process: rebound, the relay, the naive consumer, bench's poller
+	self    time.Duration // this process: rebound or the relay, and bench's poller
 	selfSys time.Duration // of self, in the kernel (on loopback a write also does the receiving side's TCP work)
 	broker  time.Duration // the RabbitMQ node
 	machine time.Duration // every CPU of the machine, whoever used it
@@ -156,40 +154,6 @@ func startTime(pid int) string {
 		return ""
 	}
 	return fields[19]
-}
-
-// memory reads this process's resident set size now and its peak since the
-// last resetPeakRSS, in bytes.
-func memory() (rss, peak int64) { return procMemory("self") }
-
-// procMemory reads process pid's (or "self"'s) resident set size now and
-// its peak (VmHWM), in bytes; 0 when it cannot be read.
-func procMemory(pid string) (rss, peak int64) {
-	f, err := os.Open("/proc/" + pid + "/status")
-	if err != nil {
-		return 0, 0
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		k, v, _ := strings.Cut(s.Text(), ":")
-		kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		switch k {
-		case "VmRSS":
-			rss = kb << 10
-		case "VmHWM":
-			peak = kb << 10
-		}
-	}
-	return rss, peak
-}
-
-// resetPeakRSS returns freed memory to the OS and restarts the peak RSS
-// (VmHWM) from the current RSS, so a run's peak is its own, not that of
-// filling the queue before it.
-func resetPeakRSS() {
-	debug.FreeOSMemory()
-	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
 }
 
 // machine describes where the numbers come from.
