@@ -370,6 +370,9 @@ func (b *broker) setPolicy(ctx context.Context, name, pattern, applyTo string, p
 var (
 	// errLost marks a run that did not deliver every message.
 	errLost = errors.New("messages lost")
+	// errUntimed marks a run that moved every message, most of them
+	// before its clock started: one to run again.
+	errUntimed = errors.New("too fast to time")
 	// errTimeout is waitFor giving up, as opposed to failing to ask.
 	errTimeout = errors.New("timed out")
 )

@@ -33,17 +33,14 @@ func (s *suite) of(c string) []trial {
 	return out
 }
 
-// rates returns the msg/s of contender c's counted runs, in round order.
-func (s *suite) rates(c string) []float64 {
-	var out []float64
-	for _, t := range s.of(c) {
-		out = append(out, t.rate())
-	}
-	return out
-}
-
 // rate is the median of contender c's rates.
-func (s *suite) rate(c string) float64 { return median(s.rates(c)) }
+func (s *suite) rate(c string) float64 {
+	var rates []float64
+	for _, t := range s.of(c) {
+		rates = append(rates, t.rate())
+	}
+	return median(rates)
+}
 
 // ratio is the median, over rounds, of a's rate divided by b's rate in
 // the same round: runs next to each other in time share the machine's

@@ -62,7 +62,7 @@ func sampleCPU(brokerPID int) cpu {
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	c := cpu{self: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), selfSys: time.Duration(ru.Stime.Nano())}
 	if brokerPID > 0 {
-		c.broker, _ = procCPU(brokerPID)
+		c.broker, _ = statCPU(fmt.Sprintf("/proc/%d/stat", brokerPID))
 		if tids, err := threads(brokerPID); err == nil {
 			for _, tid := range tids {
 				path := fmt.Sprintf("/proc/%d/task/%d/", brokerPID, tid)
@@ -114,11 +114,6 @@ func machineCPU() (time.Duration, error) {
 		busy += v
 	}
 	return time.Duration(busy) * clockTick, nil
-}
-
-// procCPU returns utime+stime of a process.
-func procCPU(pid int) (time.Duration, error) {
-	return statCPU(fmt.Sprintf("/proc/%d/stat", pid))
 }
 
 // statCPU returns utime+stime from a /proc stat file (a process's or a

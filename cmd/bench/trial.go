@@ -91,20 +91,12 @@ func runSuite(ctx context.Context, b *broker, s *suite, o options, stdout io.Wri
 				return err
 			}
 			t.Attempts = attempts
-			fmt.Fprintf(stdout, "round %d %-44s n=%-6d %6.2fs %8.0f msg/s  process %5.1f µs/msg  broker %5.1f µs/msg%s\n",
-				round+1, c.Name, t.N, t.Elapsed.Seconds(), t.rate(), micros(t.perMsg(t.CPU.self)), micros(t.perMsg(t.CPU.broker)),
-				unpinnedNote(t))
+			fmt.Fprintf(stdout, "round %d %-44s n=%-6d %6.2fs %8.0f msg/s  process %5.1f µs/msg  broker %5.1f µs/msg %s\n",
+				round+1, c.Name, t.N, t.Elapsed.Seconds(), t.rate(), micros(t.perMsg(t.CPU.self)), micros(t.perMsg(t.CPU.broker)), t.Unpinned)
 			s.Trials = append(s.Trials, t)
 		}
 	}
 	return nil
-}
-
-func unpinnedNote(t trial) string {
-	if t.Unpinned != "" {
-		return "  (not pinned: " + t.Unpinned + ")"
-	}
-	return ""
 }
 
 // retrying runs f, and runs it again (three attempts in all) when it
@@ -271,8 +263,24 @@ func runTrial(ctx context.Context, b *broker, c contender, m mode, tm timing, pr
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The clock of an atDestination run starts when the contender's
+	// consumer appears, which leaves out connection set-up (it differs
+	// between them and is not throughput). It is watched for from before
+	// the start: a shovel consumes before rabbitmqctl, which creates it,
+	// has returned.
+	consuming := make(chan clock, 1)
+	if tm == atDestination {
+		go func() {
+			_, err := b.waitFor(runCtx, s.src, time.Millisecond, 30*time.Second, func(_, consumers int) bool { return consumers > 0 })
+			consuming <- clock{at: time.Now(), cpu: sampleCPU(brokerPID), err: err}
+		}()
+	}
 	stop, confirmed, err := s.start(runCtx)
 	if err != nil {
+		if tm == atDestination {
+			cancel()
+			<-consuming
+		}
 		return t, err
 	}
 	stopped := false
@@ -283,28 +291,21 @@ func runTrial(ctx context.Context, b *broker, c contender, m mode, tm timing, pr
 	}()
 
 	timeout := time.Minute + time.Duration(n)*20*time.Millisecond
-	var got int
+	var got, early int
 	switch tm {
 	case atDestination:
-		// Starting the clock when the contender's consumer appears leaves
-		// out connection set-up, which differs between them and is not
-		// throughput.
-		if _, err := b.waitFor(ctx, s.src, time.Millisecond, 30*time.Second, func(_, consumers int) bool { return consumers > 0 }); err != nil {
-			return t, fmt.Errorf("%s did not start consuming: %w", c.Name, err)
+		started := <-consuming
+		if started.err != nil {
+			return t, fmt.Errorf("%s did not start consuming: %w", c.Name, started.err)
 		}
-		// What a fast contender moved before the poll saw its consumer
-		// is left out of the rate; a run that was mostly over by then is
-		// run again.
-		t0, cpu0 := time.Now(), sampleCPU(brokerPID)
-		from, cerr := b.count(s.dests)
-		if cerr != nil {
-			return t, cerr
-		}
-		if from > n/2 {
-			return t, fmt.Errorf("%s moved %d of %d messages before the clock started", c.Name, from, n)
+		// What it moved before the poll saw its consumer is left out of
+		// the rate.
+		t0, cpu0 := started.at, started.cpu
+		if early, err = b.count(s.dests); err != nil {
+			return t, err
 		}
 		got, err = b.waitForAll(ctx, s.dests, timeout, n)
-		t.Elapsed, t.CPU, t.N = time.Since(t0), sampleCPU(brokerPID).sub(cpu0), n-from
+		t.Elapsed, t.CPU, t.N = time.Since(t0), sampleCPU(brokerPID).sub(cpu0), n-early
 	case afterWarmUp:
 		var t0 time.Time
 		var cpu0 cpu
@@ -340,7 +341,17 @@ func runTrial(ctx context.Context, b *broker, c contender, m mode, tm timing, pr
 	if moved < n {
 		return t, fmt.Errorf("%s run %d: destination holds %d of %d messages after stopping: %w", c.Name, round+1, moved, n, errLost)
 	}
+	if early > n/2 {
+		return t, fmt.Errorf("%s run %d: %d of %d messages moved before the clock started: %w", c.Name, round+1, early, n, errUntimed)
+	}
 	return t, nil
+}
+
+// clock is when a run's clock started, and the CPU spent by then.
+type clock struct {
+	at  time.Time
+	cpu cpu
+	err error // the start was not seen
 }
 
 // confirmedEvery is how often waitConfirmed reads rebound's metrics: a

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"testing"
@@ -43,11 +44,18 @@ func TestEveryContenderMovesEveryMessage(t *testing.T) {
 			tm = afterWarmUp
 		}
 		tr, err := runTrial(ctx, b, c, unpinned, tm, fmt.Sprintf("%st%d.", b.prefix, i), 0, n)
-		if err != nil {
+		// So few messages, on a busy machine, a contender may move most
+		// of them before the poll sees it consume: every one moved, but
+		// not timed, which bench runs again.
+		if errors.Is(err, errUntimed) {
+			t.Logf("%s: %v", c.Name, err)
+		} else if err != nil {
 			t.Fatalf("%s: %v", c.Name, err)
+		} else if tr.N <= 0 || tr.N > n || tr.Elapsed <= 0 || tr.CPU.self <= 0 {
+			t.Errorf("%s: timed %+v", c.Name, tr)
 		}
-		if tr.Leftover != 0 || tr.Extra != 0 || tr.N <= 0 || tr.N > n || tr.Elapsed <= 0 || tr.CPU.self <= 0 {
-			t.Errorf("%s: %+v", c.Name, tr)
+		if tr.Leftover != 0 || tr.Extra != 0 {
+			t.Errorf("%s: %d left in the source, %d extra copies", c.Name, tr.Leftover, tr.Extra)
 		}
 	}
 }
