@@ -16,12 +16,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/rebound-mq/rebound/config"
-	"github.com/rebound-mq/rebound/headers"
 	"github.com/rebound-mq/rebound/internal/brokertest"
-	"github.com/rebound-mq/rebound/internal/route"
-	"github.com/rebound-mq/rebound/internal/topology"
-	"github.com/rebound-mq/rebound/policy"
 )
 
 // broker is bench's own connection to one RabbitMQ node of the test
@@ -30,7 +25,8 @@ import (
 // of the contenders it measures.
 type broker struct {
 	bt        *brokertest.Broker
-	url       string // in the virtual host of this invocation
+	vhost     string // of this invocation
+	url       string // in that virtual host
 	prefix    string // unique to this invocation
 	dropVhost func()
 
@@ -48,9 +44,10 @@ func newBroker(ctx context.Context, bt *brokertest.Broker) (*broker, error) {
 	_, _ = rand.Read(buf)
 	suffix := hex.EncodeToString(buf)
 	b := &broker{bt: bt, prefix: "bench." + suffix + "."}
-	// A virtual host of its own, so that the probes can tell this run's
-	// processes in the broker from those of other people's tests.
+	// A virtual host of its own, deleted at the end with whatever a
+	// failed run left in it.
 	vhost := "rebound-bench-" + suffix
+	b.vhost = vhost
 	if _, err := b.ctl(ctx, "add_vhost", vhost); err != nil {
 		return nil, fmt.Errorf("RabbitMQ %s (is it running? make brokers): %w", bt.Name, err)
 	}
@@ -158,51 +155,6 @@ func (b *broker) pauseBeforeRetry(ctx context.Context) error {
 	}
 }
 
-// vhost is the virtual host of the broker URL.
-func (b *broker) vhost() string { return config.Config{AMQPURL: b.url}.Vhost() }
-
-// sweep deletes the queues and exchanges whose names start with prefix
-// and clears the shovels named so: what a run that failed because the
-// broker went away could not delete itself. It lists them with rabbitmqctl.
-func (b *broker) sweep(ctx context.Context, prefix string) error {
-	// list returns the names in column of `rabbitmqctl list_<what>` that
-	// start with prefix, in the rows whose first column is first (if set).
-	list := func(what, vhost, first string, column int) ([]string, error) {
-		out, err := b.ctl(ctx, "-p", vhost, "list_"+what, "--no-table-headers")
-		if err != nil {
-			return nil, err
-		}
-		var names []string
-		for _, line := range strings.Split(out, "\n") {
-			f := strings.Split(line, "\t")
-			if len(f) > column && strings.HasPrefix(f[column], prefix) && (first == "" || f[0] == first) {
-				names = append(names, f[column])
-			}
-		}
-		return names, nil
-	}
-	shovels, err := list("parameters", b.vhost(), "shovel", 1)
-	if err != nil {
-		return err
-	}
-	for _, name := range shovels {
-		if _, err := b.ctl(ctx, "clear_parameter", "-p", b.vhost(), "shovel", name); err != nil {
-			return err
-		}
-	}
-	queues, err := list("queues", b.vhost(), "", 0)
-	if err != nil {
-		return err
-	}
-	exchanges, err := list("exchanges", b.vhost(), "", 0)
-	if err != nil {
-		return err
-	}
-	b.deleteQueues(queues...)
-	b.deleteExchanges(exchanges...)
-	return nil
-}
-
 // declare declares a durable classic queue with args.
 func (b *broker) declare(name string, args amqp.Table) error {
 	b.mu.Lock()
@@ -227,34 +179,6 @@ func (b *broker) inspect(name string) (messages, consumers int, err error) {
 	}
 	q, err := brokertest.Inspect(ch, name)
 	return q.Messages, q.Consumers, err
-}
-
-// declareExchange declares a durable exchange.
-func (b *broker) declareExchange(name, kind string) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	ch, err := b.channel()
-	if err != nil {
-		return err
-	}
-	if err := ch.ExchangeDeclare(name, kind, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("declare exchange %s: %w", name, err)
-	}
-	return nil
-}
-
-// bind binds queue to exchange under key.
-func (b *broker) bind(queue, key, exchange string) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	ch, err := b.channel()
-	if err != nil {
-		return err
-	}
-	if err := ch.QueueBind(queue, key, exchange, false, nil); err != nil {
-		return fmt.Errorf("bind %s to %s: %w", queue, exchange, err)
-	}
-	return nil
 }
 
 // count returns how many ready messages the queues hold together.
@@ -315,32 +239,10 @@ func message(i int, origin string) amqp.Publishing {
 	}
 }
 
-// deadLettered returns the messages from origin as rebound receives them.
-func deadLettered(origin string) func(i int) amqp.Publishing {
-	return func(i int) amqp.Publishing { return message(i, origin) }
-}
-
-// retried returns the messages from origin as rebound republishes them
-// into the delay queue for retryDelay: what the sidecar's plan step makes
-// of them (route.Router.Plan), retry headers and routing header included.
-func retried(topo topology.Topology, origin string) func(i int) amqp.Publishing {
-	codec := headers.NewCodec(headers.DefaultNames())
-	return func(i int) amqp.Publishing {
-		m := message(i, origin)
-		d := amqp.Delivery{Headers: m.Headers, ContentType: m.ContentType, DeliveryMode: m.DeliveryMode,
-			Timestamp: m.Timestamp, MessageId: m.MessageId, Body: m.Body}
-		now := time.Now()
-		state, _ := codec.Decode(d.Headers, d.Timestamp, now, nil)
-		r := route.Router{Topology: topo, Policies: policy.NewSet(policy.Policy{}), Codec: codec}
-		rt := route.Route{Origin: route.Origin{Queue: origin}, Policy: r.Policies.Default(), Decision: policy.Decision{Retry: true, Delay: retryDelay, Drawn: retryDelay}}
-		_, copy := r.Plan(d, state, rt, now)
-		return copy
-	}
-}
-
-// fill publishes messages msg(0)..msg(n-1) to queue through the default
-// exchange and waits for every confirm, on a connection of its own.
-func (b *broker) fill(ctx context.Context, queue string, n int, msg func(i int) amqp.Publishing) error {
+// fill publishes messages 0 to n-1 dead-lettered from origin to queue
+// through the default exchange and waits for every confirm, on a
+// connection of its own.
+func (b *broker) fill(ctx context.Context, queue, origin string, n int) error {
 	conn, err := amqp.Dial(b.url)
 	if err != nil {
 		return fmt.Errorf("connect to fill %s: %w", queue, err)
@@ -354,13 +256,10 @@ func (b *broker) fill(ctx context.Context, queue string, n int, msg func(i int) 
 		return fmt.Errorf("enable confirms to fill %s: %w", queue, err)
 	}
 	// Keep a bounded window of unconfirmed publishes, as a well-behaved
-	// producer does, so the broker's flow control does not kick in: 1000
-	// messages, and no more than fillBytes of bodies.
-	const window, fillBytes = 1000, 64 << 20
+	// producer does, so the broker's flow control does not kick in.
+	const window = 1000
 	pending := make([]*amqp.DeferredConfirmation, 0, window)
-	var pendingBytes int
 	wait := func() error {
-		pendingBytes = 0
 		for _, dc := range pending {
 			ok, err := dc.WaitContext(ctx)
 			if err != nil {
@@ -374,43 +273,17 @@ func (b *broker) fill(ctx context.Context, queue string, n int, msg func(i int) 
 		return nil
 	}
 	for i := range n {
-		m := msg(i)
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, m)
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, message(i, origin))
 		if err != nil {
 			return fmt.Errorf("fill %s: %w", queue, err)
 		}
-		pendingBytes += len(m.Body)
-		if pending = append(pending, dc); len(pending) == window || pendingBytes >= fillBytes {
+		if pending = append(pending, dc); len(pending) == window {
 			if err := wait(); err != nil {
 				return err
 			}
 		}
 	}
 	return wait()
-}
-
-// consumeOn consumes queue, with prefetch, on a connection of its own,
-// which the caller closes; who names the consumer in errors.
-func consumeOn(url, queue string, prefetch int, who string) (*amqp.Connection, *amqp.Channel, <-chan amqp.Delivery, error) {
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("%s: connect: %w", who, err)
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		conn.Close()
-		return nil, nil, nil, fmt.Errorf("%s: open channel: %w", who, err)
-	}
-	if err := ch.Qos(prefetch, 0, false); err != nil {
-		conn.Close()
-		return nil, nil, nil, fmt.Errorf("%s: set prefetch: %w", who, err)
-	}
-	deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
-	if err != nil {
-		conn.Close()
-		return nil, nil, nil, fmt.Errorf("%s: consume %s: %w", who, queue, err)
-	}
-	return conn, ch, deliveries, nil
 }
 
 // waitFor polls a queue until cond holds for its counts, or the timeout.
@@ -439,9 +312,6 @@ func (b *broker) waitFor(ctx context.Context, queue string, every, timeout time.
 // together, or the timeout. One sweep over many queues takes longer than
 // that, and the sweeps follow each other.
 func (b *broker) waitForAll(ctx context.Context, queues []string, timeout time.Duration, n int) (int, error) {
-	if len(queues) == 1 {
-		return b.waitFor(ctx, queues[0], 10*time.Millisecond, timeout, func(messages, _ int) bool { return messages >= n })
-	}
 	deadline := time.Now().Add(timeout)
 	for {
 		got, err := b.count(queues)
@@ -476,43 +346,56 @@ func (b *broker) ensureShovel(ctx context.Context, stdout io.Writer) error {
 	return err
 }
 
-// shovelURI is the broker URL in the form the shovel expects: the vhost
-// always spelled out, "/" as %2f. With direct, it names no host: the
-// shovel then uses a direct connection inside the node (Erlang messages,
-// no socket, no frames), as a shovel between queues of one broker is
-// meant to be configured; without, a network connection to the URL's
-// host, as an external client's.
-func shovelURI(raw string, direct bool) (string, error) {
-	u, err := amqp.ParseURI(raw)
-	if err != nil {
-		return "", fmt.Errorf("parse broker URL: %w", err)
-	}
-	vhost := url.PathEscape(config.Config{AMQPURL: raw}.Vhost())
-	if direct {
-		return "amqp:///" + vhost, nil
-	}
-	return fmt.Sprintf("%s://%s:%s@%s:%d/%s", u.Scheme, url.PathEscape(u.Username), url.PathEscape(u.Password),
-		u.Host, u.Port, vhost), nil
-}
+// shovelURI is the broker URL in the form the shovel expects, naming no
+// host: the shovel then uses a direct connection inside the node (Erlang
+// messages, no socket, no frames), as a shovel between queues of one
+// broker is meant to be configured.
+func shovelURI(vhost string) string { return "amqp:///" + url.PathEscape(vhost) }
 
-// setPolicy sets policy p in the broker URL's vhost (p.VHost is ignored)
-// with rabbitmqctl, and returns what clears it.
-func (b *broker) setPolicy(ctx context.Context, p topology.PolicyDefinition) (clear func(), err error) {
-	def, err := json.Marshal(p.Definition)
+// setPolicy sets a policy in bench's virtual host with rabbitmqctl, and
+// returns what clears it.
+func (b *broker) setPolicy(ctx context.Context, name, pattern, applyTo string, priority int, definition amqp.Table) (clear func(), err error) {
+	def, err := json.Marshal(definition)
 	if err != nil {
-		return nil, fmt.Errorf("encode policy %s: %w", p.Name, err)
+		return nil, fmt.Errorf("encode policy %s: %w", name, err)
 	}
-	if _, err := b.ctl(ctx, "set_policy", "-p", b.vhost(), "--apply-to", p.ApplyTo, "--priority", strconv.Itoa(p.Priority),
-		p.Name, p.Pattern, string(def)); err != nil {
+	if _, err := b.ctl(ctx, "set_policy", "-p", b.vhost, "--apply-to", applyTo, "--priority", strconv.Itoa(priority),
+		name, pattern, string(def)); err != nil {
 		return nil, err
 	}
 	// Not ctx: the policy must go even when bench is interrupted.
-	return func() { _, _ = b.ctl(context.Background(), "clear_policy", "-p", b.vhost(), p.Name) }, nil
+	return func() { _, _ = b.ctl(context.Background(), "clear_policy", "-p", b.vhost, name) }, nil
 }
 
 var (
 	// errLost marks a run that did not deliver every message.
 	errLost = errors.New("messages lost")
+	// errUntimed marks a run that moved every message, most of them
+	// before its clock started: one to run again.
+	errUntimed = errors.New("too fast to time")
 	// errTimeout is waitFor giving up, as opposed to failing to ask.
 	errTimeout = errors.New("timed out")
 )
+
+// startShovel creates a dynamic shovel from src to dst with rabbitmqctl on
+// the broker, in bench's virtual host, connected directly inside the node
+// (shovelURI), at its default prefetch (1000); stop deletes it.
+func (b *broker) startShovel(ctx context.Context, name, src, dst string) (stop func() error, err error) {
+	uri := shovelURI(b.vhost)
+	def, err := json.Marshal(map[string]any{
+		"src-protocol": "amqp091", "src-uri": uri, "src-queue": src,
+		"dest-protocol": "amqp091", "dest-uri": uri, "dest-queue": dst,
+		"ack-mode": "on-confirm",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encode shovel definition: %w", err)
+	}
+	if _, err := b.ctl(ctx, "set_parameter", "-p", b.vhost, "shovel", name, string(def)); err != nil {
+		return nil, err
+	}
+	return func() error {
+		// Not ctx: the shovel must go even when bench is interrupted.
+		_, err := b.ctl(context.Background(), "clear_parameter", "-p", b.vhost, "shovel", name)
+		return err
+	}, nil
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"time"
 )
 
@@ -8,20 +9,9 @@ import (
 type kind int
 
 const (
-	kindRebound    kind = iota // in-process sidecar: inbox -> a delay queue's exchange -> the delay queue
-	kindRelay                  // the bare amqp091-go relay (relay.go), in this process
-	kindShovel                 // a dynamic shovel, inside the broker, direct connection, ack-mode on-confirm, its default prefetch
-	kindNaive                  // one consumer: publish a copy, wait for its confirm, ack, next
-	kindShovelSame             // the shovel, moving rebound's copies into a queue like its delay queue
-)
-
-// source is what the source queue holds before a run.
-type source int
-
-const (
-	deadLetteredSource source = iota // messages as the broker dead-letters them: with x-death
-	plainSource                      // the same messages before dead-lettering: no x-death
-	copySource                       // what rebound makes of them (route.Router.Plan): retry headers, no x-death
+	kindRebound kind = iota // the sidecar in this process: inbox -> a delay queue's exchange -> the delay queue
+	kindRelay               // the bare amqp091-go relay (relay.go), in this process
+	kindShovel              // a dynamic shovel inside the broker, direct connection, ack-mode on-confirm, its default prefetch
 )
 
 // contender is one way of moving N messages from a source queue to a
@@ -30,40 +20,54 @@ const (
 type contender struct {
 	Name string
 	Kind kind
-	// Relay configures a kindRelay contender.
-	Relay relayConfig
-	// Source is what the source queue holds; rebound always gets
-	// dead-lettered messages.
-	Source source
-	// IntoDelayQueue declares the destination of a relay or shovel as
-	// rebound declares a delay queue (message TTL, dead-lettering); the
-	// relay then publishes through the queue's own fanout exchange with
-	// the origin queue as routing key, as rebound does.
-	IntoDelayQueue bool
-	// Prefetch is REBOUND_PREFETCH for a rebound contender, the shovel's
-	// src-prefetch-count for a shovel; 0 for each one's default (rebound's
-	// ceiling of 1024, the Shovel's 1000).
-	Prefetch int
-	// Bound is how many delay queues are bound on rebound's delay
-	// exchange, the one its copies go to included; 0 or 1 for just that
-	// one.
+	// Env is more REBOUND_* settings of a rebound contender, laid over
+	// the run's own (startRebound): another delay mode is one more
+	// contender with its settings here.
+	Env []string
+	// Bound is how many delay queues are bound, each to its exchange, the
+	// one rebound's copies go to included; 0 or 1 for just that one.
 	Bound int
 	// Spread, if set, spreads rebound's copies over delay queues as the
 	// default policy does (spread.go); nil for one delay queue.
 	Spread *policySpread
-	// Network connects a shovel to the broker over TCP, as an external
-	// client would, instead of directly inside the node.
-	Network bool
 }
 
-// The contenders of the throughput runs.
+// The contenders of the throughput runs. The first of a suite is its
+// baseline: the tables give every other one's rate over its rate in the
+// same round.
 var (
 	reboundC = contender{Name: "rebound", Kind: kindRebound}
-	relayC   = contender{Name: "relay", Kind: kindRelay, Relay: baseRelay}
+	relayC   = contender{Name: "relay", Kind: kindRelay}
 	shovelC  = contender{Name: "shovel", Kind: kindShovel}
-	sameC    = contender{Name: "shovel-same", Kind: kindShovelSame, Source: copySource, IntoDelayQueue: true}
-	naiveC   = contender{Name: "naive", Kind: kindNaive}
 )
+
+// throughputContenders are the contenders of the throughput runs, in
+// every mode.
+func throughputContenders() []contender { return []contender{reboundC, relayC, shovelC} }
+
+// spreadContenders are rebound with one delay queue, with k bound, and
+// with its n copies spread as the default policy spreads them at each of
+// digits.
+func spreadContenders(k, n int, digits []int) ([]contender, error) {
+	cs := []contender{reboundC}
+	if k > 1 {
+		cs = append(cs, contender{Name: fmt.Sprintf("rebound, %d delay queues bound", k), Kind: kindRebound, Bound: k})
+	}
+	for _, d := range digits {
+		sp, err := defaultPolicySpread(n, d)
+		if err != nil {
+			return nil, err
+		}
+		cs = append(cs, contender{Name: spreadName(d), Kind: kindRebound, Spread: sp})
+	}
+	return cs, nil
+}
+
+// spreadName names the run whose copies are spread as the default policy
+// spreads them at digits.
+func spreadName(digits int) string {
+	return fmt.Sprintf("rebound, default policy's delays, %d digit%s", digits, map[bool]string{true: "s"}[digits > 1])
+}
 
 // retryDelay is long enough that copies sit in the delay queue for the
 // whole run, where they are counted.

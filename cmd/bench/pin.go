@@ -13,9 +13,9 @@ import (
 )
 
 // Pinned runs put the broker under test on one core and this process (the
-// contender's client side: rebound, the relay, the naive consumer, and
-// bench's poller) on another, as in production, where the sidecar runs in
-// the application's pod, on another machine than the broker. Every thread
+// contender's client side, rebound or the relay, and bench's poller) on
+// another, as in production, where the sidecar runs in the application's
+// pod, on another machine than the broker. Every thread
 // of both processes is pinned with sched_setaffinity (what `taskset -a -p`
 // does), and each thread's own mask is put back afterwards: RabbitMQ 3.10
 // binds each scheduler thread to a core of its own (+stbt db), so "all

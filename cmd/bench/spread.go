@@ -14,25 +14,15 @@ import (
 // Delay spread. With jitter, copies go to many delay queues: the default
 // policy (exponential from 1 s to 1 h, full jitter, 10 retries) spreads
 // them over about 400 delays of two significant digits, and about 50 of
-// one (REBOUND_DELAY_DIGITS). The spread runs compare rebound moving every
-// copy into one delay queue with k delay queues declared, each bound to
-// its exchange (copies still into one: the cost of routing, if any), and
-// with its copies spread as the default policy spreads them at each
-// number of digits measured (the cost of keeping that many queues busy,
-// each with its share of the copies).
-//
-// A copy must stay in its delay queue for the whole run, where it is
-// counted, and the default policy's delays are mostly shorter than a run.
-// So each delay queue the policy would use is given a long delay of its
-// own, from 10 minutes up, and copy i goes to the long delay standing for
-// the i-th delay the policy draws: as many queues as the policy uses, each
-// with its share of the copies, in the policy's order. What the broker
-// does per queue does not depend on the TTL of a copy that does not
-// expire during the run. rebound runs with full jitter on a constant delay
-// of spreadMax, REBOUND_DELAY_DIGITS=3 (so that neighbouring long delays
-// stay apart), and a random source (consumer.Options.NewRand) that draws, in
-// turn, the fractions of spreadMax that land on those long delays.
-// Everything else is rebound as configured by REBOUND_*.
+// one (REBOUND_DELAY_DIGITS). A copy must stay in its delay queue for the
+// whole run, where it is counted, so each delay the policy would use is
+// stood for by a long delay of its own, from 10 minutes up (what the broker
+// does per queue does not depend on a TTL that does not expire during the
+// run): rebound runs with full jitter under spreadMax, at spreadDigits so
+// that neighbouring long delays stay apart, and a random source
+// (consumer.Options.NewRand) that draws, in turn, the fractions of
+// spreadMax landing on them. Everything else is rebound as REBOUND_*
+// configures it.
 
 // spreadMax is the constant delay full jitter draws under.
 const spreadMax = 1_000_000_000 * time.Millisecond

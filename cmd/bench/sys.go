@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,7 +20,7 @@ const clockTick = 10 * time.Millisecond
 
 // cpu is a snapshot of CPU time spent so far.
 type cpu struct {
-	self    time.Duration // this process: rebound, the relay, the naive consumer, bench's poller
+	self    time.Duration // this process: rebound or the relay, and bench's poller
 	selfSys time.Duration // of self, in the kernel (on loopback a write also does the receiving side's TCP work)
 	broker  time.Duration // the RabbitMQ node
 	machine time.Duration // every CPU of the machine, whoever used it
@@ -64,7 +62,7 @@ func sampleCPU(brokerPID int) cpu {
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	c := cpu{self: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), selfSys: time.Duration(ru.Stime.Nano())}
 	if brokerPID > 0 {
-		c.broker, _ = procCPU(brokerPID)
+		c.broker, _ = statCPU(fmt.Sprintf("/proc/%d/stat", brokerPID))
 		if tids, err := threads(brokerPID); err == nil {
 			for _, tid := range tids {
 				path := fmt.Sprintf("/proc/%d/task/%d/", brokerPID, tid)
@@ -118,11 +116,6 @@ func machineCPU() (time.Duration, error) {
 	return time.Duration(busy) * clockTick, nil
 }
 
-// procCPU returns utime+stime of a process.
-func procCPU(pid int) (time.Duration, error) {
-	return statCPU(fmt.Sprintf("/proc/%d/stat", pid))
-}
-
 // statCPU returns utime+stime from a /proc stat file (a process's or a
 // thread's).
 func statCPU(path string) (time.Duration, error) {
@@ -156,40 +149,6 @@ func startTime(pid int) string {
 		return ""
 	}
 	return fields[19]
-}
-
-// memory reads this process's resident set size now and its peak since the
-// last resetPeakRSS, in bytes.
-func memory() (rss, peak int64) { return procMemory("self") }
-
-// procMemory reads process pid's (or "self"'s) resident set size now and
-// its peak (VmHWM), in bytes; 0 when it cannot be read.
-func procMemory(pid string) (rss, peak int64) {
-	f, err := os.Open("/proc/" + pid + "/status")
-	if err != nil {
-		return 0, 0
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		k, v, _ := strings.Cut(s.Text(), ":")
-		kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		switch k {
-		case "VmRSS":
-			rss = kb << 10
-		case "VmHWM":
-			peak = kb << 10
-		}
-	}
-	return rss, peak
-}
-
-// resetPeakRSS returns freed memory to the OS and restarts the peak RSS
-// (VmHWM) from the current RSS, so a run's peak is its own, not that of
-// filling the queue before it.
-func resetPeakRSS() {
-	debug.FreeOSMemory()
-	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
 }
 
 // machine describes where the numbers come from.
