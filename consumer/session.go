@@ -225,6 +225,7 @@ func (ss *session) loop(ctx context.Context) error {
 		case <-tick.C:
 			s.beat()
 			s.setBlocked(ss.pub.Blocked())
+			s.m.OriginsRefusing.Set(float64(s.refusals.refusing(s.opt.Now())))
 			ss.inbox.refit(s.opt.Now())
 			if err := ss.tendDelayQueues(&lease); err != nil {
 				return err
@@ -392,7 +393,21 @@ func (ss *session) handle(d amqp.Delivery) error {
 			return fmt.Errorf("check origin queue %s: %w", origin.Queue, err)
 		}
 	}
-	rt := ss.budget(ss.router.Decide(state, origin, exists, now, ss.rng), state, now)
+	var rt route.Route
+	if ss.router.Returning(d) {
+		rt = ss.router.Return(state, origin, exists)
+	} else {
+		rt = ss.budget(ss.router.Decide(state, origin, exists, now, ss.rng), state, now)
+	}
+	// A copy sent straight to its origin waits while the origin refuses
+	// copies (refusals.go).
+	straight := rt.Decision.Retry && rt.Decision.Delay == 0
+	if straight {
+		if wait := s.refusals.admit(rt.Origin.Queue, now); wait > 0 {
+			rt = ss.router.Refuse(rt, state, now, wait)
+			straight = false
+		}
+	}
 	ss.report(d, rt)
 	dest, msg := ss.router.Plan(d, state, rt, now)
 	span.Decided(tracing.Decision{Origin: rt.Origin.Queue, Retry: rt.Decision.Retry, Delay: rt.Decision.Delay,
@@ -403,6 +418,19 @@ func (ss *session) handle(d amqp.Delivery) error {
 	s.m.InFlight.Inc()
 	ss.acks.add(tag, int64(len(d.Body)))
 	err := ss.pub.Publish(context.Background(), dest, msg, func(o republisher.Outcome, latency time.Duration) {
+		if straight {
+			switch o {
+			case republisher.Confirmed:
+				s.refusals.accepted(rt.Origin.Queue)
+			case republisher.Nacked:
+				// Requeued, the delivery comes back at once and waits
+				// in a delay queue then: the origin is backed off now.
+				s.refusals.refused(rt.Origin.Queue, now, s.opt.Now())
+				s.m.OriginRefused.WithLabelValues(rt.Policy.Name).Inc()
+				ss.acks.refused(tag)
+				return
+			}
+		}
 		ss.record(rt, o, latency)
 		span.End(o == republisher.Confirmed, o.String())
 		if o == republisher.Confirmed && !rt.Decision.Retry && ss.events != nil {
@@ -489,6 +517,10 @@ func (ss *session) record(rt route.Route, o republisher.Outcome, latency time.Du
 	}
 	s.m.ConfirmLatency.Observe(latency.Seconds())
 	switch decision := rt.Decision; {
+	case rt.Refused && decision.Retry:
+		s.m.OriginWaits.WithLabelValues(rt.Policy.Name).Inc()
+	case rt.Returning && decision.Retry:
+		s.m.Returned.WithLabelValues(rt.Policy.Name).Inc()
 	case !decision.Retry:
 		s.m.Parked.WithLabelValues(string(decision.Reason), rt.Policy.Name).Inc()
 		s.parked.Add(1)

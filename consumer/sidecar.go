@@ -96,6 +96,10 @@ type Sidecar struct {
 	consumerWarned atomic.Bool
 	deferrals      deferralLog // used by the session's goroutine only
 
+	// Origin queues that refused a copy, backed off (refusals.go); kept
+	// across sessions, like the calendar.
+	refusals *refusals
+
 	received, retried, parked, failed atomic.Int64 // for the periodic summary
 	peakInflightBytes                 atomic.Int64 // the most message bytes held (the meter's), for tests
 
@@ -138,7 +142,7 @@ func New(opt Options) *Sidecar {
 		name = opt.Dialer.Name()
 	}
 	s := &Sidecar{opt: opt, log: opt.Logger, m: opt.Metrics, calendar: calendar.New(),
-		replica: fmt.Sprintf("%s #%08x", name, rand.Uint32())}
+		refusals: newRefusals(), replica: fmt.Sprintf("%s #%08x", name, rand.Uint32())}
 	s.setConsumers(1, opt.Now())
 	s.beat()
 	return s

@@ -129,7 +129,7 @@ func TestPublishOutcomes(t *testing.T) {
 	p := e.publisher(16)
 	o := newOutcomes()
 	ctx := context.Background()
-	delayed := e.topo.Delayed(200*time.Millisecond, e.origin)
+	delayed := e.topo.Delayed(200*time.Millisecond)
 	// A delay queue's exchange without its queue: as another replica's
 	// sweep leaves it.
 	swept := e.topo.DelayExchangeFor(700 * time.Millisecond)
@@ -183,7 +183,7 @@ func TestUnusableDelayQueueIsDetoured(t *testing.T) {
 	}
 	o := newOutcomes()
 	for _, id := range []string{"first", "second"} {
-		dest := e.topo.Delayed(delay, e.origin)
+		dest := e.topo.Delayed(delay)
 		if err := p.Publish(context.Background(), dest, amqp.Publishing{MessageId: id, Body: []byte(id), Headers: amqp.Table{}}, o.callback(id)); err != nil {
 			t.Fatal(err)
 		}
@@ -219,7 +219,7 @@ func TestUnusableDelayQueueIsDetoured(t *testing.T) {
 	}
 	p.Delays().Forget((delay + 2*time.Millisecond).Milliseconds()) // as a return from it does
 	for _, id := range []string{"third", "fourth"} {
-		dest := e.topo.Delayed(delay, e.origin)
+		dest := e.topo.Delayed(delay)
 		if err := p.Publish(context.Background(), dest, amqp.Publishing{MessageId: id, Body: []byte(id), Headers: amqp.Table{}}, o.callback(id)); err != nil {
 			t.Fatal(err)
 		}
@@ -266,7 +266,7 @@ func TestReturnIsNeverLostBehindADeclaration(t *testing.T) {
 	if _, err := e.admin.QueueDelete(q.Name, false, false, false); err != nil {
 		t.Fatal(err)
 	}
-	delayed := e.topo.Delayed(gone, e.origin)
+	delayed := e.topo.Delayed(gone)
 	if err := p.Publish(context.Background(), delayed, amqp.Publishing{MessageId: "delayed", Headers: amqp.Table{}}, o.callback("delayed")); err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func TestDelayedListsAndFlushes(t *testing.T) {
 	}
 	delays.Close()
 	publish := func(delay time.Duration, n int) {
-		dest := topo.Delayed(delay, d.App)
+		dest := topo.Delayed(delay)
 		for range n {
 			if err := d.Ch.PublishWithContext(context.Background(), dest.Exchange, dest.RoutingKey, true, false, amqp.Publishing{Body: []byte("x")}); err != nil {
 				t.Fatal(err)
