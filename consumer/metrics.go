@@ -56,6 +56,7 @@ type Metrics struct {
 	OriginRefused   *prometheus.CounterVec // policy: copies the broker refused to put into their origin
 	OriginWaits     *prometheus.CounterVec // policy: copies put into a delay queue while their origin refuses
 	OriginsRefusing prometheus.Gauge
+	OriginTwins     prometheus.Counter
 
 	BuildInfo *prometheus.GaugeVec // version, revision, goversion
 }
@@ -135,6 +136,8 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 			"Copies the broker refused to put into their origin queue (nack: a full queue with overflow reject-publish); each waits, not spins.", "policy"),
 		OriginWaits: counterVec("rebound_origin_refused_waits_total",
 			"Copies put into a delay queue, confirmed, to wait while their origin queue refuses copies.", "policy"),
+		OriginTwins: counter("rebound_origin_refused_twins_total",
+			"Messages dropped as twins of copies their origin refused: overflow reject-publish-dlx dead-letters a refused copy, which rebound still holds."),
 		OriginsRefusing: gauge("rebound_origins_refusing",
 			"Origin queues this replica waits on because they refused a copy (backing off before the next try)."),
 
@@ -144,7 +147,7 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 	reg.MustRegister(m.Received, m.Redelivered, m.Retried, m.RetryDelay, m.Parked, m.InvalidHeaders, m.OriginMismatch,
 		m.PolicyConflicts, m.PublishFailures, m.ConfirmLatency, m.InFlight, m.Reconnects, m.Blocked, m.Ready,
 		m.InboxMessages, m.InboxConsumers, m.ParkedMessages, m.DelayQueueMessages, m.Prefetch, m.InflightBytes,
-		m.RateDeferred, m.RateDeferral, m.RateOverflow, m.RateShare, m.Returned, m.OriginRefused, m.OriginWaits, m.OriginsRefusing,
+		m.RateDeferred, m.RateDeferral, m.RateOverflow, m.RateShare, m.Returned, m.OriginRefused, m.OriginWaits, m.OriginsRefusing, m.OriginTwins,
 		m.Events, m.BuildInfo)
 	// Create the fixed-label series up front so dashboards show zeros, not gaps.
 	for _, p := range r.Policies.All() {

@@ -33,7 +33,36 @@ const maxRefusingOrigins = 4096
 type refusals struct {
 	mu      sync.Mutex
 	origins map[string]*refusal
+	// attempts are the copies this replica sent straight to an origin, by
+	// attempt id (headers.Attempt), whose outcome is pending, and those
+	// the broker refused, for attemptMemory: the twin of a refused one
+	// (route.Router.Twin) is dropped, rebound still holds the copy.
+	attempts map[string]attempt
 }
+
+// attempt is a copy sent straight to an origin: pending, or refused at.
+type attempt struct {
+	refused bool
+	at      time.Time
+}
+
+// attemptMemory is how long a refused attempt is remembered: its twin,
+// dead-lettered by the broker as it refused the copy, reaches the inbox
+// within it unless the inbox holds a backlog that long.
+const attemptMemory = 5 * time.Minute
+
+// maxAttempts bounds attempts: a twin that comes later than the bound
+// allows is retried as a message of its own, a duplicate, never lost.
+const maxAttempts = 1 << 16
+
+// A twin is what the session makes of a message Twin names.
+type twin int
+
+const (
+	notTwin     twin = iota // retried like any message
+	twinRefused             // the twin of a refused copy: dropped
+	twinPending             // the attempt's outcome is not known yet: requeued
+)
 
 type refusal struct {
 	refusedAt time.Time     // when the last refusal was recorded
@@ -42,13 +71,68 @@ type refusal struct {
 }
 
 func newRefusals() *refusals {
-	return &refusals{origins: map[string]*refusal{}}
+	return &refusals{origins: map[string]*refusal{}, attempts: map[string]attempt{}}
+}
+
+// sent records an attempt id sent at now, its outcome pending.
+func (r *refusals) sent(id string, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.attempts) >= maxAttempts {
+		r.forgetAttempts(now)
+	}
+	r.attempts[id] = attempt{at: now}
+}
+
+// settled records the outcome of attempt id at now: refused, or not (then
+// it is forgotten).
+func (r *refusals) settled(id string, refused bool, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !refused {
+		delete(r.attempts, id)
+		return
+	}
+	r.attempts[id] = attempt{refused: true, at: now}
+}
+
+// twin says what a message carrying attempt id is, and forgets a refused
+// attempt once its twin came.
+func (r *refusals) twin(id string) twin {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a, ok := r.attempts[id]
+	switch {
+	case !ok:
+		return notTwin
+	case !a.refused:
+		return twinPending
+	}
+	delete(r.attempts, id)
+	return twinRefused
+}
+
+func (r *refusals) forgetAttempts(now time.Time) {
+	for id, a := range r.attempts {
+		if now.Sub(a.at) >= attemptMemory {
+			delete(r.attempts, id)
+		}
+	}
+	for id := range r.attempts {
+		if len(r.attempts) < maxAttempts {
+			break
+		}
+		delete(r.attempts, id) // a twin then comes as a duplicate, never lost
+	}
 }
 
 // admit says how long a copy for origin, about to be sent to it at now,
 // must wait instead: 0 when the origin refuses nothing or its wait is
 // over. In the second case the copy tries the origin, and until its
-// outcome is known (at most one more wait) every other copy waits.
+// outcome is known (at most one more wait) every other copy waits. A
+// copy waits the origin's whole wait, not what is left of it: a few
+// delay queues serve every wait (refusedFirstWait doubled), and copies
+// that came at different times stay spread.
 func (r *refusals) admit(origin string, now time.Time) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -56,8 +140,8 @@ func (r *refusals) admit(origin string, now time.Time) time.Duration {
 	if !ok {
 		return 0
 	}
-	if wait := o.until.Sub(now); wait > 0 {
-		return wait
+	if o.until.After(now) {
+		return o.wait
 	}
 	o.until = now.Add(o.wait)
 	return 0
@@ -101,6 +185,7 @@ func (r *refusals) refusing(now time.Time) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.forget(now)
+	r.forgetAttempts(now)
 	n := 0
 	for _, o := range r.origins {
 		if o.until.After(now) {

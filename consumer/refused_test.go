@@ -19,6 +19,8 @@ import (
 
 // overflows are the overflow settings that make a full queue refuse a
 // publish rather than drop its oldest message.
+var debugVisible = false
+
 var overflows = []string{"reject-publish", "reject-publish-dlx"}
 
 // declareFull declares an application queue of one message, dead-lettering
@@ -46,6 +48,9 @@ func (e *env) visible() int {
 	out, err := e.b.Ctl(ctx, nil, "-q", "list_queues", "-p", vhost, "name", "messages_ready", "messages_unacknowledged", "--no-table-headers")
 	if err != nil {
 		e.t.Fatalf("list queues: %v", err)
+	}
+	if debugVisible {
+		e.t.Logf("queues: %s", out)
 	}
 	n := 0
 	for _, line := range strings.Split(out, "\n") {
@@ -115,7 +120,7 @@ func TestRunReturnsDelayedCopiesToAFullOrigin(t *testing.T) {
 				e.eventually("every copy's delay ended", func() bool { return e.QueueLenOr(delayQueue.Name, -1) == 0 })
 
 				seen := 0
-				brokertest.Await(10*time.Second, func() bool {
+				brokertest.Await(30*time.Second, func() bool {
 					seen = max(seen, e.visible())
 					return seen >= copies
 				})
@@ -140,12 +145,20 @@ func TestRunReturnsDelayedCopiesToAFullOrigin(t *testing.T) {
 					t.Errorf("%d of %d copies arrived once the origin had room (%d parked, %d missing)", distinct, copies, parked, missing)
 				}
 				for id, n := range retries {
-					if overflow == "reject-publish" && times[id] != 1 {
+					if times[id] != 1 {
 						t.Errorf("copy %s arrived %d times, want once", id, times[id])
 					}
-					if overflow == "reject-publish" && n != int64(1) {
+					if n != int64(1) {
 						t.Errorf("copy %s arrived with retry count %v, want 1: waiting on a full origin is not a retry", id, n)
 					}
+				}
+				if refused := e.metric("rebound_origin_refused_total"); refused < 1 {
+					t.Errorf("rebound_origin_refused_total = %v, want the refusals counted", refused)
+				}
+				// reject-publish-dlx dead-letters a twin of each refused copy
+				// back to rebound, which drops it: it still holds the copy.
+				if twins := e.metric("rebound_origin_refused_twins_total"); (twins > 0) != (overflow == "reject-publish-dlx") {
+					t.Errorf("rebound_origin_refused_twins_total = %v with overflow %s", twins, overflow)
 				}
 			})
 		}

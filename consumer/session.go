@@ -393,6 +393,11 @@ func (ss *session) handle(d amqp.Delivery) error {
 			return fmt.Errorf("check origin queue %s: %w", origin.Queue, err)
 		}
 	}
+	if id := ss.router.Twin(d); id != "" {
+		if done := ss.settleTwin(d, id); done {
+			return nil
+		}
+	}
 	var rt route.Route
 	if ss.router.Returning(d) {
 		rt = ss.router.Return(state, origin, exists)
@@ -406,6 +411,9 @@ func (ss *session) handle(d amqp.Delivery) error {
 		if wait := s.refusals.admit(rt.Origin.Queue, now); wait > 0 {
 			rt = ss.router.Refuse(rt, state, now, wait)
 			straight = false
+		} else {
+			rt.Attempt = s.attemptID()
+			s.refusals.sent(rt.Attempt, now)
 		}
 	}
 	ss.report(d, rt)
@@ -419,6 +427,7 @@ func (ss *session) handle(d amqp.Delivery) error {
 	ss.acks.add(tag, int64(len(d.Body)))
 	err := ss.pub.Publish(context.Background(), dest, msg, func(o republisher.Outcome, latency time.Duration) {
 		if straight {
+			s.refusals.settled(rt.Attempt, o == republisher.Nacked, s.opt.Now())
 			switch o {
 			case republisher.Confirmed:
 				s.refusals.accepted(rt.Origin.Queue)
@@ -445,6 +454,33 @@ func (ss *session) handle(d amqp.Delivery) error {
 		return err
 	}
 	return nil
+}
+
+// settleTwin settles d, a message that may be the twin of attempt id
+// (route.Router.Twin), and says whether it did: the twin of a copy the
+// broker refused is acked without a copy (the refused copy is still
+// rebound's, waiting for its origin); one whose attempt's outcome is not
+// known yet is requeued, to be looked at again once it is. Any other is
+// left to be handled as a message of its own.
+func (ss *session) settleTwin(d amqp.Delivery, id string) bool {
+	s := ss.s
+	switch s.refusals.twin(id) {
+	case twinRefused:
+		s.m.InFlight.Inc()
+		ss.acks.add(d.DeliveryTag, int64(len(d.Body)))
+		ss.acks.resolve(d.DeliveryTag, true)
+		s.m.OriginTwins.Inc()
+		if ce := s.log.Check(zap.DebugLevel, "dropped the twin of a refused copy"); ce != nil {
+			ce.Write(zap.String("message_id", d.MessageId), zap.String("attempt", id))
+		}
+		return true
+	case twinPending:
+		s.m.InFlight.Inc()
+		ss.acks.add(d.DeliveryTag, int64(len(d.Body)))
+		ss.acks.refused(d.DeliveryTag)
+		return true
+	}
+	return false
 }
 
 // report logs and counts what a route says of a message besides its

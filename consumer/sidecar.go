@@ -20,6 +20,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,6 +101,7 @@ type Sidecar struct {
 	// Origin queues that refused a copy, backed off (refusals.go); kept
 	// across sessions, like the calendar.
 	refusals *refusals
+	attempts atomic.Uint64 // numbers the attempt ids (attemptID)
 
 	received, retried, parked, failed atomic.Int64 // for the periodic summary
 	peakInflightBytes                 atomic.Int64 // the most message bytes held (the meter's), for tests
@@ -108,6 +111,12 @@ type Sidecar struct {
 	// published, across sessions, so that readers know its newest.
 	replica string
 	leases  atomic.Uint64
+}
+
+// attemptID returns a new id for a copy sent straight to its origin
+// (headers.Attempt): this replica's random id and a number.
+func (s *Sidecar) attemptID() string {
+	return s.replica[strings.LastIndexByte(s.replica, '#')+1:] + "." + strconv.FormatUint(s.attempts.Add(1), 36)
 }
 
 // defaultLeaseIdle is how long a replica leases a delay queue it no longer

@@ -52,6 +52,9 @@ type Route struct {
 	// the policy's budget allows for that (Router.Refuse): wait in a
 	// delay queue, or park with policy.OriginRefused.
 	Refused bool
+	// Attempt is the id a copy sent straight to its origin carries
+	// (headers.Attempt); "" for none.
+	Attempt string
 }
 
 // Decide decides for a message whose state s was decoded from its
@@ -100,6 +103,25 @@ func (r Router) Returning(d amqp.Delivery) bool {
 	reason, _ := newest["reason"].(string)
 	keys, _ := newest["routing-keys"].([]any)
 	return reason == "expired" && r.Topology.IsDelayQueue(queue) && len(keys) == 1 && keys[0] == inbox
+}
+
+// Twin returns the attempt id (headers.Attempt) of d when d may be the
+// twin of a copy rebound sent straight to its origin queue: a message the
+// origin dead-lettered for maxlen as it refused it (overflow
+// reject-publish-dlx). Only the replica that made that attempt knows
+// whether the broker refused it (then d is a twin, and the refused copy is
+// still rebound's) or took it (then d is a message the queue dropped,
+// and it is retried like any other); "" when d is neither.
+func (r Router) Twin(d amqp.Delivery) string {
+	id, _ := d.Headers[headers.Attempt].(string)
+	if id == "" {
+		return ""
+	}
+	deaths := headers.Deaths(d.Headers)
+	if len(deaths) == 0 || deaths[0].Reason != "maxlen" {
+		return ""
+	}
+	return id
 }
 
 // Return decides for a delayed copy coming back (Returning), whose state
@@ -165,13 +187,21 @@ func (r Router) Plan(d amqp.Delivery, s headers.State, rt Route, now time.Time) 
 	case !decision.Retry:
 		return topology.Direct(r.Topology.ParkingQueue), copyOf(d, r.Codec.Park(d.Headers, s, decision.Reason, now))
 	case rt.Returning && decision.Delay == 0:
-		return r.Flush(d, s.Origin)
+		dest, msg := r.Flush(d, s.Origin)
+		if rt.Attempt != "" {
+			headers.MarkAttempt(msg.Headers, rt.Attempt)
+		}
+		return dest, msg
 	case rt.Returning && rt.Policy.MaxDuration > 0:
 		return r.Topology.Delayed(decision.Delay), copyOf(d, r.Codec.Moved(d.Headers, now.Add(decision.Delay)))
 	case rt.Returning:
 		return r.Topology.Delayed(decision.Delay), copyOf(d, r.Codec.Retry(d.Headers, s, s.LastDelay, now.Add(decision.Delay)))
 	case decision.Delay == 0:
-		return topology.Direct(s.Origin), copyOf(d, r.Codec.Retry(d.Headers, s, 0, time.Time{}))
+		h := r.Codec.Retry(d.Headers, s, 0, time.Time{})
+		if rt.Attempt != "" {
+			headers.MarkAttempt(h, rt.Attempt)
+		}
+		return topology.Direct(s.Origin), copyOf(d, h)
 	default:
 		return r.Topology.Delayed(decision.Delay), copyOf(d, r.Codec.Retry(d.Headers, s, decision.Drawn, now.Add(decision.Delay)))
 	}
