@@ -164,3 +164,130 @@ func TestRunReturnsDelayedCopiesToAFullOrigin(t *testing.T) {
 		}
 	})
 }
+
+// TestRunParksACopyItsFullOriginKeepsRefusing holds an origin queue full
+// for good: its copy waits in delay queues (its inbox delivery acked),
+// the origin is tried a few times a second at most, other origins' retries
+// go on meanwhile, and the copy is parked origin-refused once its policy's
+// budget is spent: its duration, or with none its retry count.
+func TestRunParksACopyItsFullOriginKeepsRefusing(t *testing.T) {
+	brokertest.EachQueueType(t, func(t *testing.T, queueType string) {
+		for _, budget := range []struct {
+			name    string
+			vars    []string
+			retries int64 // the parked copy's count
+		}{
+			{"max-duration", []string{"REBOUND_MAX_DURATION", "3s", "REBOUND_MAX_RETRIES", "0"}, 1},
+			{"max-retries", []string{"REBOUND_MAX_DURATION", "0", "REBOUND_MAX_RETRIES", "3"}, 3},
+		} {
+			t.Run(budget.name, func(t *testing.T) {
+				e := newEnv(t, queueType)
+				full := e.declareFull("full", "reject-publish")
+				e.start(e.options(append(budget.vars, "REBOUND_IMMEDIATE_RETRIES", "5")...))
+				started := time.Now()
+				e.Publish(e.topo.InboxQueue, amqp.Publishing{MessageId: "m1", Headers: amqp.Table{names.OriginQueue: full}})
+
+				e.eventually("the refused copy waits in a delay queue, its delivery acked", func() bool {
+					return e.metric("rebound_origin_refused_waits_total") >= 1 && e.metric("rebound_inflight_deliveries") == 0 &&
+						e.metric("rebound_messages_parked_total", "reason", "origin-refused") == 0
+				})
+				e.eventually("the origin is reported backing off", func() bool { return e.metric("rebound_origins_refusing") == 1 })
+				others := make([]amqp.Publishing, 10)
+				for i := range others {
+					others[i] = amqp.Publishing{MessageId: fmt.Sprintf("o%d", i), Headers: amqp.Table{names.OriginQueue: e.app}}
+				}
+				e.Publish(e.topo.InboxQueue, others...)
+				e.WaitQueueLen(e.app, len(others), 15*time.Second)
+
+				parked := e.get(e.topo.ParkingQueue)
+				elapsed := time.Since(started)
+				if err := parked.Ack(false); err != nil {
+					t.Fatal(err)
+				}
+				if parked.MessageId != "m1" || parked.Headers[names.ParkedReason] != "origin-refused" || parked.Headers[names.OriginQueue] != full ||
+					parked.Headers[names.RetryCount] != budget.retries {
+					t.Errorf("parked %q reason %v origin %v count %v; want m1, origin-refused, %s, %d", parked.MessageId, parked.Headers[names.ParkedReason],
+						parked.Headers[names.OriginQueue], parked.Headers[names.RetryCount], full, budget.retries)
+				}
+				refused := e.metric("rebound_origin_refused_total")
+				t.Logf("%s queues, budget %s, RabbitMQ %s: parked origin-refused after %s, %v refusals, %v waits in a delay queue; %d other copies arrived meanwhile",
+					queueType, budget.name, e.b.Version(), elapsed.Round(time.Millisecond), refused, e.metric("rebound_origin_refused_waits_total"), len(others))
+				if most := 2 + 4*elapsed.Seconds(); refused > most {
+					t.Errorf("the origin refused %v copies in %s: more than %v, a few a second", refused, elapsed, most)
+				}
+				if d := e.take(full); d.MessageId != "filler" {
+					t.Errorf("the full queue held %q, want only the filler", d.MessageId)
+				}
+				if n := e.metric("rebound_publish_failures_total", "kind", "nack"); n != 0 {
+					t.Errorf("rebound_publish_failures_total{kind=nack} = %v: an origin's refusals are not publish failures", n)
+				}
+			})
+		}
+	})
+}
+
+// TestRunSendsWhatAFullOriginRefusedOnceItHasRoom frees a full origin
+// while copies wait for it: every copy arrives, once, and nothing is
+// parked.
+func TestRunSendsWhatAFullOriginRefusedOnceItHasRoom(t *testing.T) {
+	const copies = 3
+	brokertest.EachQueueType(t, func(t *testing.T, queueType string) {
+		e := newEnv(t, queueType)
+		full := e.declareFull("full", "reject-publish")
+		e.start(e.options("REBOUND_MAX_DURATION", "10m", "REBOUND_IMMEDIATE_RETRIES", "1"))
+		for i := range copies {
+			e.Publish(e.topo.InboxQueue, amqp.Publishing{MessageId: fmt.Sprintf("m%d", i), Headers: amqp.Table{names.OriginQueue: full}})
+		}
+		e.eventually("every copy waits for the origin", func() bool {
+			return e.metric("rebound_origin_refused_waits_total") >= copies
+		})
+		if d := e.take(full); d.MessageId != "filler" {
+			t.Fatalf("the full queue held %q, want the filler", d.MessageId)
+		}
+		times, _ := e.collect(full, copies, 60*time.Second)
+		parked := len(e.drain(e.topo.ParkingQueue))
+		t.Logf("%s queues, RabbitMQ %s: origin freed after %v refusals; %d of %d arrived, %d parked", queueType, e.b.Version(),
+			e.metric("rebound_origin_refused_total"), len(times), copies, parked)
+		if len(times) != copies || parked != 0 {
+			t.Errorf("%d of %d copies arrived and %d were parked, want all arrived and none parked", len(times), copies, parked)
+		}
+		for id, n := range times {
+			if n != 1 {
+				t.Errorf("copy %s arrived %d times, want once", id, n)
+			}
+		}
+	})
+}
+
+// TestRunLetsCopiesOfAnEarlierReboundArrive publishes a copy as a rebound
+// before this one did, with its origin as routing key, into a delay queue:
+// it goes straight to its origin when its delay ends, as it did; a copy of
+// this rebound's, published beside it, comes back through the inbox.
+func TestRunLetsCopiesOfAnEarlierReboundArrive(t *testing.T) {
+	brokertest.EachQueueType(t, func(t *testing.T, queueType string) {
+		e := newEnv(t, queueType)
+		e.options() // the topology of queueType
+		delay := 300 * time.Millisecond
+		if err := e.topo.DeclareDelayQueue(e.Ch, delay); err != nil {
+			t.Fatal(err)
+		}
+		dc, err := e.Ch.PublishWithDeferredConfirmWithContext(context.Background(), e.topo.DelayExchangeFor(delay).Name, e.app, true, false,
+			amqp.Publishing{MessageId: "old", DeliveryMode: amqp.Persistent, Headers: amqp.Table{names.OriginQueue: e.app, names.RetryCount: int64(1)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := dc.WaitContext(context.Background()); !ok || err != nil {
+			t.Fatalf("old-style copy not confirmed: %v", err)
+		}
+		e.start(e.options("REBOUND_MIN_DELAY", delay.String()))
+		e.Publish(e.topo.InboxQueue, amqp.Publishing{MessageId: "new", Headers: amqp.Table{names.OriginQueue: e.app}})
+		times, _ := e.collect(e.app, 2, 30*time.Second)
+		t.Logf("%s delay queues, RabbitMQ %s: arrived %v; %v returned through the inbox", queueType, e.b.Version(), times, e.metric("rebound_messages_returned_total"))
+		if times["old"] != 1 || times["new"] != 1 {
+			t.Errorf("arrived %v, want old and new once each", times)
+		}
+		if n := e.metric("rebound_messages_returned_total"); n != 1 {
+			t.Errorf("rebound_messages_returned_total = %v, want 1: the new copy came back through the inbox, the old one went straight", n)
+		}
+	})
+}
