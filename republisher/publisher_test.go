@@ -154,9 +154,10 @@ func TestPublishOutcomes(t *testing.T) {
 			t.Errorf("%s: %v, want %v", id, got[id], w)
 		}
 	}
-	// The delayed copy waits its delay, then reaches the origin under its
-	// routing key.
-	e.waitOrigin(2, "the direct and the delayed one")
+	// The delayed copy waits its delay, then comes back to the inbox under
+	// its routing key (topology.Topology.Delayed).
+	e.waitOrigin(1, "the direct one")
+	e.WaitQueueLen(e.topo.InboxQueue, 1, 10*time.Second)
 	if n, err := brokertest.QueueLen(e.broker.URL, e.topo.ParkingQueue); err != nil || n != 1 {
 		t.Errorf("parking queue holds %d (%v), want 1", n, err)
 	}
@@ -200,7 +201,7 @@ func TestUnusableDelayQueueIsDetoured(t *testing.T) {
 	if !slices.Contains(p.Delays().Names(), detour.Name) {
 		t.Errorf("%s was not declared", detour.Name)
 	}
-	e.waitOrigin(2, "both copies")
+	e.WaitQueueLen(e.topo.InboxQueue, 2, 10*time.Second) // both copies, back from their delay
 	if n, err := brokertest.QueueLen(e.broker.URL, taken.Name); err != nil || n != 0 {
 		t.Errorf("the queue that was there holds %d (%v), want untouched and empty", n, err)
 	}
