@@ -129,7 +129,7 @@ func TestPublishOutcomes(t *testing.T) {
 	p := e.publisher(16)
 	o := newOutcomes()
 	ctx := context.Background()
-	delayed := e.topo.Delayed(200*time.Millisecond)
+	delayed := e.topo.Delayed(200 * time.Millisecond)
 	// A delay queue's exchange without its queue: as another replica's
 	// sweep leaves it.
 	swept := e.topo.DelayExchangeFor(700 * time.Millisecond)
