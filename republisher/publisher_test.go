@@ -234,7 +234,7 @@ func TestUnusableDelayQueueIsDetoured(t *testing.T) {
 	if to, err := p.Delays().Ensure(delay); err != nil || to != delay+3*time.Millisecond {
 		t.Errorf("the delay asked for detours to %s (%v), want %s", to, err, delay+3*time.Millisecond)
 	}
-	e.waitOrigin(4, "all four copies")
+	e.WaitQueueLen(e.topo.InboxQueue, 4, 10*time.Second) // all four copies, back from their delay
 }
 
 // TestReturnIsNeverLostBehindADeclaration: the confirm/return loop must
