@@ -395,6 +395,7 @@ func (ss *session) handle(d amqp.Delivery) error {
 	}
 	if id := ss.router.Twin(d); id != "" {
 		if done := ss.settleTwin(d, id); done {
+			span.End(true, "twin of a copy its origin refused")
 			return nil
 		}
 	}
@@ -436,6 +437,7 @@ func (ss *session) handle(d amqp.Delivery) error {
 				// in a delay queue then: the origin is backed off now.
 				s.refusals.refused(rt.Origin.Queue, now, s.opt.Now())
 				s.m.OriginRefused.WithLabelValues(rt.Policy.Name).Inc()
+				span.End(false, "refused by its origin queue")
 				ss.acks.refused(tag)
 				return
 			}
