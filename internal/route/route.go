@@ -65,7 +65,18 @@ type Route struct {
 // when the delay ends); every other message gets its policy's decision,
 // as of now, with rng.
 func (r Router) Decide(s headers.State, o Origin, exists bool, now time.Time, rng policy.Rand) Route {
-	rt := Route{Origin: o, Policy: r.Policies.For(o.Queue)}
+	rt, parked := r.start(s, o, exists)
+	if !parked {
+		rt.Decision = rt.Policy.Decide(s.State, now, rng)
+	}
+	return rt
+}
+
+// start is what Decide and Return share: the route of a message with
+// origin o, its policy and its conflict, and parked true with the
+// decision made when o refuses or its queue is gone.
+func (r Router) start(s headers.State, o Origin, exists bool) (rt Route, parked bool) {
+	rt = Route{Origin: o, Policy: r.Policies.For(o.Queue)}
 	rt.Conflict = r.Policies.Conflict(s.Policy, rt.Policy)
 	switch {
 	case o.Refused != "":
@@ -73,9 +84,9 @@ func (r Router) Decide(s headers.State, o Origin, exists bool, now time.Time, rn
 	case !exists:
 		rt.Decision, rt.Why = policy.Decision{Reason: policy.UnknownOrigin}, "origin queue does not exist"
 	default:
-		rt.Decision = rt.Policy.Decide(s.State, now, rng)
+		return rt, false
 	}
-	return rt
+	return rt, true
 }
 
 // Returning reports whether d is a delayed copy coming back from its
@@ -132,14 +143,9 @@ func (r Router) Twin(d amqp.Delivery) string {
 // gone). The policy is not asked: the copy is the retry it already
 // decided.
 func (r Router) Return(s headers.State, o Origin, exists bool) Route {
-	rt := Route{Origin: o, Policy: r.Policies.For(o.Queue), Returning: true}
-	rt.Conflict = r.Policies.Conflict(s.Policy, rt.Policy)
-	switch {
-	case o.Refused != "":
-		rt.Decision, rt.Why = policy.Decision{Reason: o.Refused}, o.Why
-	case !exists:
-		rt.Decision, rt.Why = policy.Decision{Reason: policy.UnknownOrigin}, "origin queue does not exist"
-	default:
+	rt, parked := r.start(s, o, exists)
+	rt.Returning = true
+	if !parked {
 		rt.Decision = policy.Decision{Retry: true}
 	}
 	return rt
