@@ -128,7 +128,9 @@ func TestRunReturnsDelayedCopiesToAFullOrigin(t *testing.T) {
 				if d := e.take(full); d.MessageId != "filler" {
 					t.Fatalf("the full queue held %q, want the filler", d.MessageId)
 				}
-				times, retries := e.collect(full, copies, 30*time.Second)
+				// A copy may have just begun the longest wait when the
+				// origin was freed.
+				times, retries := e.collect(full, copies, refusedLongest+30*time.Second)
 				arrived, distinct := 0, len(times)
 				for _, n := range times {
 					arrived += n
@@ -136,7 +138,7 @@ func TestRunReturnsDelayedCopiesToAFullOrigin(t *testing.T) {
 				parked := len(e.drain(e.topo.ParkingQueue))
 				missing := max(copies-distinct-parked, 0)
 				t.Logf("%s delay queues, origin %s, RabbitMQ %s: while the origin was full at most %d of %d copies were visible; "+
-					"after it was freed %d arrived (%d distinct), %d parked, %d missing (lost, or still held) 30s later; retry counts %v",
+					"after it was freed %d arrived (%d distinct), %d parked, %d missing (lost, or still held) 60s later; retry counts %v",
 					queueType, overflow, e.b.Version(), seen, copies, arrived, distinct, parked, missing, retries)
 				if seen < copies {
 					t.Errorf("while the origin was full at most %d of %d copies were visible in rebound's queues", seen, copies)
