@@ -66,9 +66,7 @@ func TestMeasureDelayedRetryThroughput(t *testing.T) {
 	}
 
 	delay := time.Millisecond
-	if err := e.topo.DeclareDelayQueue(e.Ch, delay); err != nil {
-		t.Fatal(err)
-	}
+	e.declareDelayQueue(delay)
 	// Three rounds of the three, interleaved, so that the machine's load
 	// weighs on each alike; the median of each is compared.
 	const rounds = 3

@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/rebound-mq/rebound/internal/brokertest"
+	"github.com/rebound-mq/rebound/internal/delayqueue"
 )
 
 // Tests of what rebound does with a copy its origin queue refuses: an
@@ -69,6 +70,19 @@ func (e *env) visible() int {
 		}
 	}
 	return n
+}
+
+// declareDelayQueue declares the delay queue of d, as rebound does.
+func (e *env) declareDelayQueue(d time.Duration) {
+	e.t.Helper()
+	delays, err := delayqueue.New(e.Conn, e.topo, nil, time.Now)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer delays.Close()
+	if _, err := delays.Ensure(d); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 // collect takes every message that reaches queue, acked, until want
@@ -270,9 +284,7 @@ func TestRunLetsCopiesOfAnEarlierReboundArrive(t *testing.T) {
 		e := newEnv(t, queueType)
 		e.options() // the topology of queueType
 		delay := 300 * time.Millisecond
-		if err := e.topo.DeclareDelayQueue(e.Ch, delay); err != nil {
-			t.Fatal(err)
-		}
+		e.declareDelayQueue(delay)
 		dc, err := e.Ch.PublishWithDeferredConfirmWithContext(context.Background(), e.topo.DelayExchangeFor(delay).Name, e.app, true, false,
 			amqp.Publishing{MessageId: "old", DeliveryMode: amqp.Persistent, Headers: amqp.Table{names.OriginQueue: e.app, names.RetryCount: int64(1)}})
 		if err != nil {
