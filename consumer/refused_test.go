@@ -160,11 +160,14 @@ func TestRunReturnsDelayedCopiesToAFullOrigin(t *testing.T) {
 				if distinct != copies {
 					t.Errorf("%d of %d copies arrived once the origin had room (%d parked, %d missing)", distinct, copies, parked, missing)
 				}
+				// With reject-publish-dlx a twin rebound does not know for one
+				// (docs/origin-refused.md, Twins) is retried as a failure of
+				// its own: a duplicate, counted once more, never a loss.
 				for id, n := range retries {
-					if times[id] != 1 {
+					if overflow == "reject-publish" && times[id] != 1 {
 						t.Errorf("copy %s arrived %d times, want once", id, times[id])
 					}
-					if n != int64(1) {
+					if overflow == "reject-publish" && n != int64(1) {
 						t.Errorf("copy %s arrived with retry count %v, want 1: waiting on a full origin is not a retry", id, n)
 					}
 				}
