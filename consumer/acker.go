@@ -103,6 +103,14 @@ func (a *acker) resolve(tag uint64, ok bool) {
 	a.post(ackEvent{tag: tag, resolved: true, ok: ok})
 }
 
+// refused records that a delivery's copy was refused by its origin queue:
+// the delivery is requeued, like a failed one, but the backing off does
+// not count it. The origin is backed off on its own (refusals), and the
+// other origins' retries must not slow down for it.
+func (a *acker) refused(tag uint64) {
+	a.post(ackEvent{tag: tag, resolved: true})
+}
+
 func (a *acker) post(ev ackEvent) {
 	a.mu.Lock()
 	a.mailbox = append(a.mailbox, ev)

@@ -51,6 +51,14 @@ type Metrics struct {
 	// failed, dropped.
 	Events *prometheus.CounterVec
 
+	// Origins that refuse copies (a full queue with overflow
+	// reject-publish); see refusals.
+	Returned        *prometheus.CounterVec // policy: delayed copies sent on to their origin
+	OriginRefused   *prometheus.CounterVec // policy: copies the broker refused to put into their origin
+	OriginWaits     *prometheus.CounterVec // policy: copies put into a delay queue while their origin refuses
+	OriginsRefusing prometheus.Gauge
+	OriginTwins     prometheus.Counter
+
 	BuildInfo *prometheus.GaugeVec // version, revision, goversion
 }
 
@@ -125,13 +133,25 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 		Events: counterVec("rebound_events_total",
 			"Park events for REBOUND_EVENTS_EXCHANGE, by outcome: published (confirmed), failed (not confirmed, not tried again), dropped (queue full, or rebound stopping).", "outcome"),
 
+		Returned: counterVec("rebound_messages_returned_total",
+			"Delayed copies whose delay ended, sent on to their origin queue and confirmed.", "policy"),
+		OriginRefused: counterVec("rebound_origin_refused_total",
+			"Copies the broker refused to put into their origin queue (nack: a full queue with overflow reject-publish); each waits, not spins.", "policy"),
+		OriginWaits: counterVec("rebound_origin_refused_waits_total",
+			"Copies put into a delay queue, confirmed, to wait while their origin queue refuses copies.", "policy"),
+		OriginTwins: counter("rebound_origin_refused_twins_total",
+			"Messages dropped as twins of copies their origin refused: overflow reject-publish-dlx dead-letters a refused copy, which rebound still holds."),
+		OriginsRefusing: gauge("rebound_origins_refusing",
+			"Origin queues this replica waits on because they refused a copy (backing off before the next try)."),
+
 		BuildInfo: gaugeVec("rebound_build_info", "1, labelled with the running build's version, revision and Go version.",
 			"version", "revision", "goversion"),
 	}
 	reg.MustRegister(m.Received, m.Redelivered, m.Retried, m.RetryDelay, m.Parked, m.InvalidHeaders, m.OriginMismatch,
 		m.PolicyConflicts, m.PublishFailures, m.ConfirmLatency, m.InFlight, m.Reconnects, m.Blocked, m.Ready,
 		m.InboxMessages, m.InboxConsumers, m.ParkedMessages, m.DelayQueueMessages, m.Prefetch, m.InflightBytes,
-		m.InboxStalled, m.RateDeferred, m.RateDeferral, m.RateOverflow, m.RateShare, m.Events, m.BuildInfo)
+		m.InboxStalled, m.RateDeferred, m.RateDeferral, m.RateOverflow, m.RateShare, m.Returned, m.OriginRefused, m.OriginWaits,
+		m.OriginsRefusing, m.OriginTwins, m.Events, m.BuildInfo)
 	// Create the fixed-label series up front so dashboards show zeros, not gaps.
 	for _, p := range r.Policies.All() {
 		for _, kind := range []string{"delayed", "immediate"} {
@@ -144,6 +164,9 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 		m.RateDeferral.WithLabelValues(p.Name)
 		m.RateOverflow.WithLabelValues(p.Name)
 		m.RateShare.WithLabelValues(p.Name)
+		m.Returned.WithLabelValues(p.Name)
+		m.OriginRefused.WithLabelValues(p.Name)
+		m.OriginWaits.WithLabelValues(p.Name)
 	}
 	for _, h := range r.Codec.Names.Read() {
 		if h != "" {

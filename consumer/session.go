@@ -236,6 +236,7 @@ func (ss *session) loop(ctx context.Context) error {
 			s.beat()
 			s.setBlocked(ss.pub.Blocked())
 			s.m.InboxStalled.Set(ss.meter.stalled(s.opt.Now()).Seconds())
+			s.m.OriginsRefusing.Set(float64(s.refusals.refusing(s.opt.Now())))
 			ss.inbox.refit(s.opt.Now())
 			if err := ss.tendDelayQueues(&lease); err != nil {
 				return err
@@ -417,7 +418,30 @@ func (ss *session) handle(d amqp.Delivery) error {
 			return fmt.Errorf("check origin queue %s: %w", origin.Queue, err)
 		}
 	}
-	rt := ss.budget(ss.router.Decide(state, origin, exists, now, ss.rng), state, now)
+	if id := ss.router.Twin(d); id != "" {
+		if done := ss.settleTwin(d, id); done {
+			span.End(true, "twin of a copy its origin refused")
+			return nil
+		}
+	}
+	var rt route.Route
+	if ss.router.Returning(d) {
+		rt = ss.router.Return(state, origin, exists)
+	} else {
+		rt = ss.budget(ss.router.Decide(state, origin, exists, now, ss.rng), state, now)
+	}
+	// A copy sent straight to its origin waits while the origin refuses
+	// copies (refusals.go).
+	straight := rt.Decision.Retry && rt.Decision.Delay == 0
+	if straight {
+		if wait := s.refusals.admit(rt.Origin.Queue, now); wait > 0 {
+			rt = ss.router.Refuse(rt, state, now, wait)
+			straight = false
+		} else {
+			rt.Attempt = s.attemptID()
+			s.refusals.sent(rt.Attempt, now)
+		}
+	}
 	ss.report(d, rt)
 	dest, msg := ss.router.Plan(d, state, rt, now)
 	span.Decided(tracing.Decision{Origin: rt.Origin.Queue, Retry: rt.Decision.Retry, Delay: rt.Decision.Delay,
@@ -428,6 +452,21 @@ func (ss *session) handle(d amqp.Delivery) error {
 	s.m.InFlight.Inc()
 	ss.acks.add(tag, int64(len(d.Body)))
 	err := ss.pub.Publish(context.Background(), dest, msg, func(o republisher.Outcome, latency time.Duration) {
+		if straight {
+			s.refusals.settled(rt.Attempt, o == republisher.Nacked, s.opt.Now())
+			switch o {
+			case republisher.Confirmed:
+				s.refusals.accepted(rt.Origin.Queue)
+			case republisher.Nacked:
+				// Requeued, the delivery comes back at once and waits
+				// in a delay queue then: the origin is backed off now.
+				s.refusals.refused(rt.Origin.Queue, now, s.opt.Now())
+				s.m.OriginRefused.WithLabelValues(rt.Policy.Name).Inc()
+				span.End(false, "refused by its origin queue")
+				ss.acks.refused(tag)
+				return
+			}
+		}
 		ss.record(rt, o, latency)
 		span.End(o == republisher.Confirmed, o.String())
 		if o == republisher.Confirmed && !rt.Decision.Retry && ss.events != nil {
@@ -442,6 +481,33 @@ func (ss *session) handle(d amqp.Delivery) error {
 		return err
 	}
 	return nil
+}
+
+// settleTwin settles d, a message that may be the twin of attempt id
+// (route.Router.Twin), and says whether it did: the twin of a copy the
+// broker refused is acked without a copy (the refused copy is still
+// rebound's, waiting for its origin); one whose attempt's outcome is not
+// known yet is requeued, to be looked at again once it is. Any other is
+// left to be handled as a message of its own.
+func (ss *session) settleTwin(d amqp.Delivery, id string) bool {
+	s := ss.s
+	switch s.refusals.twin(id) {
+	case twinRefused:
+		s.m.InFlight.Inc()
+		ss.acks.add(d.DeliveryTag, int64(len(d.Body)))
+		ss.acks.resolve(d.DeliveryTag, true)
+		s.m.OriginTwins.Inc()
+		if ce := s.log.Check(zap.DebugLevel, "dropped the twin of a refused copy"); ce != nil {
+			ce.Write(zap.String("message_id", d.MessageId), zap.String("attempt", id))
+		}
+		return true
+	case twinPending:
+		s.m.InFlight.Inc()
+		ss.acks.add(d.DeliveryTag, int64(len(d.Body)))
+		ss.acks.refused(d.DeliveryTag)
+		return true
+	}
+	return false
 }
 
 // report logs and counts what a route says of a message besides its
@@ -514,6 +580,10 @@ func (ss *session) record(rt route.Route, o republisher.Outcome, latency time.Du
 	}
 	s.m.ConfirmLatency.Observe(latency.Seconds())
 	switch decision := rt.Decision; {
+	case rt.Refused && decision.Retry:
+		s.m.OriginWaits.WithLabelValues(rt.Policy.Name).Inc()
+	case rt.Returning && decision.Retry:
+		s.m.Returned.WithLabelValues(rt.Policy.Name).Inc()
 	case !decision.Retry:
 		s.m.Parked.WithLabelValues(string(decision.Reason), rt.Policy.Name).Inc()
 		s.parked.Add(1)

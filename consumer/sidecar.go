@@ -20,6 +20,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -102,6 +104,11 @@ type Sidecar struct {
 	consumerWarned atomic.Bool
 	deferrals      deferralLog // used by the session's goroutine only
 
+	// Origin queues that refused a copy, backed off (refusals.go); kept
+	// across sessions, like the calendar.
+	refusals *refusals
+	attempts atomic.Uint64 // numbers the attempt ids (attemptID)
+
 	received, retried, parked, failed atomic.Int64 // for the periodic summary
 	peakInflightBytes                 atomic.Int64 // the most message bytes held (the meter's), for tests
 
@@ -110,6 +117,12 @@ type Sidecar struct {
 	// published, across sessions, so that readers know its newest.
 	replica string
 	leases  atomic.Uint64
+}
+
+// attemptID returns a new id for a copy sent straight to its origin
+// (headers.Attempt): this replica's random id and a number.
+func (s *Sidecar) attemptID() string {
+	return s.replica[strings.LastIndexByte(s.replica, '#')+1:] + "." + strconv.FormatUint(s.attempts.Add(1), 36)
 }
 
 // defaultLeaseIdle is how long a replica leases a delay queue it no longer
@@ -144,7 +157,7 @@ func New(opt Options) *Sidecar {
 		name = opt.Dialer.Name()
 	}
 	s := &Sidecar{opt: opt, log: opt.Logger, m: opt.Metrics, calendar: calendar.New(),
-		replica: fmt.Sprintf("%s #%08x", name, rand.Uint32())}
+		refusals: newRefusals(), replica: fmt.Sprintf("%s #%08x", name, rand.Uint32())}
 	s.consumers.Store(1)
 	s.reportShares()
 	s.beat()

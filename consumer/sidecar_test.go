@@ -86,11 +86,13 @@ func TestRunRetriesThenParks(t *testing.T) {
 			labels []string
 			want   float64
 		}{
-			{"rebound_messages_received_total", nil, 3},
+			// The delayed copy comes back through the inbox once more.
+			{"rebound_messages_received_total", nil, 4},
+			{"rebound_messages_returned_total", nil, 1},
 			{"rebound_messages_retried_total", []string{"kind", "immediate"}, 1},
 			{"rebound_messages_retried_total", []string{"kind", "delayed"}, 1},
 			{"rebound_retry_delay_seconds", nil, 1},
-			{"rebound_confirm_latency_seconds", nil, 3},
+			{"rebound_confirm_latency_seconds", nil, 4},
 			{"rebound_publish_failures_total", []string{"kind", "nack"}, 0},
 			{"rebound_redelivered_total", nil, 0},
 		} {
@@ -215,38 +217,6 @@ func TestRunCountsUnreadableHeaders(t *testing.T) {
 	logged := e.loggedFor("unreadable headers treated as absent", "m1")
 	if len(logged) != 1 || !strings.Contains(fmt.Sprint(logged[0].ContextMap()["problems"]), names.RetryCount) {
 		t.Errorf("log lines %v, want one naming %s", logged, names.RetryCount)
-	}
-}
-
-// TestRunRequeuesWhenTheCopyIsRefused: the origin queue is full and
-// refuses the copy (basic.nack). The inbox delivery is requeued, not
-// acked, and redelivered until the copy gets through.
-func TestRunRequeuesWhenTheCopyIsRefused(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, "classic")
-	full := e.prefix + "full"
-	e.Declare(full, amqp.Table{"x-max-length": int64(1), "x-overflow": "reject-publish"})
-	e.Publish(full, amqp.Publishing{MessageId: "filler"})
-	e.start(e.options("REBOUND_IMMEDIATE_RETRIES", "1"))
-
-	e.Publish(e.topo.InboxQueue, amqp.Publishing{MessageId: "m1", Headers: amqp.Table{names.OriginQueue: full}})
-	e.eventually("the copy is refused twice and its delivery redelivered", func() bool {
-		return e.metric("rebound_publish_failures_total", "kind", "nack") >= 2 && e.metric("rebound_redelivered_total") >= 1
-	})
-	if n := e.metric("rebound_messages_retried_total", "kind", "immediate"); n != 0 {
-		t.Errorf("rebound_messages_retried_total{kind=immediate} = %v while every copy was refused, want 0", n)
-	}
-	if d := e.take(full); d.MessageId != "filler" {
-		t.Fatalf("the full queue held %q, want the filler", d.MessageId)
-	}
-	if d := e.take(full); d.MessageId != "m1" {
-		t.Errorf("once there was room the origin queue got %q, want m1", d.MessageId)
-	}
-	e.eventually("the delivery is acked once its copy is confirmed", func() bool {
-		return e.metric("rebound_messages_retried_total", "kind", "immediate") == 1 && e.metric("rebound_inflight_deliveries") == 0
-	})
-	if n := e.QueueLen(e.topo.InboxQueue); n != 0 {
-		t.Errorf("the inbox holds %d messages after the copy got through, want 0", n)
 	}
 }
 

@@ -146,7 +146,9 @@ func (e *testEnv) crashingConsumer(queue string) {
 }
 
 // TestInboxDeliveryLimitParksInsteadOfDropping: a message rebound keeps in
-// flight (its copy refused by the broker) while rebound is killed again
+// flight (its copy refused by the broker: its origin queue and, by a
+// policy of max-length 0, the delay queues it would wait in for the
+// origin, so that it never leaves the inbox) while rebound is killed again
 // and again counts one delivery per kill that finds it in rebound's hands.
 // Not every kill does: rebound requeues the refused delivery (basic.nack),
 // and a kill between that nack and the redelivery finds the message in
@@ -222,6 +224,14 @@ func inboxDeliveryLimit(t *testing.T, variant string) {
 		e.Broker.MustCtl(t, "-q", "set_policy", "-p", e.vhost(), "--apply-to", "queues", "--priority", "20", name, "^"+strings.ReplaceAll(inbox, ".", `\.`)+"$", string(def))
 		t.Cleanup(func() { _, _ = e.Broker.Ctl(context.Background(), nil, "-q", "clear_policy", "-p", e.vhost(), name) })
 	}
+
+	// The delay queues refuse every copy too (quorum delay queues overflow
+	// reject-publish): the copy that would wait there for the origin is
+	// refused, and the delivery stays the same message in the inbox.
+	full := e.Prefix + "delay-full"
+	e.Broker.MustCtl(t, "-q", "set_policy", "-p", e.vhost(), "--apply-to", "queues", "--priority", "30", full,
+		"^"+strings.ReplaceAll(topo.DelayQueuePrefix, ".", `\.`)+`\d+$`, `{"max-length":0}`)
+	t.Cleanup(func() { _, _ = e.Broker.Ctl(context.Background(), nil, "-q", "clear_policy", "-p", e.vhost(), full) })
 
 	p := e.startBinary()
 	if variant == "earlier-rebound-with-policy" && !strings.Contains(p.logs.String(), "was declared by an earlier rebound without") {

@@ -378,9 +378,10 @@ func TestBusyDelayQueueIsNotDeleted(t *testing.T) {
 // consumer that finds a failure permanent republishes the message to the
 // inbox with every header, x-retry-non-retryable, x-retry-error and
 // x-retry-origin-queue, waits for the confirm and acks the original. Done
-// on a message that came back through a delay queue, whose newest x-death
-// entry names that delay queue: rebound parks it non-retryable, its origin
-// the application queue, so a replay can send it back.
+// on a message that came back from a delay queue, which rebound sent on to
+// its origin with its own headers and none of the broker's: rebound parks
+// it non-retryable, its origin the application queue, so a replay can send
+// it back.
 func TestConsumerMarksARetriedMessagePermanent(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, map[string]string{"REBOUND_MIN_DELAY": "100ms", "REBOUND_BACKOFF": "constant"})
@@ -414,8 +415,8 @@ func TestConsumerMarksARetriedMessagePermanent(t *testing.T) {
 	}
 	// The retry fails for good.
 	d := get()
-	if deaths, _ := d.Headers["x-death"].([]any); len(deaths) == 0 {
-		t.Fatalf("the retry carries no x-death from its delay queue: %v", d.Headers)
+	if deaths, ok := d.Headers["x-death"]; ok {
+		t.Errorf("the retry carries x-death %v: rebound sends a delayed copy on without the broker's headers", deaths)
 	}
 	for _, routing := range []string{"CC", "BCC"} {
 		if v, ok := d.Headers[routing]; ok {

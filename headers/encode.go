@@ -232,3 +232,18 @@ func retryCount(n int) int64 {
 func clampDelay(d time.Duration) time.Duration {
 	return min(max(d, 0), MaxLastDelay)
 }
+
+// Attempt is the header a copy sent straight to its origin queue carries:
+// an id of that one attempt, unique across replicas. A full origin queue
+// with overflow reject-publish-dlx both refuses the copy (rebound keeps
+// it and tries again later) and dead-letters a twin of it back to rebound,
+// reason maxlen; the id lets the replica that made the attempt know the
+// twin (route.Router.Twin). It is not configurable: nothing but rebound
+// reads it.
+const Attempt = "x-retry-attempt"
+
+// MarkAttempt writes attempt id into h, the headers of a copy about to be
+// sent straight to its origin queue.
+func MarkAttempt(h amqp.Table, id string) {
+	h[Attempt] = id
+}

@@ -97,10 +97,14 @@ const (
 	// Cancelled is the reason `rebound delayed cancel` parks a waiting
 	// copy for; the sidecar never parks with it.
 	Cancelled Reason = "cancelled"
+	// OriginRefused: the broker kept refusing to put the copy into its
+	// origin queue (a full queue with overflow reject-publish) until the
+	// policy's budget was spent; see Policy.Refused.
+	OriginRefused Reason = "origin-refused"
 )
 
 // Reasons lists every reason rebound parks a message for.
-var Reasons = []Reason{MaxRetries, MaxDuration, NonRetryable, UnknownOrigin, OriginNotAllowed}
+var Reasons = []Reason{MaxRetries, MaxDuration, NonRetryable, UnknownOrigin, OriginNotAllowed, OriginRefused}
 
 // Policy is a validated retry policy. The zero value is not useful; build
 // one from configuration (package config validates every field). Decide
@@ -275,4 +279,40 @@ func (p Policy) Remaining(s State, now time.Time) time.Duration {
 		return 0
 	}
 	return max(p.MaxDuration-max(now.Sub(s.StartedAt), 0), time.Nanosecond)
+}
+
+// Refused decides for a copy whose origin queue refuses it for now (the
+// broker nacked the last copy sent there), whose retry state is s, when
+// the origin is to be tried again after wait: wait, or park with
+// OriginRefused once the policy's budget is spent. Waiting on a refusing
+// origin spends the duration budget, not the retry count:
+//
+//   - With MaxDuration, the message parks once now − StartedAt >=
+//     MaxDuration; a wait that would end past it is shortened to end there
+//     under Clamp, parks under Strict, and is kept under Lenient (which
+//     then parks on the next refusal).
+//   - Without MaxDuration, each wait counts as a retry (the caller writes
+//     the count up), and the message parks once n >= MaxRetries.
+//
+// The returned Delay is wait (or what is left of the budget) rounded up
+// to the policy's precision, never below a millisecond; Drawn is 0.
+func (p Policy) Refused(s State, now time.Time, wait time.Duration) Decision {
+	wait = max(wait, time.Millisecond)
+	if p.MaxDuration <= 0 {
+		if p.MaxRetries > 0 && max(s.Retries, 0) >= p.MaxRetries {
+			return Decision{Reason: OriginRefused}
+		}
+		return Decision{Retry: true, Delay: RoundUp(wait, p.Digits())}
+	}
+	remaining := p.MaxDuration - max(now.Sub(s.StartedAt), 0)
+	if remaining <= 0 {
+		return Decision{Reason: OriginRefused}
+	}
+	if wait > remaining && p.Deadline != Lenient {
+		if p.Deadline == Strict || remaining < time.Millisecond {
+			return Decision{Reason: OriginRefused}
+		}
+		return Decision{Retry: true, Delay: RoundDown(remaining, p.Digits())}
+	}
+	return Decision{Retry: true, Delay: RoundUp(wait, p.Digits())}
 }

@@ -198,7 +198,7 @@ func (p *Publisher) Publish(ctx context.Context, dest topology.Destination, msg 
 			return err
 		}
 		if d != dest.Delay {
-			dest = p.topo.Delayed(d, dest.RoutingKey)
+			dest.Exchange, dest.Delay = p.topo.DelayExchangeFor(d).Name, d
 		}
 	}
 	entry := &pending{route: keyOf(dest), sent: p.now(), done: done}

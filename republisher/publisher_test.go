@@ -127,7 +127,7 @@ func TestPublishOutcomes(t *testing.T) {
 	p := e.publisher(16)
 	o := newOutcomes()
 	ctx := context.Background()
-	delayed := e.topo.Delayed(200*time.Millisecond, e.origin)
+	delayed := e.topo.Delayed(200 * time.Millisecond)
 	// A delay queue's exchange without its queue: as another replica's
 	// sweep leaves it.
 	swept := e.topo.DelayExchangeFor(700 * time.Millisecond)
@@ -152,9 +152,10 @@ func TestPublishOutcomes(t *testing.T) {
 			t.Errorf("%s: %v, want %v", id, got[id], w)
 		}
 	}
-	// The delayed copy waits its delay, then reaches the origin under its
-	// routing key.
-	e.waitOrigin(2, "the direct and the delayed one")
+	// The delayed copy waits its delay, then comes back to the inbox under
+	// its routing key (topology.Topology.Delayed).
+	e.waitOrigin(1, "the direct one")
+	e.WaitQueueLen(e.topo.InboxQueue, 1, 10*time.Second)
 	if n, err := brokertest.QueueLen(e.broker.URL, e.topo.ParkingQueue); err != nil || n != 1 {
 		t.Errorf("parking queue holds %d (%v), want 1", n, err)
 	}
@@ -181,7 +182,7 @@ func TestUnusableDelayQueueIsDetoured(t *testing.T) {
 	}
 	o := newOutcomes()
 	for _, id := range []string{"first", "second"} {
-		dest := e.topo.Delayed(delay, e.origin)
+		dest := e.topo.Delayed(delay)
 		if err := p.Publish(context.Background(), dest, amqp.Publishing{MessageId: id, Body: []byte(id), Headers: amqp.Table{}}, o.callback(id)); err != nil {
 			t.Fatal(err)
 		}
@@ -198,7 +199,7 @@ func TestUnusableDelayQueueIsDetoured(t *testing.T) {
 	if !slices.Contains(p.Delays().Names(), detour.Name) {
 		t.Errorf("%s was not declared", detour.Name)
 	}
-	e.waitOrigin(2, "both copies")
+	e.WaitQueueLen(e.topo.InboxQueue, 2, 10*time.Second) // both copies, back from their delay
 	if n, err := brokertest.QueueLen(e.broker.URL, taken.Name); err != nil || n != 0 {
 		t.Errorf("the queue that was there holds %d (%v), want untouched and empty", n, err)
 	}
@@ -217,7 +218,7 @@ func TestUnusableDelayQueueIsDetoured(t *testing.T) {
 	}
 	p.Delays().Forget((delay + 2*time.Millisecond).Milliseconds()) // as a return from it does
 	for _, id := range []string{"third", "fourth"} {
-		dest := e.topo.Delayed(delay, e.origin)
+		dest := e.topo.Delayed(delay)
 		if err := p.Publish(context.Background(), dest, amqp.Publishing{MessageId: id, Body: []byte(id), Headers: amqp.Table{}}, o.callback(id)); err != nil {
 			t.Fatal(err)
 		}
@@ -231,7 +232,7 @@ func TestUnusableDelayQueueIsDetoured(t *testing.T) {
 	if to, err := p.Delays().Ensure(delay); err != nil || to != delay+3*time.Millisecond {
 		t.Errorf("the delay asked for detours to %s (%v), want %s", to, err, delay+3*time.Millisecond)
 	}
-	e.waitOrigin(4, "all four copies")
+	e.WaitQueueLen(e.topo.InboxQueue, 4, 10*time.Second) // all four copies, back from their delay
 }
 
 // TestReturnIsNeverLostBehindADeclaration: the confirm/return loop must
@@ -264,7 +265,7 @@ func TestReturnIsNeverLostBehindADeclaration(t *testing.T) {
 	if _, err := e.admin.QueueDelete(q.Name, false, false, false); err != nil {
 		t.Fatal(err)
 	}
-	delayed := e.topo.Delayed(gone, e.origin)
+	delayed := e.topo.Delayed(gone)
 	if err := p.Publish(context.Background(), delayed, amqp.Publishing{MessageId: "delayed", Headers: amqp.Table{}}, o.callback("delayed")); err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ var Metrics = []Metric{
 	{Name: "rebound_messages_received_total"},
 	{Name: "rebound_messages_retried_total", Labels: map[string][]string{"kind": {"delayed", "immediate"}, "policy": nil}},
 	{Name: "rebound_retry_delay_seconds", Histogram: true},
-	{Name: "rebound_messages_parked_total", Labels: map[string][]string{"reason": {"max-retries", "max-duration", "non-retryable", "unknown-origin", "origin-not-allowed"}, "policy": nil}},
+	{Name: "rebound_messages_parked_total", Labels: map[string][]string{"reason": {"max-retries", "max-duration", "non-retryable", "unknown-origin", "origin-not-allowed", "origin-refused"}, "policy": nil}},
 	{Name: "rebound_invalid_headers_total", Labels: map[string][]string{"header": nil}},
 	{Name: "rebound_origin_mismatch_total"},
 	{Name: "rebound_policy_conflicts_total"},
@@ -49,6 +49,11 @@ var Metrics = []Metric{
 	{Name: "rebound_retry_rate_overflow_total", Labels: map[string][]string{"policy": nil}},
 	{Name: "rebound_retry_rate_share", Labels: map[string][]string{"policy": nil}},
 	{Name: "rebound_events_total", Labels: map[string][]string{"outcome": {"published", "failed", "dropped"}}},
+	{Name: "rebound_messages_returned_total", Labels: map[string][]string{"policy": nil}},
+	{Name: "rebound_origin_refused_total", Labels: map[string][]string{"policy": nil}},
+	{Name: "rebound_origin_refused_waits_total", Labels: map[string][]string{"policy": nil}},
+	{Name: "rebound_origins_refusing"},
+	{Name: "rebound_origin_refused_twins_total"},
 	{Name: "rebound_build_info", Labels: map[string][]string{"version": nil, "revision": nil, "goversion": nil}},
 }
 

@@ -120,7 +120,7 @@ func TestUsageErrorsExitTwoNamingTheCommand(t *testing.T) {
 		{[]string{"parked", "list", "--format", "xml"}, "rebound parked list: --format"},
 		{[]string{"parked", "list", "--older-than", "soon"}, "rebound parked list: invalid value"},
 		{[]string{"parked", "list", "--limit", "-1"}, "rebound parked list: --limit"},
-		{[]string{"parked", "list", "--reason", "bogus"}, `rebound parked list: --reason "bogus": want one of max-retries, max-duration, non-retryable, unknown-origin, origin-not-allowed, delivery-limit`},
+		{[]string{"parked", "list", "--reason", "bogus"}, `rebound parked list: --reason "bogus": want one of max-retries, max-duration, non-retryable, unknown-origin, origin-not-allowed, origin-refused, delivery-limit`},
 		{[]string{"parked", "replay", "--older-than", "1w"}, `rebound parked replay: invalid value "1w" for flag --older-than: want a duration in Go's units or with d for days`},
 		{[]string{"parked", "purge", "--older-than", "-1d", "--yes"}, "rebound parked purge: --older-than"},
 		{[]string{"parked", "show"}, "rebound parked show: missing message ID"},

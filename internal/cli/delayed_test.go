@@ -61,9 +61,11 @@ func TestDelayedListsAndFlushes(t *testing.T) {
 	}
 	delays.Close()
 	publish := func(delay time.Duration, n int) {
-		dest := topo.Delayed(delay, d.App)
+		// Copies as a rebound before the return through the inbox
+		// published them: the origin queue as routing key.
+		exchange := topo.DelayExchangeFor(delay).Name
 		for range n {
-			if err := d.Ch.PublishWithContext(context.Background(), dest.Exchange, dest.RoutingKey, true, false, amqp.Publishing{Body: []byte("x")}); err != nil {
+			if err := d.Ch.PublishWithContext(context.Background(), exchange, d.App, true, false, amqp.Publishing{Body: []byte("x")}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -93,7 +93,7 @@ func (e *env) seed(ws ...waiting) {
 		}
 		s := headers.State{State: policy.State{Retries: 2, StartedAt: now.Add(-time.Hour), LastDelay: w.delay}, Origin: w.origin, Policy: label}
 		h := codec.Retry(amqp.Table{"tenant": "acme"}, s, w.delay, w.due)
-		dest := e.topo.Delayed(w.delay, w.origin)
+		dest := e.topo.Delayed(w.delay)
 		dc, err := e.Ch.PublishWithDeferredConfirmWithContext(context.Background(), dest.Exchange, dest.RoutingKey, true, false,
 			amqp.Publishing{MessageId: w.id, Headers: h, DeliveryMode: amqp.Persistent, Body: []byte("body of " + w.id)})
 		if err != nil {

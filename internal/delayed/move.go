@@ -62,6 +62,7 @@ type step struct {
 	dest   topology.Destination
 	msg    amqp.Publishing
 	why    string // for leave and keep
+	origin string // the copy's origin queue (route.Router.WaitingOrigin)
 }
 
 // Why a copy stays where it was, besides what route.Router.CheckOrigin
@@ -73,8 +74,9 @@ const (
 )
 
 // plan decides what becomes of d, a copy read from q, as of now. A copy
-// goes back to the queue its routing key names: where the broker sends
-// it when its delay ends. One of a matching origin queue is sent there
+// goes back to its origin (route.Router.WaitingOrigin: the queue its
+// routing key names, or its origin header for one that comes back
+// through the inbox). One of a matching origin queue is sent there
 // now (Flush), if the sidecar's rules let it (route.Router.CheckOrigin),
 // or parked with reason cancelled (Cancel). Every other copy goes back
 // into the delay queue of the time it still had to wait, from its due
@@ -83,8 +85,8 @@ const (
 // the header) or already due is left where it is: requeued when the run
 // lets go of it, it keeps its place in time.
 func plan(r route.Router, q Queue, d amqp.Delivery, opt Options, now time.Time) step {
-	origin := d.RoutingKey
 	s, _ := r.Codec.Decode(d.Headers, d.Timestamp, now, nil)
+	origin := r.WaitingOrigin(d, s)
 	claimed := ""
 	if s.Origin != origin {
 		claimed = s.Origin
@@ -94,23 +96,23 @@ func plan(r route.Router, q Queue, d amqp.Delivery, opt Options, now time.Time) 
 		if opt.Op == Cancel {
 			rt := route.Route{Origin: o, Policy: r.Policies.For(o.Queue), Decision: policy.Decision{Reason: policy.Cancelled}}
 			dest, msg := r.Plan(d, s, rt, now)
-			return step{action: toParking, dest: dest, msg: msg}
+			return step{origin: origin, action: toParking, dest: dest, msg: msg}
 		}
 		if o.Refused != "" {
-			return step{action: keep, why: o.Why}
+			return step{origin: origin, action: keep, why: o.Why}
 		}
 		dest, msg := r.Flush(d, o.Queue)
-		return step{action: toOrigin, dest: dest, msg: msg}
+		return step{origin: origin, action: toOrigin, dest: dest, msg: msg}
 	}
 	if s.DueAt.IsZero() {
-		return step{action: leave, why: whyNoDueTime}
+		return step{origin: origin, action: leave, why: whyNoDueTime}
 	}
 	wait := min(s.DueAt.Sub(now), q.Delay)
 	if wait <= 0 {
-		return step{action: leave, why: whyDue}
+		return step{origin: origin, action: leave, why: whyDue}
 	}
 	dest, msg := r.Redelay(d, origin, wait, s.DueAt)
-	return step{action: redelay, dest: dest, msg: msg}
+	return step{origin: origin, action: redelay, dest: dest, msg: msg}
 }
 
 // Kept is a copy left where it was though Move would have moved it, and
@@ -209,7 +211,7 @@ func (dp Deployment) moveQueue(ctx context.Context, q Queue, opt Options, now fu
 			res.Matched++
 		}
 		kept := func(why string) {
-			res.Kept = append(res.Kept, Kept{Queue: q.Name, ID: d.MessageId, Origin: d.RoutingKey, Why: why})
+			res.Kept = append(res.Kept, Kept{Queue: q.Name, ID: d.MessageId, Origin: st.origin, Why: why})
 		}
 		switch {
 		case st.action == keep:

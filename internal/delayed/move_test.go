@@ -71,8 +71,8 @@ func TestFlushAndCancelTwoOrigins(t *testing.T) {
 			e.WaitQueueLen(q.Name, q.Messages, 10*time.Second)
 			for id, d := range e.take(q.Name) {
 				want := ws[1].due.UnixMilli()
-				if d.RoutingKey != b || d.Headers["x-retry-due-at"] != want || d.Headers["tenant"] != "acme" || d.Headers["x-retry-count"] != int64(3) {
-					t.Errorf("%s in %s: routing key %s, headers %v; want %s, due %d, the rest as it was", id, q.Name, d.RoutingKey, d.Headers, b, want)
+				if d.RoutingKey != e.topo.InboxQueue || d.Headers["x-retry-origin-queue"] != b || d.Headers["x-retry-due-at"] != want || d.Headers["tenant"] != "acme" || d.Headers["x-retry-count"] != int64(3) {
+					t.Errorf("%s in %s: routing key %s, headers %v; want the inbox, origin %s, due %d, the rest as it was", id, q.Name, d.RoutingKey, d.Headers, b, want)
 				}
 				seen++
 				e.seed(waiting{id: id, origin: b, delay: q.Delay, due: ws[1].due}) // put it back for the cancel

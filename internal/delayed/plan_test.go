@@ -52,9 +52,9 @@ func TestPlan(t *testing.T) {
 		{"cancel: parked", copyOf("orders", due), cancel, toParking, topology.Direct("parked"), nil, ""},
 		{"cancel: parked, allowed or not", copyOf("rogue", due), cancel, toParking, topology.Direct("parked"), nil, ""},
 		{"others: their remaining time, rounded up", copyOf("payments", due), flush, redelay,
-			r.Topology.Delayed(280*time.Second, "payments"), due.UnixMilli(), ""},
+			r.Topology.Delayed(280 * time.Second), due.UnixMilli(), ""},
 		{"others: never past their own queue's delay", copyOf("payments", now.Add(time.Hour)), cancel, redelay,
-			r.Topology.Delayed(10*time.Minute, "payments"), now.Add(time.Hour).UnixMilli(), ""},
+			r.Topology.Delayed(10 * time.Minute), now.Add(time.Hour).UnixMilli(), ""},
 		{"others: no due time, left in place", copyOf("payments", time.Time{}), flush, leave, topology.Destination{}, nil, whyNoDueTime},
 		{"others: due, left in place", copyOf("payments", now.Add(-time.Second)), flush, leave, topology.Destination{}, nil, whyDue},
 	} {

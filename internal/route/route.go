@@ -50,6 +50,17 @@ type Route struct {
 	// step); Added the delay it added to the policy's.
 	Budget calendar.Outcome
 	Added  time.Duration
+	// Returning says the message is a delayed copy whose delay ended
+	// (Router.Returning): it goes on to its origin as it is, not counted
+	// as another retry.
+	Returning bool
+	// Refused says the origin refuses copies for now, and Decision is what
+	// the policy's budget allows for that (Router.Refuse): wait in a
+	// delay queue, or park with policy.OriginRefused.
+	Refused bool
+	// Attempt is the id a copy sent straight to its origin carries
+	// (headers.Attempt); "" for none.
+	Attempt string
 }
 
 // Decide decides for a message whose state s was decoded from its
@@ -60,7 +71,18 @@ type Route struct {
 // when the delay ends); every other message gets its policy's decision,
 // as of now, with rng.
 func (r Router) Decide(s headers.State, o Origin, exists bool, now time.Time, rng policy.Rand) Route {
-	rt := Route{Origin: o, Policy: r.Policies.For(o.Queue)}
+	rt, parked := r.start(s, o, exists)
+	if !parked {
+		rt.Decision = rt.Policy.Decide(s.State, now, rng)
+	}
+	return rt
+}
+
+// start is what Decide and Return share: the route of a message with
+// origin o, its policy and its conflict, and parked true with the
+// decision made when o refuses or its queue is gone.
+func (r Router) start(s headers.State, o Origin, exists bool) (rt Route, parked bool) {
+	rt = Route{Origin: o, Policy: r.Policies.For(o.Queue)}
 	rt.Conflict = r.Policies.Conflict(s.Policy, rt.Policy)
 	switch {
 	case o.Refused != "":
@@ -68,7 +90,85 @@ func (r Router) Decide(s headers.State, o Origin, exists bool, now time.Time, rn
 	case !exists:
 		rt.Decision, rt.Why = policy.Decision{Reason: policy.UnknownOrigin}, "origin queue does not exist"
 	default:
-		rt.Decision = rt.Policy.Decide(s.State, now, rng)
+		return rt, false
+	}
+	return rt, true
+}
+
+// Returning reports whether d is a delayed copy coming back from its
+// delay queue (Topology.Delayed): the broker dead-lettered it, its delay
+// over, from one of rebound's delay queues to the default exchange under
+// the inbox's name. Only the broker writes that record of it: RabbitMQ
+// 4.x ignores an x-death a client sets. On 3.x a client that may publish
+// into the inbox can forge one; what it gains is what a forged x-death
+// naming a queue gains it anyway: the copy goes to the queue its origin
+// header names if CheckOrigin allows that queue, never to one of
+// rebound's own. A consumer that republishes into the inbox a message an
+// earlier rebound's delay queue sent it (the routing key was the origin
+// then) is not taken for one.
+func (r Router) Returning(d amqp.Delivery) bool {
+	inbox := r.Topology.InboxQueue
+	if d.Exchange != "" || d.RoutingKey != inbox {
+		return false
+	}
+	deaths, _ := d.Headers[headers.XDeath].([]any)
+	if len(deaths) == 0 {
+		return false
+	}
+	newest, _ := deaths[0].(amqp.Table)
+	queue, _ := newest["queue"].(string)
+	reason, _ := newest["reason"].(string)
+	keys, _ := newest["routing-keys"].([]any)
+	return reason == "expired" && r.Topology.IsDelayQueue(queue) && len(keys) == 1 && keys[0] == inbox
+}
+
+// Twin returns the attempt id (headers.Attempt) of d when d may be the
+// twin of a copy rebound sent straight to its origin queue: a message the
+// origin dead-lettered for maxlen as it refused it (overflow
+// reject-publish-dlx). Only the replica that made that attempt knows
+// whether the broker refused it (then d is a twin, and the refused copy is
+// still rebound's) or took it (then d is a message the queue dropped,
+// and it is retried like any other); "" when d is neither.
+func (r Router) Twin(d amqp.Delivery) string {
+	id, _ := d.Headers[headers.Attempt].(string)
+	if id == "" {
+		return ""
+	}
+	deaths := headers.Deaths(d.Headers)
+	if len(deaths) == 0 || deaths[0].Reason != "maxlen" {
+		return ""
+	}
+	return id
+}
+
+// Return decides for a delayed copy coming back (Returning), whose state
+// s was decoded from its headers, with origin o (CheckOrigin, which takes
+// the origin header for a copy the broker's record says left a delay
+// queue) and exists, as Decide takes them: it goes on to its origin at
+// once, or is parked when it may not (its origin refused by the rules, or
+// gone). The policy is not asked: the copy is the retry it already
+// decided.
+func (r Router) Return(s headers.State, o Origin, exists bool) Route {
+	rt, parked := r.start(s, o, exists)
+	rt.Returning = true
+	if !parked {
+		rt.Decision = policy.Decision{Retry: true}
+	}
+	return rt
+}
+
+// Refuse turns rt, a route that sends the copy straight to its origin (a
+// returning copy, or an immediate retry), into what the policy's budget
+// allows while the origin refuses copies, until it is tried again after
+// wait (policy.Policy.Refused): wait in a delay queue, or park with
+// policy.OriginRefused. Any other route is returned as it is.
+func (r Router) Refuse(rt Route, s headers.State, now time.Time, wait time.Duration) Route {
+	if !rt.Decision.Retry || rt.Decision.Delay != 0 {
+		return rt
+	}
+	rt.Decision, rt.Refused = rt.Policy.Refused(s.State, now, wait), true
+	if !rt.Decision.Retry {
+		rt.Why = "origin queue kept refusing the copy until the budget was spent"
 	}
 	return rt
 }
@@ -98,7 +198,12 @@ func (r Router) Budget(rt Route, s headers.State, now time.Time, cal *calendar.C
 //     and the time;
 //   - retry at once (delay 0): straight back to the origin queue;
 //   - retry after a delay: into that delay's queue, which hands it back to
-//     the origin queue when the delay ends; the copy says when that is.
+//     rebound when the delay ends (Topology.Delayed); the copy says when
+//     that is;
+//   - a returning copy (rt.Returning): straight to its origin, its
+//     headers as they were but the broker's; one whose origin refuses it
+//     (rt.Refused) into a delay queue again, counted as a retry only when
+//     the policy has no duration budget (policy.Policy.Refused).
 //
 // The copy keeps the body, the properties (but expiration and user id)
 // and every application header; it carries the retry state rewritten,
@@ -110,10 +215,24 @@ func (r Router) Plan(d amqp.Delivery, s headers.State, rt Route, now time.Time) 
 	switch decision := rt.Decision; {
 	case !decision.Retry:
 		return topology.Direct(r.Topology.ParkingQueue), copyOf(d, r.Codec.Park(d.Headers, s, decision.Reason, now))
+	case rt.Returning && decision.Delay == 0:
+		dest, msg := r.Flush(d, s.Origin)
+		if rt.Attempt != "" {
+			headers.MarkAttempt(msg.Headers, rt.Attempt)
+		}
+		return dest, msg
+	case rt.Returning && rt.Policy.MaxDuration > 0:
+		return r.Topology.Delayed(decision.Delay), copyOf(d, r.Codec.Moved(d.Headers, now.Add(decision.Delay)))
+	case rt.Returning:
+		return r.Topology.Delayed(decision.Delay), copyOf(d, r.Codec.Retry(d.Headers, s, s.LastDelay, now.Add(decision.Delay)))
 	case decision.Delay == 0:
-		return topology.Direct(s.Origin), copyOf(d, r.Codec.Retry(d.Headers, s, 0, time.Time{}))
+		h := r.Codec.Retry(d.Headers, s, 0, time.Time{})
+		if rt.Attempt != "" {
+			headers.MarkAttempt(h, rt.Attempt)
+		}
+		return topology.Direct(s.Origin), copyOf(d, h)
 	default:
-		return r.Topology.Delayed(decision.Delay, s.Origin), copyOf(d, r.Codec.Retry(d.Headers, s, decision.Drawn, now.Add(decision.Delay)))
+		return r.Topology.Delayed(decision.Delay), copyOf(d, r.Codec.Retry(d.Headers, s, decision.Drawn, now.Add(decision.Delay)))
 	}
 }
 
@@ -138,5 +257,17 @@ func (r Router) Flush(d amqp.Delivery, origin string) (topology.Destination, amq
 // were but the broker's, its due time among them.
 func (r Router) Redelay(d amqp.Delivery, origin string, wait time.Duration, due time.Time) (topology.Destination, amqp.Publishing) {
 	delay := policy.RoundUp(wait, r.Policies.For(origin).Digits())
-	return r.Topology.Delayed(delay, origin), copyOf(d, r.Codec.Moved(d.Headers, due))
+	return r.Topology.Delayed(delay), copyOf(d, r.Codec.Moved(d.Headers, due))
+}
+
+// WaitingOrigin is the origin queue of d, a copy read from a delay queue,
+// whose state s was decoded from its headers: the queue its routing key
+// names, where the broker sends it when its delay ends, for a copy an
+// earlier rebound published; the origin header for one that comes back
+// through the inbox (Topology.Delayed).
+func (r Router) WaitingOrigin(d amqp.Delivery, s headers.State) string {
+	if d.RoutingKey == r.Topology.InboxQueue {
+		return s.Origin
+	}
+	return d.RoutingKey
 }

@@ -105,7 +105,7 @@ func TestPlan(t *testing.T) {
 			// The delay queue holds the rounded delay; the header carries the
 			// delay as drawn, which decorrelated jitter grows the next from.
 			name: "retry after a delay", d: failed(), decision: policy.Decision{Retry: true, Delay: 1500 * time.Millisecond, Drawn: 1534 * time.Millisecond},
-			dest: topo.Delayed(1500*time.Millisecond, "orders"),
+			dest: topo.Delayed(1500 * time.Millisecond),
 			headers: map[string]any{
 				n.RetryCount: int64(3), n.LastDelay: int64(1534), n.TaskStartedAt: started.UnixMilli(), n.OriginQueue: "orders",
 				n.FirstDeathReason: "rejected", n.FirstDeathQueue: "orders", n.ParkedReason: nil, n.ParkedAt: nil,
@@ -114,7 +114,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "retry drops parked headers", d: leftover(), decision: policy.Decision{Retry: true, Delay: 1500 * time.Millisecond},
-			dest: topo.Delayed(1500*time.Millisecond, "orders"),
+			dest: topo.Delayed(1500 * time.Millisecond),
 			headers: map[string]any{
 				n.RetryCount: int64(3), n.ParkedReason: nil, n.ParkedAt: nil,
 			},
@@ -262,7 +262,7 @@ func TestBudgetIsWhatPlanPublishes(t *testing.T) {
 			t.Fatalf("retry %d: delay %v, added %v, %v; want %v", i, rt.Decision.Delay, rt.Added, rt.Budget, want)
 		}
 		dest, msg := r.Plan(amqp.Delivery{}, st, rt, now)
-		wantDest := r.Topology.Delayed(want, "orders")
+		wantDest := r.Topology.Delayed(want)
 		if dest != wantDest {
 			t.Errorf("retry %d: planned to %+v, want %+v", i, dest, wantDest)
 		}

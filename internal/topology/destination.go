@@ -4,8 +4,11 @@ import "time"
 
 // Destination says where a copy goes.
 type Destination struct {
-	Exchange   string
-	RoutingKey string // for a delayed copy, the origin queue it goes back to
+	Exchange string
+	// RoutingKey is the queue the default exchange routes the copy to: its
+	// origin for a copy sent straight back, the inbox for a delayed copy
+	// (see Delayed).
+	RoutingKey string
 	// Delay is the delay queue the copy goes through, 0 for none. The
 	// queue is declared on first use.
 	Delay time.Duration
@@ -18,7 +21,14 @@ func Direct(queue string) Destination {
 }
 
 // Delayed is the destination of a copy that waits d in its delay queue
-// and then goes back to origin.
-func (t Topology) Delayed(d time.Duration, origin string) Destination {
-	return Destination{Exchange: t.DelayExchangeFor(d).Name, RoutingKey: origin, Delay: d}
+// and then comes back to rebound: the delay queue dead-letters to the
+// default exchange under the copy's routing key, the inbox, and rebound
+// sends the copy on to its origin queue (the origin header) with
+// confirms, so that an origin that refuses it (full, with overflow
+// reject-publish) loses nothing. A classic delay queue dead-letters at
+// most once: routed straight to a full origin, the copy was dropped. A
+// copy an earlier rebound published with its origin as routing key still
+// goes straight there.
+func (t Topology) Delayed(d time.Duration) Destination {
+	return Destination{Exchange: t.DelayExchangeFor(d).Name, RoutingKey: t.InboxQueue, Delay: d}
 }

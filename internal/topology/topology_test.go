@@ -36,7 +36,7 @@ func TestDelayQueueAndExchange(t *testing.T) {
 		if x := topo.DelayExchangeFor(1500 * time.Millisecond); x != (Exchange{Name: "delay.1500", Kind: "fanout"}) {
 			t.Errorf("DelayExchangeFor = %+v", x)
 		}
-		if d := topo.Delayed(1500*time.Millisecond, "orders"); d != (Destination{Exchange: "delay.1500", RoutingKey: "orders", Delay: 1500 * time.Millisecond}) {
+		if d := topo.Delayed(1500 * time.Millisecond); d != (Destination{Exchange: "delay.1500", RoutingKey: topo.InboxQueue, Delay: 1500 * time.Millisecond}) {
 			t.Errorf("Delayed = %+v", d)
 		}
 	}
