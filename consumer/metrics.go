@@ -176,7 +176,7 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 	for _, o := range []republisher.Outcome{republisher.Nacked, republisher.Returned, republisher.TimedOut, republisher.Closed} {
 		m.PublishFailures.WithLabelValues(o.String())
 	}
-	for _, o := range []string{events.Published, events.Failed, events.Dropped} {
+	for _, o := range events.Outcomes {
 		m.Events.WithLabelValues(o)
 	}
 	b := buildinfo.Read()

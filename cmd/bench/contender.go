@@ -37,13 +37,16 @@ type contender struct {
 // same round.
 var (
 	reboundC = contender{Name: "rebound", Kind: kindRebound}
-	relayC   = contender{Name: "relay", Kind: kindRelay}
-	shovelC  = contender{Name: "shovel", Kind: kindShovel}
+	// tracedC exports a process and a publish span per message over
+	// OTLP/HTTP to a sink in this process that discards them (traceSink).
+	tracedC = contender{Name: "rebound, traced", Kind: kindRebound, Env: []string{"OTEL_TRACES_EXPORTER=otlp"}}
+	relayC  = contender{Name: "relay", Kind: kindRelay}
+	shovelC = contender{Name: "shovel", Kind: kindShovel}
 )
 
 // throughputContenders are the contenders of the throughput runs, in
 // every mode.
-func throughputContenders() []contender { return []contender{reboundC, relayC, shovelC} }
+func throughputContenders() []contender { return []contender{reboundC, tracedC, relayC, shovelC} }
 
 // spreadContenders are rebound with one delay queue, with k bound, and
 // with its n copies spread as the default policy spreads them at each of

@@ -25,6 +25,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -158,6 +160,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := traceSink(); err != nil {
+		return err
+	}
 	unlock, err := lockBench()
 	if err != nil {
 		return err
@@ -268,4 +273,19 @@ func lockBench() (unlock func(), err error) {
 		return nil, fmt.Errorf("another bench is running (it holds %s): %w", lockPath(), err)
 	}
 	return func() { f.Close() }, nil
+}
+
+// traceSink serves OTLP/HTTP on a local port that accepts and discards
+// every export, and points the OpenTelemetry SDK at it (the SDK reads
+// the process environment), so that the traced contender pays for its
+// spans up to the wire.
+func traceSink() error {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	go func() {
+		_ = http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) }))
+	}()
+	return os.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+l.Addr().String())
 }

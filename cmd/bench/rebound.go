@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
+
+	envvars "github.com/caarlos0/env/v11"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -15,6 +18,7 @@ import (
 	"github.com/rebound-mq/rebound/internal/delayqueue"
 	"github.com/rebound-mq/rebound/internal/dialer"
 	"github.com/rebound-mq/rebound/internal/topology"
+	"github.com/rebound-mq/rebound/internal/tracing"
 )
 
 // declareTopology declares rebound's fixed topology and the delay queues
@@ -110,6 +114,11 @@ func startRebound(ctx context.Context, url string, topo topology.Topology, s reb
 	if len(s.Spread) > 0 {
 		opt.NewRand = spreadRand(s.Spread)
 	}
+	tp, stopTracing, err := tracing.Setup(ctx, envvars.ToMap(s.Env), "bench")
+	if err != nil {
+		return nil, err
+	}
+	opt.Tracer = tp.Tracer(tracing.ScopeName)
 	sc := consumer.New(opt)
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -119,7 +128,7 @@ func startRebound(ctx context.Context, url string, topo topology.Topology, s reb
 	return &reboundRun{reg: reg, stop: func() error {
 		once.Do(func() {
 			cancel()
-			runErr = <-done
+			runErr = errors.Join(<-done, stopTracing(context.Background()))
 		})
 		return runErr
 	}}, nil

@@ -26,9 +26,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// Schema is the version of Parked's JSON form; a field's meaning never
+// schema is the version of Parked's JSON form; a field's meaning never
 // changes within one.
-const Schema = 1
+const schema = 1
 
 // Parked is the event of one parked message. It never carries the body.
 type Parked struct {
@@ -46,7 +46,7 @@ type Parked struct {
 // NewParked returns the event of a message parked at parkedAt; the error a
 // consumer reported is cut to maxError bytes.
 func NewParked(messageID, origin, reason, policy, group, errText string, retryCount int, parkedAt time.Time) Parked {
-	return Parked{Schema: Schema, MessageID: messageID, Origin: origin, Reason: reason, Policy: policy, Group: group,
+	return Parked{Schema: schema, MessageID: messageID, Origin: origin, Reason: reason, Policy: policy, Group: group,
 		Error: cut(errText, maxError), RetryCount: retryCount, ParkedAt: parkedAt.UTC().Format("2006-01-02T15:04:05.000Z07:00")}
 }
 
@@ -71,12 +71,16 @@ func cut(s string, n int) string {
 	return s
 }
 
-// Outcomes an event is counted under.
+// The outcomes an event is counted under.
 const (
-	Published = "published" // confirmed by the broker
-	Failed    = "failed"    // nacked, unconfirmed in time, or its channel closed
-	Dropped   = "dropped"   // the queue was full, or rebound stopped first
+	published = "published" // confirmed by the broker
+	failed    = "failed"    // nacked, unconfirmed in time, or its channel closed
+	dropped   = "dropped"   // the queue was full, or rebound stopped first
 )
+
+// Outcomes are the outcomes an event is counted under, for a counter's
+// series to exist from the start.
+var Outcomes = []string{published, failed, dropped}
 
 // queueSize bounds the events waiting to be published: a broker too slow
 // for events loses events, never holds up parks.
@@ -127,14 +131,14 @@ func (p *Publisher) declare() error {
 func (p *Publisher) Send(e Parked) {
 	select {
 	case <-p.stop:
-		p.count(Dropped)
+		p.count(dropped)
 		return
 	default:
 	}
 	select {
 	case p.queue <- e:
 	default:
-		p.count(Dropped)
+		p.count(dropped)
 		p.log.Warn("events: queue full, park event dropped", zap.String("message_id", e.MessageID), zap.String("origin", e.Origin))
 	}
 }
@@ -147,7 +151,7 @@ func (p *Publisher) Close() {
 	for {
 		select {
 		case <-p.queue:
-			p.count(Dropped)
+			p.count(dropped)
 		default:
 			return
 		}
@@ -178,7 +182,7 @@ func (p *Publisher) run() {
 				p.fail(e, err)
 				continue
 			}
-			p.count(Published)
+			p.count(published)
 		}
 	}
 }
@@ -231,7 +235,7 @@ func (p *Publisher) publish(ch *channel, e Parked) error {
 }
 
 func (p *Publisher) fail(e Parked, err error) {
-	p.count(Failed)
+	p.count(failed)
 	p.log.Warn("events: park event not published", zap.String("message_id", e.MessageID),
 		zap.String("origin", e.Origin), zap.String("reason", e.Reason), zap.Error(err))
 }

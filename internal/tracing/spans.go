@@ -49,7 +49,7 @@ type Delivery struct {
 
 // Start begins the process span of a delivery from inbox.
 func Start(tr trace.Tracer, inbox string, d amqp.Delivery) *Delivery {
-	ctx, span := tr.Start(Extract(context.Background(), d.Headers), "process "+inbox,
+	ctx, span := tr.Start(extract(context.Background(), d.Headers), "process "+inbox,
 		trace.WithSpanKind(trace.SpanKindConsumer))
 	if span.IsRecording() {
 		span.SetAttributes(semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationTypeProcess,
@@ -119,7 +119,7 @@ func (t *Delivery) End(confirmed bool, outcome string) {
 // message's own trace, so that a replay shows in the trace of the message
 // it brought back. end ends it with the copy's outcome.
 func Move(tr trace.Tracer, operation string, d amqp.Delivery, exchange, routingKey string) (end func(confirmed bool, outcome string)) {
-	_, span := tr.Start(Extract(context.Background(), d.Headers), operation+" "+routingKey, trace.WithSpanKind(trace.SpanKindProducer))
+	_, span := tr.Start(extract(context.Background(), d.Headers), operation+" "+routingKey, trace.WithSpanKind(trace.SpanKindProducer))
 	if span.IsRecording() {
 		span.SetAttributes(semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationTypeSend,
 			semconv.MessagingOperationName(operation), semconv.MessagingDestinationName(exchange),

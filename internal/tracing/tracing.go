@@ -76,11 +76,11 @@ func partial(r *resource.Resource, _ error) *resource.Resource { return r }
 // instrumentations write.
 var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 
-// Extract returns ctx carrying the producer's span context (traceparent,
+// extract returns ctx carrying the producer's span context (traceparent,
 // tracestate) and baggage from a message's headers. A header of the wrong
 // type, or one that does not parse, is ignored: the span then starts a
 // trace of its own.
-func Extract(ctx context.Context, h amqp.Table) context.Context {
+func extract(ctx context.Context, h amqp.Table) context.Context {
 	return propagator.Extract(ctx, headerCarrier(h))
 }
 

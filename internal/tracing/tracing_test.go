@@ -70,7 +70,7 @@ func TestExtractReadsTheProducersContext(t *testing.T) {
 		{"absent", nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sc := trace.SpanContextFromContext(Extract(context.Background(), tc.headers))
+			sc := trace.SpanContextFromContext(extract(context.Background(), tc.headers))
 			if sc.IsValid() != tc.valid {
 				t.Fatalf("span context valid = %v, want %v", sc.IsValid(), tc.valid)
 			}
