@@ -444,7 +444,7 @@ func (ss *session) handle(d amqp.Delivery) error {
 	}
 	ss.report(d, rt)
 	dest, msg := ss.router.Plan(d, state, rt, now)
-	span.Decided(tracing.Decision{Origin: rt.Origin.Queue, Retry: rt.Decision.Retry, Delay: rt.Decision.Delay,
+	span.Decided(tracing.Decision{Origin: rt.Origin.Queue, Retry: rt.Decision.Retry, Returning: rt.Returning, Delay: rt.Decision.Delay,
 		RetryCount: state.Retries, Policy: rt.Policy.Name, ParkedReason: string(rt.Decision.Reason)})
 	span.Publishing(s.opt.Tracer, dest.Exchange, dest.RoutingKey)
 

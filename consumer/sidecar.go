@@ -27,13 +27,11 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/zap"
 
 	"github.com/rebound-mq/rebound/internal/calendar"
 	"github.com/rebound-mq/rebound/internal/dialer"
 	"github.com/rebound-mq/rebound/internal/route"
-	"github.com/rebound-mq/rebound/internal/tracing"
 	"github.com/rebound-mq/rebound/policy"
 )
 
@@ -62,8 +60,8 @@ type Options struct {
 	EventsExchange string
 	Logger         *zap.Logger
 	Metrics        *Metrics
-	// Tracer starts each delivery's spans (package tracing); default a
-	// tracer that records nothing.
+	// Tracer starts each delivery's spans (package tracing); nil for
+	// none.
 	Tracer trace.Tracer
 
 	Now          func() time.Time   // default time.Now
@@ -136,9 +134,6 @@ func New(opt Options) *Sidecar {
 	}
 	if opt.NewRand == nil {
 		opt.NewRand = func() policy.Rand { return rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())) }
-	}
-	if opt.Tracer == nil {
-		opt.Tracer = noop.NewTracerProvider().Tracer(tracing.ScopeName)
 	}
 	if opt.SummaryEvery <= 0 {
 		opt.SummaryEvery = time.Minute

@@ -179,8 +179,9 @@ func spanAttr(s *tracepb.Span, key string) any {
 }
 
 // TestTracesFollowAMessageAcrossRetries runs the rebound binary with an
-// OTLP endpoint: a message retried three times, then parked, shows four
-// process spans in the producer's trace, each the child of the
+// OTLP endpoint: a message retried three times, then parked, shows seven
+// process spans in the producer's trace (each retry's decision, each
+// delayed copy's return through the inbox, the park), each the child of the
 // producer's span, each with its publish child; the copies keep the
 // producer's traceparent.
 func TestTracesFollowAMessageAcrossRetries(t *testing.T) {
@@ -204,8 +205,8 @@ func TestTracesFollowAMessageAcrossRetries(t *testing.T) {
 	}
 
 	processName := "process " + e.Vars["REBOUND_INBOX_QUEUE"]
-	if !brokertest.Await(30*time.Second, func() bool { return len(receiver.named(processName)) >= 4 }) {
-		t.Fatalf("%d process spans exported, want 4", len(receiver.named(processName)))
+	if !brokertest.Await(30*time.Second, func() bool { return len(receiver.named(processName)) >= 7 }) {
+		t.Fatalf("%d process spans exported, want 7", len(receiver.named(processName)))
 	}
 	process := receiver.named(processName)
 	publishBySpan := map[string]*tracepb.Span{}
@@ -217,7 +218,7 @@ func TestTracesFollowAMessageAcrossRetries(t *testing.T) {
 				publishBySpan[hex.EncodeToString(s.ParentSpanId)] = s
 			}
 		}
-		return len(publishBySpan) >= 4
+		return len(publishBySpan) >= 7
 	})
 	decisions := map[string]int{}
 	for _, s := range process {
@@ -243,8 +244,8 @@ func TestTracesFollowAMessageAcrossRetries(t *testing.T) {
 			t.Errorf("process span %x has no publish child", s.SpanId)
 		}
 	}
-	if decisions["retry"] != 3 || decisions["park"] != 1 {
-		t.Errorf("decisions %v, want 3 retries and 1 park", decisions)
+	if decisions["retry"] != 3 || decisions["return"] != 3 || decisions["park"] != 1 {
+		t.Errorf("decisions %v, want 3 retries, their 3 returns and 1 park", decisions)
 	}
 	if path := os.Getenv("REBOUND_TRACE_PICTURE"); path != "" && !t.Failed() {
 		receiver.mu.Lock()

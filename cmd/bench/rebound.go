@@ -118,7 +118,9 @@ func startRebound(ctx context.Context, url string, topo topology.Topology, s reb
 	if err != nil {
 		return nil, err
 	}
-	opt.Tracer = tp.Tracer(tracing.ScopeName)
+	if tp != nil {
+		opt.Tracer = tp.Tracer(tracing.ScopeName)
+	}
 	sc := consumer.New(opt)
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -65,7 +65,9 @@ func runSidecar(ctx context.Context, args []string, in invocation) error {
 	}()
 	opt := consumer.OptionsFrom(cfg, d, log, nil)
 	opt.Metrics = consumer.NewMetrics(reg, opt.Router)
-	opt.Tracer = tp.Tracer(tracing.ScopeName, trace.WithInstrumentationVersion(b.Version))
+	if tp != nil {
+		opt.Tracer = tp.Tracer(tracing.ScopeName, trace.WithInstrumentationVersion(b.Version))
+	}
 	sc := consumer.New(opt)
 
 	listener, err := net.Listen("tcp", cfg.HTTPAddr)

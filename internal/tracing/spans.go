@@ -29,6 +29,7 @@ const (
 type Decision struct {
 	Origin       string // the queue the message goes back to: the destination the application sees
 	Retry        bool
+	Returning    bool // a delayed copy whose delay ended, on its way on to its origin
 	Delay        time.Duration
 	RetryCount   int // retries scheduled before this one
 	Policy       string
@@ -37,9 +38,9 @@ type Decision struct {
 }
 
 // Delivery holds the spans of one inbox delivery: a process span, child of
-// the producer's context, and the publish span of its copy. Its methods do
-// nothing when the span is not recorded (traces off, or not sampled), so
-// the hot path pays no attribute building then.
+// the producer's context, and the publish span of its copy. A nil
+// Delivery (no tracer: traces off) does nothing, and one whose span is not
+// recorded (not sampled) builds no attributes.
 type Delivery struct {
 	ctx     context.Context
 	process trace.Span
@@ -47,8 +48,12 @@ type Delivery struct {
 	parked  bool
 }
 
-// Start begins the process span of a delivery from inbox.
+// Start begins the process span of a delivery from inbox; with a nil tr,
+// it returns nil.
 func Start(tr trace.Tracer, inbox string, d amqp.Delivery) *Delivery {
+	if tr == nil {
+		return nil
+	}
 	ctx, span := tr.Start(extract(context.Background(), d.Headers), "process "+inbox,
 		trace.WithSpanKind(trace.SpanKindConsumer))
 	if span.IsRecording() {
@@ -62,13 +67,19 @@ func Start(tr trace.Tracer, inbox string, d amqp.Delivery) *Delivery {
 
 // Decided records the decision on the process span.
 func (t *Delivery) Decided(dec Decision) {
+	if t == nil {
+		return
+	}
 	t.parked = !dec.Retry
 	if !t.process.IsRecording() {
 		return
 	}
 	decision := "retry"
-	if !dec.Retry {
+	switch {
+	case !dec.Retry:
 		decision = "park"
+	case dec.Returning:
+		decision = "return"
 	}
 	t.process.SetAttributes(semconv.MessagingDestinationName(dec.Origin), attrDecision.String(decision),
 		attrDelayMS.Int64(dec.Delay.Milliseconds()), attrRetryCount.Int(dec.RetryCount), attrPolicy.String(dec.Policy))
@@ -83,6 +94,9 @@ func (t *Delivery) Decided(dec Decision) {
 // Publishing begins the publish span of the copy, sent to exchange with
 // routingKey.
 func (t *Delivery) Publishing(tr trace.Tracer, exchange, routingKey string) {
+	if t == nil {
+		return
+	}
 	// Through the default exchange the destination is the queue the
 	// routing key names.
 	destination := cmp.Or(exchange, routingKey)
@@ -99,6 +113,9 @@ func (t *Delivery) Publishing(tr trace.Tracer, exchange, routingKey string) {
 // process span: the message's retries are over. A copy that was not
 // confirmed sets one on both: the delivery goes back to the inbox.
 func (t *Delivery) End(confirmed bool, outcome string) {
+	if t == nil {
+		return
+	}
 	if t.publish != nil {
 		if !confirmed {
 			t.publish.SetStatus(codes.Error, outcome)

@@ -22,7 +22,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Enabled reports whether the environment asks for traces: the exporter
@@ -41,14 +40,16 @@ func Enabled(env map[string]string) bool {
 }
 
 // Setup returns the tracer provider env describes and the function that
-// flushes and stops it: a no-op provider when traces are off. The OTLP
+// flushes and stops it: nil when traces are off, so that rebound starts
+// no span at all (a no-op tracer still reads each message's trace
+// context). The OTLP
 // exporter (HTTP, protobuf), the resource (OTEL_SERVICE_NAME,
 // OTEL_RESOURCE_ATTRIBUTES) and the sampler (OTEL_TRACES_SAMPLER) read the
 // process environment with the SDK's own parsing; service.name defaults
 // to rebound.
 func Setup(ctx context.Context, env map[string]string, version string) (trace.TracerProvider, func(context.Context) error, error) {
 	if !Enabled(env) {
-		return noop.NewTracerProvider(), func(context.Context) error { return nil }, nil
+		return nil, func(context.Context) error { return nil }, nil
 	}
 	if p := env["OTEL_EXPORTER_OTLP_PROTOCOL"]; p != "" && p != "http/protobuf" {
 		return nil, nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL=%q: rebound exports traces over http/protobuf only", p)
