@@ -451,6 +451,7 @@ func (ss *session) handle(d amqp.Delivery) error {
 	tag := d.DeliveryTag
 	s.m.InFlight.Inc()
 	ss.acks.add(tag, int64(len(d.Body)))
+	after := route.RetryAfter(state, rt.Decision)
 	err := ss.pub.Publish(context.Background(), dest, msg, func(o republisher.Outcome, latency time.Duration) {
 		if straight {
 			s.refusals.settled(rt.Attempt, o == republisher.Nacked, s.opt.Now())
@@ -470,8 +471,11 @@ func (ss *session) handle(d amqp.Delivery) error {
 		ss.record(rt, o, latency)
 		span.End(o == republisher.Confirmed, o.String())
 		if o == republisher.Confirmed && !rt.Decision.Retry && ss.events != nil {
-			ss.events.Send(events.NewParked(d.MessageId, rt.Origin.Queue, string(rt.Decision.Reason), rt.Policy.Name, "",
+			ss.events.Send(events.NewParked(d.MessageId, rt.Origin.Queue, string(rt.Decision.Reason), rt.Policy.Name, headerText(msg.Headers[ss.router.Codec.Names.Group]),
 				headerText(msg.Headers[ss.router.Codec.Names.Error]), state.Retries, now))
+		}
+		if after != "" && o == republisher.Confirmed {
+			s.m.RetryAfter.WithLabelValues(rt.Policy.Name, after).Inc()
 		}
 		ss.acks.resolve(tag, o == republisher.Confirmed)
 	})
