@@ -1,6 +1,7 @@
 package parking
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -28,28 +29,40 @@ type Listing struct {
 // counts covers what it read.
 func (q Queue) List(ctx context.Context, f Filter, now time.Time) (l Listing, err error) {
 	l.ByReason, l.ByOrigin = map[string]int{}, map[string]int{}
+	l.Scanned, l.Matched, l.Unread, err = q.scan(ctx, f, now, func(m Message) {
+		l.ByReason[m.Reason]++
+		l.ByOrigin[m.Origin]++
+		l.Messages = append(l.Messages, m)
+	})
+	l.Limited = l.Unread >= 0
+	l.Unread = max(l.Unread, 0)
+	return l, err
+}
+
+// scan reads the messages once, up to the filter's limit of matches, and
+// calls visit with each match, leaving them all in the queue. unread is
+// how many it left unread when it stopped at the limit, -1 when it read
+// them all.
+func (q Queue) scan(ctx context.Context, f Filter, now time.Time, visit func(Message)) (scanned, matched, unread int, err error) {
 	r, err := q.open()
 	if err != nil {
-		return l, err
+		return 0, 0, -1, err
 	}
 	defer func() { err = errors.Join(err, r.Close()) }()
-	for f.Limit == 0 || l.Matched < f.Limit {
+	for f.Limit == 0 || matched < f.Limit {
 		d, ok, err := r.Next(ctx)
 		if err != nil || !ok {
-			return l, errors.Join(err, ctx.Err())
+			return scanned, matched, -1, errors.Join(err, ctx.Err())
 		}
-		l.Scanned++
+		scanned++
 		m := q.Decode(d, now)
 		if !f.match(m, now) {
 			continue
 		}
-		l.Matched++
-		l.ByReason[m.Reason]++
-		l.ByOrigin[m.Origin]++
-		l.Messages = append(l.Messages, m)
+		matched++
+		visit(m)
 	}
-	l.Limited, l.Unread = true, r.Remaining()
-	return l, nil
+	return scanned, matched, r.Remaining(), nil
 }
 
 // Purge removes the matching messages (at most the filter's limit) and
@@ -97,6 +110,10 @@ type ReplayOptions struct {
 	Rate float64
 	// Record lists the replayed messages in ReplayResult.Sent.
 	Record bool
+	// To, if set, redirects: every match goes to this queue instead of
+	// its origin, which the redirected-from header records. The queue
+	// must pass the rules an origin passes (route.Router.CheckOrigin).
+	To string
 }
 
 // ReplayResult is what Replay did.
@@ -160,13 +177,14 @@ func (q Queue) ReplayWith(ctx context.Context, f Filter, now time.Time, opt Repl
 			continue
 		}
 		res.Matched++
-		if o := q.Router.CheckOrigin(m.Origin, ""); o.Refused != "" {
+		target := cmp.Or(opt.To, m.Origin)
+		if o := q.Router.CheckOrigin(target, ""); o.Refused != "" {
 			res.Kept = append(res.Kept, Kept{m, o.Why})
 			continue
 		}
 		// Replayed copies are mandatory: one for a queue that does not
 		// exist comes back, and its message is kept.
-		found, checked, err := origins.Exists(m.Origin)
+		found, checked, err := origins.Exists(target)
 		if err != nil {
 			return res, err
 		}
@@ -185,6 +203,9 @@ func (q Queue) ReplayWith(ctx context.Context, f Filter, now time.Time, opt Repl
 			break // interrupted: m stays parked, and was not sent
 		}
 		dest, msg := q.Router.Replay(d, m.Origin, now)
+		if opt.To != "" {
+			dest, msg = q.Router.Redirect(d, m.Origin, opt.To, now)
+		}
 		if err := r.Move(d, dest, msg, res.outcome(m, opt.Record)); err != nil {
 			res.Kept = append(res.Kept, Kept{m, republisher.WhyInterrupted})
 			break
