@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -182,12 +183,13 @@ func jsonValue(v any) any {
 		return out
 	case amqp.Decimal:
 		return map[string]any{"decimal": v.Value, "scale": v.Scale}
-	case float32, float64:
-		if f, ok := v.(float64); ok && (f != f || f > 1e308 || f < -1e308) {
-			return fmt.Sprint(f) // NaN and infinities are not JSON
+	case float64:
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Sprint(v) // NaN and infinities are not JSON
 		}
-		if f, ok := v.(float32); ok && (f != f || f > 3e38 || f < -3e38) {
-			return fmt.Sprint(f)
+	case float32:
+		if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
+			return fmt.Sprint(v)
 		}
 	}
 	return v
