@@ -6,6 +6,8 @@ import (
 	"errors"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/rebound-mq/rebound/internal/declarer"
 	"github.com/rebound-mq/rebound/republisher"
 )
@@ -44,25 +46,20 @@ func (q Queue) List(ctx context.Context, f Filter, now time.Time) (l Listing, er
 // how many it left unread when it stopped at the limit, -1 when it read
 // them all.
 func (q Queue) scan(ctx context.Context, f Filter, now time.Time, visit func(Message)) (scanned, matched, unread int, err error) {
-	r, err := q.open()
-	if err != nil {
-		return 0, 0, -1, err
-	}
-	defer func() { err = errors.Join(err, r.Close()) }()
-	for f.Limit == 0 || matched < f.Limit {
-		d, ok, err := r.Next(ctx)
-		if err != nil || !ok {
-			return scanned, matched, -1, errors.Join(err, ctx.Err())
-		}
-		scanned++
+	var stopped bool
+	scanned, unread, err = q.browse(ctx, func(d amqp.Delivery) bool {
 		m := q.Decode(d, now)
-		if !f.match(m, now) {
-			continue
+		if f.match(m, now) {
+			matched++
+			visit(m)
 		}
-		matched++
-		visit(m)
+		stopped = f.Limit > 0 && matched >= f.Limit
+		return !stopped
+	})
+	if !stopped {
+		unread = -1
 	}
-	return scanned, matched, r.Remaining(), nil
+	return scanned, matched, unread, errors.Join(err, ctx.Err())
 }
 
 // Purge removes the matching messages (at most the filter's limit) and
