@@ -65,7 +65,8 @@ type GroupListing struct {
 	Matched int     // messages read that matched the filter
 	Groups  []Group // largest first, then by key
 	// Limited says Groups stopped reading at the filter's limit; Unread
-	// is how many messages it left unread then.
+	// is how many of the messages the queue held it did not read (then, or
+	// because another command held them).
 	Limited bool
 	Unread  int
 }
@@ -81,7 +82,7 @@ func (q Queue) Groups(ctx context.Context, f Filter, by GroupBy, now time.Time) 
 	l := GroupListing{By: by}
 	rows := map[string]*Group{}
 	var err error
-	l.Scanned, l.Matched, l.Unread, err = q.scan(ctx, f, now, func(m Message) {
+	l.Scanned, l.Matched, l.Unread, l.Limited, err = q.scan(ctx, f, now, func(m Message) {
 		k := by.key(m)
 		g := rows[k]
 		if g == nil {
@@ -90,8 +91,6 @@ func (q Queue) Groups(ctx context.Context, f Filter, by GroupBy, now time.Time) 
 		}
 		g.add(m)
 	})
-	l.Limited = l.Unread >= 0
-	l.Unread = max(l.Unread, 0)
 	for _, g := range rows {
 		l.Groups = append(l.Groups, *g)
 	}

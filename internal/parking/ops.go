@@ -31,35 +31,29 @@ type Listing struct {
 // counts covers what it read.
 func (q Queue) List(ctx context.Context, f Filter, now time.Time) (l Listing, err error) {
 	l.ByReason, l.ByOrigin = map[string]int{}, map[string]int{}
-	l.Scanned, l.Matched, l.Unread, err = q.scan(ctx, f, now, func(m Message) {
+	l.Scanned, l.Matched, l.Unread, l.Limited, err = q.scan(ctx, f, now, func(m Message) {
 		l.ByReason[m.Reason]++
 		l.ByOrigin[m.Origin]++
 		l.Messages = append(l.Messages, m)
 	})
-	l.Limited = l.Unread >= 0
-	l.Unread = max(l.Unread, 0)
 	return l, err
 }
 
 // scan reads the messages once, up to the filter's limit of matches, and
 // calls visit with each match, leaving them all in the queue. unread is
-// how many it left unread when it stopped at the limit, -1 when it read
-// them all.
-func (q Queue) scan(ctx context.Context, f Filter, now time.Time, visit func(Message)) (scanned, matched, unread int, err error) {
-	var stopped bool
+// how many of the messages the queue held it did not read; limited says it
+// stopped at the limit.
+func (q Queue) scan(ctx context.Context, f Filter, now time.Time, visit func(Message)) (scanned, matched, unread int, limited bool, err error) {
 	scanned, unread, err = q.browse(ctx, func(d amqp.Delivery) bool {
 		m := q.Decode(d, now)
 		if f.match(m, now) {
 			matched++
 			visit(m)
 		}
-		stopped = f.Limit > 0 && matched >= f.Limit
-		return !stopped
+		limited = f.Limit > 0 && matched >= f.Limit
+		return !limited
 	})
-	if !stopped {
-		unread = -1
-	}
-	return scanned, matched, unread, errors.Join(err, ctx.Err())
+	return scanned, matched, unread, limited, errors.Join(err, ctx.Err())
 }
 
 // Purge removes the matching messages (at most the filter's limit) and
