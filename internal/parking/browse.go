@@ -56,6 +56,9 @@ func (q Queue) browse(ctx context.Context, visit func(amqp.Delivery) bool) (read
 		}
 		return 0, 0, fmt.Errorf("inspect queue %s: %w", q.Name(), err)
 	}
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
 	first, ok, err := ch.Get(q.Name(), false)
 	if err != nil || !ok {
 		return 0, 0, err
