@@ -40,7 +40,7 @@ func rebounds() map[string]bool {
 		n.RetryCount: true, n.TaskStartedAt: true, n.LastDelay: true, n.OriginQueue: true,
 		n.NonRetryable: true, n.ParkedReason: true, n.ParkedAt: true,
 		n.FirstDeathReason: true, n.FirstDeathQueue: true, n.Policy: true, n.DueAt: true,
-		n.RetryAfter: true, n.ErrorRetry: true, n.Group: true, n.OptNonRetryable: true, n.OptRetryAfter: true,
+		n.RetryAfter: true, n.ErrorRetry: true, n.Group: true, n.OptNonRetryable: true, n.OptRetryAfter: true, n.OptError: true,
 	}
 }
 
