@@ -197,7 +197,9 @@ type Rand interface {
 // significant digits in milliseconds (Round), except that it is
 // rounded down instead when rounding up would pass MaxDelay or, under Clamp
 // and Strict, the deadline. So 0 <= Delay <= MaxDelay, and under Clamp and
-// Strict a retry never lands past StartedAt + MaxDuration. Under Clamp, a
+// Strict a retry never lands past StartedAt + MaxDuration. A delay a
+// RetryAfter raised is rounded up instead, where that stays within those
+// bounds: the least delay asked for is not undercut by rounding. Under Clamp, a
 // budget that has less than a millisecond left (the delay queues' unit)
 // parks with MaxDuration instead of retrying with no delay.
 //
