@@ -123,3 +123,9 @@ func BenchmarkNormalize(b *testing.B) {
 		Normalize(err)
 	}
 }
+
+func BenchmarkNormalizePlain(b *testing.B) {
+	for b.Loop() {
+		Normalize("payment service unavailable: connection refused")
+	}
+}
