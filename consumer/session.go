@@ -445,7 +445,8 @@ func (ss *session) handle(d amqp.Delivery) error {
 	ss.report(d, rt)
 	dest, msg := ss.router.Plan(d, state, rt, now)
 	span.Decided(tracing.Decision{Origin: rt.Origin.Queue, Retry: rt.Decision.Retry, Delay: rt.Decision.Delay,
-		RetryCount: state.Retries, Policy: rt.Policy.Name, ParkedReason: string(rt.Decision.Reason)})
+		RetryCount: state.Retries, Policy: rt.Policy.Name, ParkedReason: string(rt.Decision.Reason),
+		Group: headerText(msg.Headers[ss.router.Codec.Names.Group])})
 	span.Publishing(s.opt.Tracer, dest.Exchange, dest.RoutingKey)
 
 	tag := d.DeliveryTag
