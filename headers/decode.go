@@ -60,7 +60,7 @@ func (c Codec) Decode(h amqp.Table, timestamp, now time.Time, buf []Problem) (St
 		s.NonRetryable = d.flag(n.OptNonRetryable, v)
 	}
 
-	s.Error, s.OptError = errorText(h[n.Error]), errorText(h[n.OptError])
+	s.Error, s.OptError = Text(h[n.Error]), Text(h[n.OptError])
 	if v := h[n.ErrorRetry]; v != nil {
 		s.ErrorRetry, s.ErrorStamped = d.errorRetry(n.ErrorRetry, v)
 	}
@@ -279,7 +279,7 @@ func asText(v any) string {
 // errorText reads an error header or annotation: a string, or the bytes
 // some clients send strings as; "" otherwise. It is kept as is, however
 // long: the group reads a bounded prefix.
-func errorText(v any) string {
+func Text(v any) string {
 	switch v := v.(type) {
 	case string:
 		return v

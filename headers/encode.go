@@ -112,7 +112,7 @@ func (c Codec) Replay(h amqp.Table, origin string, now time.Time) amqp.Table {
 		delete(out, name)
 	}
 	c.dropAttempt(out)
-	if errorText(out[n.Error]) != "" {
+	if Text(out[n.Error]) != "" {
 		out[n.ErrorRetry] = int64(ReplayedError)
 	}
 	out[n.TaskStartedAt] = now.UnixMilli()
@@ -205,7 +205,7 @@ func (c Codec) putReport(out amqp.Table, s State) {
 		}
 		return
 	}
-	if errorText(out[n.Error]) != s.Error {
+	if Text(out[n.Error]) != s.Error {
 		out[n.Error] = s.Error
 	}
 	putInt64(out, n.ErrorRetry, int64(retryCount(s.Retries)))

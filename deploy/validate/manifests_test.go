@@ -178,6 +178,32 @@ func TestPrometheusOperatorComponent(t *testing.T) {
 	}
 }
 
+// buildEdited builds overlay from a copy of deploy/kustomize held in
+// memory whose overlay kustomization.yaml has old replaced by new: an
+// optional component enabled the way its comment says. It fails when old
+// is not there.
+func buildEdited(t *testing.T, overlay, old, new string) []Object {
+	t.Helper()
+	fs := inMemory(t)
+	k := "/kustomize/overlays/" + overlay + "/kustomization.yaml"
+	b, err := fs.ReadFile(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := strings.Replace(string(b), old, new, 1)
+	if edited == string(b) {
+		t.Fatalf("the %s overlay no longer has %q", overlay, old)
+	}
+	if err := fs.WriteFile(k, []byte(edited)); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := BuildFS(fs, "/kustomize/overlays/"+overlay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
 func build(t *testing.T, dir string) []Object {
 	t.Helper()
 	objs, err := Build(dir)
@@ -375,23 +401,7 @@ func TestDecodeStrictRejects(t *testing.T) {
 // rebound uses, one run at a time, a retention config.Load accepts, and
 // the restricted security context.
 func TestParkedExpireComponent(t *testing.T) {
-	fs := inMemory(t)
-	k := "/kustomize/overlays/standalone/kustomization.yaml"
-	b, err := fs.ReadFile(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	enabled := strings.Replace(string(b), "  - ../../components/sidecar\n", "  - ../../components/sidecar\n  - ../../components/parked-expire\n", 1)
-	if enabled == string(b) {
-		t.Fatal("the standalone overlay no longer lists the sidecar component this test adds to")
-	}
-	if err := fs.WriteFile(k, []byte(enabled)); err != nil {
-		t.Fatal(err)
-	}
-	objs, err := BuildFS(fs, "/kustomize/overlays/standalone")
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := buildEdited(t, "standalone", "  - ../../components/sidecar\n", "  - ../../components/sidecar\n  - ../../components/parked-expire\n")
 	d := only[*appsv1.Deployment](t, objs)
 	cj := only[*batchv1.CronJob](t, objs)
 	job := cj.Spec.JobTemplate.Spec.Template.Spec
