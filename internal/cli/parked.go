@@ -23,9 +23,9 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/rebound-mq/rebound/internal/declarer"
 	"github.com/rebound-mq/rebound/internal/group"
 	"github.com/rebound-mq/rebound/internal/parking"
-	"github.com/rebound-mq/rebound/internal/topology"
 	"github.com/rebound-mq/rebound/policy"
 )
 
@@ -567,10 +567,9 @@ func checkRedirect(q parking.Queue, to string) error {
 	if o := q.Router.CheckOrigin(to, ""); o.Refused != "" {
 		return usageError{fmt.Sprintf("--to %q: %s", to, o.Why)}
 	}
-	found, err := topology.QueueExists(q.Conn, to)
-	if errors.Is(err, topology.ErrCheckRefused) {
-		return nil // copies are mandatory: the broker returns them, and they stay parked
-	}
+	// A queue the broker will not let rebound check counts as existing:
+	// copies are mandatory, so one the broker returns stays parked.
+	found, _, err := declarer.NewOrigins(q.Conn, nil, nil, time.Now).Exists(to)
 	if err != nil {
 		return fmt.Errorf("check queue %s: %w", to, err)
 	}
