@@ -81,9 +81,13 @@ type Config struct {
 	DelayQueueIdle time.Duration `env:"DELAY_QUEUE_IDLE" envDefault:"15m"`
 	ConfirmTimeout time.Duration `env:"CONFIRM_TIMEOUT" envDefault:"30s"`
 	ShutdownGrace  time.Duration `env:"SHUTDOWN_GRACE" envDefault:"20s"`
-	HTTPAddr       string        `env:"HTTP_ADDR" envDefault:":9464"`
-	LogLevel       string        `env:"LOG_LEVEL" envDefault:"info"`
-	LogFormat      string        `env:"LOG_FORMAT" envDefault:"json"`
+	// ParkedRetention is how long `rebound parked expire` keeps parked
+	// messages; 0 = none (expire refuses to run). The sidecar never reads
+	// it: nothing deletes a parked message but an operator's command.
+	ParkedRetention time.Duration `env:"PARKED_RETENTION"`
+	HTTPAddr        string        `env:"HTTP_ADDR" envDefault:":9464"`
+	LogLevel        string        `env:"LOG_LEVEL" envDefault:"info"`
+	LogFormat       string        `env:"LOG_FORMAT" envDefault:"json"`
 
 	HeaderRetryCount    string `env:"HEADER_RETRY_COUNT" envDefault:"x-retry-count"`
 	HeaderTaskStartedAt string `env:"HEADER_TASK_STARTED_AT" envDefault:"x-task-started-at"`
@@ -98,6 +102,10 @@ type Config struct {
 	HeaderFirstDeathQueue  string `env:"HEADER_FIRST_DEATH_QUEUE" envDefault:"x-retry-first-death-queue"`
 	HeaderPolicy           string `env:"HEADER_POLICY" envDefault:"x-retry-policy"`
 	HeaderDueAt            string `env:"HEADER_DUE_AT" envDefault:"x-retry-due-at"`
+	HeaderRetryAfter       string `env:"HEADER_RETRY_AFTER" envDefault:"x-retry-after"`
+	HeaderErrorRetry       string `env:"HEADER_ERROR_RETRY" envDefault:"x-retry-error-retry"`
+	HeaderGroup            string `env:"HEADER_GROUP" envDefault:"x-retry-group"`
+	HeaderRedirectedFrom   string `env:"HEADER_REDIRECTED_FROM" envDefault:"x-retry-redirected-from"`
 
 	// Named holds the policies REBOUND_POLICIES lists, in its order, each
 	// read from its REBOUND_POLICY_<NAME>_* variables.
@@ -279,6 +287,9 @@ func (c Config) validate(failed map[string]bool) []FieldError {
 	if c.ShutdownGrace < 0 {
 		add("SHUTDOWN_GRACE", c.ShutdownGrace, "a duration of 0 or more")
 	}
+	if c.ParkedRetention != 0 && c.ParkedRetention < time.Minute {
+		add("PARKED_RETENTION", c.ParkedRetention, "unset or 0 (keep parked messages until an operator acts), or a duration of at least 1m, such as 336h")
+	}
 	for variable, name := range map[string]string{
 		"INBOX_QUEUE": c.InboxQueue, "DEAD_LETTER_EXCHANGE": c.DeadLetterExchange,
 		"DELAY_EXCHANGE": c.DelayExchange, "DELAY_QUEUE_PREFIX": c.DelayQueuePrefix,
@@ -307,6 +318,8 @@ func (c Config) validate(failed map[string]bool) []FieldError {
 		{"HEADER_PARKED_REASON", hs.ParkedReason}, {"HEADER_PARKED_AT", hs.ParkedAt},
 		{"HEADER_FIRST_DEATH_REASON", hs.FirstDeathReason}, {"HEADER_FIRST_DEATH_QUEUE", hs.FirstDeathQueue},
 		{"HEADER_POLICY", hs.Policy}, {"HEADER_DUE_AT", hs.DueAt},
+		{"HEADER_RETRY_AFTER", hs.RetryAfter}, {"HEADER_ERROR_RETRY", hs.ErrorRetry},
+		{"HEADER_GROUP", hs.Group}, {"HEADER_REDIRECTED_FROM", hs.RedirectedFrom},
 	} {
 		variable, name := h.variable, h.name
 		switch {
@@ -333,8 +346,19 @@ func names[T ~string](values []T) []string {
 }
 
 // headerNames returns the header names the configuration selects.
+// The AMQP 1.0 annotations' names are fixed: a consumer's client writes
+// them, and RabbitMQ keeps only annotations named x-opt-*.
 func (c Config) headerNames() headers.Names {
+	fixed := headers.DefaultNames()
 	return headers.Names{
+		RetryAfter:      c.HeaderRetryAfter,
+		ErrorRetry:      c.HeaderErrorRetry,
+		Group:           c.HeaderGroup,
+		RedirectedFrom:  c.HeaderRedirectedFrom,
+		OptError:        fixed.OptError,
+		OptNonRetryable: fixed.OptNonRetryable,
+		OptRetryAfter:   fixed.OptRetryAfter,
+
 		RetryCount:    c.HeaderRetryCount,
 		TaskStartedAt: c.HeaderTaskStartedAt,
 		LastDelay:     c.HeaderLastDelay,

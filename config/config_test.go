@@ -59,6 +59,11 @@ func TestLoadDefaults(t *testing.T) {
 		HeaderParkedReason:  "x-retry-parked-reason",
 		HeaderParkedAt:      "x-retry-parked-at",
 
+		HeaderRetryAfter:     "x-retry-after",
+		HeaderErrorRetry:     "x-retry-error-retry",
+		HeaderGroup:          "x-retry-group",
+		HeaderRedirectedFrom: "x-retry-redirected-from",
+
 		HeaderFirstDeathReason: "x-retry-first-death-reason",
 		HeaderFirstDeathQueue:  "x-retry-first-death-queue",
 		HeaderPolicy:           "x-retry-policy",
@@ -152,6 +157,10 @@ func TestLoadInvalid(t *testing.T) {
 		{"prefetch too large", []string{"REBOUND_PREFETCH=70000"}, "REBOUND_PREFETCH", "70000", "from 1 to 65535"},
 		{"zero confirm timeout", []string{"REBOUND_CONFIRM_TIMEOUT=0s"}, "REBOUND_CONFIRM_TIMEOUT", "0s", "above 0"},
 		{"negative grace", []string{"REBOUND_SHUTDOWN_GRACE=-1s"}, "REBOUND_SHUTDOWN_GRACE", "-1s", "0 or more"},
+		{"negative retention", []string{"REBOUND_PARKED_RETENTION=-1h"}, "REBOUND_PARKED_RETENTION", "-1h0m0s", "a duration of at least 1m"},
+		{"retention of seconds", []string{"REBOUND_PARKED_RETENTION=30s"}, "REBOUND_PARKED_RETENTION", "30s", "a duration of at least 1m"},
+		{"retention not a duration", []string{"REBOUND_PARKED_RETENTION=2 weeks"}, "REBOUND_PARKED_RETENTION", "2 weeks", ""},
+		{"group header taken", []string{"REBOUND_HEADER_GROUP=x-retry-error"}, "REBOUND_HEADER_GROUP", "x-retry-error", "no other REBOUND_HEADER_* variable uses"},
 		{"reserved queue name", []string{"REBOUND_INBOX_QUEUE=amq.inbox"}, "REBOUND_INBOX_QUEUE", "amq.inbox", "not starting with amq."},
 		{"dead-letter exchange named as a delay exchange", []string{"REBOUND_DEAD_LETTER_EXCHANGE=rebound.delay.1500"}, "REBOUND_DEAD_LETTER_EXCHANGE", "rebound.delay.1500", "a delay queue's exchange"},
 		{"long exchange name", []string{"REBOUND_DELAY_EXCHANGE=" + strings.Repeat("x", 201)}, "REBOUND_DELAY_EXCHANGE", strings.Repeat("x", 201), "at most 200 bytes"},

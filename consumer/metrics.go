@@ -22,6 +22,7 @@ type Metrics struct {
 	InvalidHeaders  *prometheus.CounterVec // header
 	OriginMismatch  prometheus.Counter
 	PolicyConflicts prometheus.Counter
+	RetryAfter      *prometheus.CounterVec // policy; outcome: applied, capped, ignored-invalid
 	PublishFailures *prometheus.CounterVec // kind: nack, return, timeout, closed
 	ConfirmLatency  prometheus.Histogram
 	InFlight        prometheus.Gauge
@@ -98,6 +99,9 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 			"Messages whose origin header named another queue than the broker's x-death record, which was used instead."),
 		PolicyConflicts: counter("rebound_policy_conflicts_total",
 			"Messages whose policy header named another policy, or another fingerprint, than this replica chose: replicas configured differently."),
+		RetryAfter: counterVec("rebound_retry_after_total",
+			"Retries whose consumer asked for a least delay (x-retry-after, x-opt-retry-after), confirmed: applied, capped by the policy's max delay or budget, or ignored-invalid.",
+			"policy", "outcome"),
 		PublishFailures: counterVec("rebound_publish_failures_total", "Copies the broker did not confirm; their inbox deliveries were requeued.", "kind"),
 		ConfirmLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "rebound_confirm_latency_seconds", Help: "Time from publishing a copy to the broker's confirm.",
@@ -148,7 +152,7 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 			"version", "revision", "goversion"),
 	}
 	reg.MustRegister(m.Received, m.Redelivered, m.Retried, m.RetryDelay, m.Parked, m.InvalidHeaders, m.OriginMismatch,
-		m.PolicyConflicts, m.PublishFailures, m.ConfirmLatency, m.InFlight, m.Reconnects, m.Blocked, m.Ready,
+		m.PolicyConflicts, m.RetryAfter, m.PublishFailures, m.ConfirmLatency, m.InFlight, m.Reconnects, m.Blocked, m.Ready,
 		m.InboxMessages, m.InboxConsumers, m.ParkedMessages, m.DelayQueueMessages, m.Prefetch, m.InflightBytes,
 		m.InboxStalled, m.RateDeferred, m.RateDeferral, m.RateOverflow, m.RateShare, m.Returned, m.OriginRefused, m.OriginWaits,
 		m.OriginsRefusing, m.OriginTwins, m.Events, m.BuildInfo)
@@ -167,6 +171,9 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 		m.Returned.WithLabelValues(p.Name)
 		m.OriginRefused.WithLabelValues(p.Name)
 		m.OriginWaits.WithLabelValues(p.Name)
+		for _, outcome := range route.RetryAfterOutcomes {
+			m.RetryAfter.WithLabelValues(p.Name, outcome)
+		}
 	}
 	for _, h := range r.Codec.Names.Read() {
 		if h != "" {

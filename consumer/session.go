@@ -445,12 +445,14 @@ func (ss *session) handle(d amqp.Delivery) error {
 	ss.report(d, rt)
 	dest, msg := ss.router.Plan(d, state, rt, now)
 	span.Decided(tracing.Decision{Origin: rt.Origin.Queue, Retry: rt.Decision.Retry, Returning: rt.Returning, Delay: rt.Decision.Delay,
-		RetryCount: state.Retries, Policy: rt.Policy.Name, ParkedReason: string(rt.Decision.Reason)})
+		RetryCount: state.Retries, Policy: rt.Policy.Name, ParkedReason: string(rt.Decision.Reason),
+		Group: headers.Text(msg.Headers[ss.router.Codec.Names.Group])})
 	span.Publishing(s.opt.Tracer, dest.Exchange, dest.RoutingKey)
 
 	tag := d.DeliveryTag
 	s.m.InFlight.Inc()
 	ss.acks.add(tag, int64(len(d.Body)))
+	after := route.RetryAfter(state, rt.Decision)
 	err := ss.pub.Publish(context.Background(), dest, msg, func(o republisher.Outcome, latency time.Duration) {
 		if straight {
 			s.refusals.settled(rt.Attempt, o == republisher.Nacked, s.opt.Now())
@@ -470,8 +472,11 @@ func (ss *session) handle(d amqp.Delivery) error {
 		ss.record(rt, o, latency)
 		span.End(o == republisher.Confirmed, o.String())
 		if o == republisher.Confirmed && !rt.Decision.Retry && ss.events != nil {
-			ss.events.Send(events.NewParked(d.MessageId, rt.Origin.Queue, string(rt.Decision.Reason), rt.Policy.Name, "",
-				headerText(msg.Headers[ss.router.Codec.Names.Error]), state.Retries, now))
+			ss.events.Send(events.NewParked(d.MessageId, rt.Origin.Queue, string(rt.Decision.Reason), rt.Policy.Name, headers.Text(msg.Headers[ss.router.Codec.Names.Group]),
+				headers.Text(msg.Headers[ss.router.Codec.Names.Error]), state.Retries, now))
+		}
+		if after != "" && o == republisher.Confirmed {
+			s.m.RetryAfter.WithLabelValues(rt.Policy.Name, after).Inc()
 		}
 		ss.acks.resolve(tag, o == republisher.Confirmed)
 	})
@@ -537,18 +542,6 @@ func (ss *session) report(d amqp.Delivery, rt route.Route) {
 		ce.Write(zap.String("message_id", d.MessageId), zap.String("origin", rt.Origin.Queue), zap.String("policy", rt.Policy.Name),
 			zap.Bool("retry", rt.Decision.Retry), zap.Duration("delay", rt.Decision.Delay), zap.String("reason", string(rt.Decision.Reason)))
 	}
-}
-
-// headerText is a header's text: a string, or bytes; "" for any other
-// type.
-func headerText(v any) string {
-	switch v := v.(type) {
-	case string:
-		return v
-	case []byte:
-		return string(v)
-	}
-	return ""
 }
 
 // quoteShort quotes a value from a message for a log line, cut short: a

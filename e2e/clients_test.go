@@ -271,7 +271,7 @@ func TestConsumersGuideQuotesTheSnippets(t *testing.T) {
 	}
 	for _, f := range files {
 		name := filepath.Base(f)
-		if ext := filepath.Ext(name); ext != ".js" && ext != ".py" {
+		if ext := filepath.Ext(name); ext != ".js" && ext != ".py" && ext != ".go" {
 			continue
 		}
 		want, err := os.ReadFile(f)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/rebound-mq/rebound/internal/group"
 )
 
 // Decode reads the state. timestamp is the message's timestamp property
@@ -54,6 +56,26 @@ func (c Codec) Decode(h amqp.Table, timestamp, now time.Time, buf []Problem) (St
 
 	if v := h[n.NonRetryable]; v != nil {
 		s.NonRetryable = d.flag(n.NonRetryable, v)
+	} else if v := h[n.OptNonRetryable]; v != nil {
+		s.NonRetryable = d.flag(n.OptNonRetryable, v)
+	}
+
+	s.Error, s.OptError = Text(h[n.Error]), Text(h[n.OptError])
+	if v := h[n.ErrorRetry]; v != nil {
+		s.ErrorRetry, s.ErrorStamped = d.errorRetry(n.ErrorRetry, v)
+	}
+	if g, ok := h[n.Group].(string); ok && group.Valid(g) {
+		s.Group = g
+	}
+
+	// The twin wins when both are there, even when it cannot be read: a
+	// consumer that set both meant the header.
+	name, after := n.RetryAfter, h[n.RetryAfter]
+	if after == nil {
+		name, after = n.OptRetryAfter, h[n.OptRetryAfter]
+	}
+	if after != nil {
+		s.RetryAfter, s.RetryAfterInvalid = d.retryAfter(name, after)
 	}
 
 	if v := h[n.Policy]; v != nil {
@@ -92,6 +114,7 @@ func (c Codec) Decode(h amqp.Table, timestamp, now time.Time, buf []Problem) (St
 		firstDeathQueue = q
 	}
 
+	s.LastDeathQueue = deathQueue
 	switch {
 	case deathQueue != "":
 		s.Origin = deathQueue
@@ -163,6 +186,107 @@ func (d *decoding) lastDelay(name string, v any) time.Duration {
 	}
 	d.report(name, why, v)
 	return 0
+}
+
+// errorRetry reads the retry count an error was reported at, or
+// ReplayedError.
+func (d *decoding) errorRetry(name string, v any) (int, bool) {
+	n, why := integer(v)
+	switch {
+	case why != "":
+	case n < ReplayedError:
+		why = "below -1"
+	case n > MaxRetryCount:
+		why = "above " + strconv.Itoa(MaxRetryCount)
+	default:
+		return int(n), true
+	}
+	d.report(name, why, v)
+	return 0, false
+}
+
+// retryAfter reads the least delay a consumer asks for: milliseconds in
+// any number form, or a time (an AMQP timestamp or an RFC 3339 string)
+// that becomes the delay from now, rounded up to the millisecond, 0 once
+// it has passed. A negative delay, or one longer than MaxRetryAfter, is
+// reported and ignored.
+func (d *decoding) retryAfter(name string, v any) (time.Duration, bool) {
+	var after time.Duration
+	var why string
+	switch t := v.(type) {
+	case time.Time:
+		after, why = d.until(t)
+	case string, []byte:
+		text := strings.TrimSpace(asText(t))
+		if len(text) > maxText {
+			why = "neither milliseconds nor an RFC 3339 time"
+			break
+		}
+		if floatText(text) {
+			after, why = milliseconds(v)
+			break
+		}
+		at, err := time.Parse(time.RFC3339Nano, text)
+		if err != nil {
+			why = "neither milliseconds nor an RFC 3339 time"
+			break
+		}
+		after, why = d.until(at)
+	default:
+		after, why = milliseconds(v)
+	}
+	if why != "" {
+		d.report(name, why, v)
+		return 0, true
+	}
+	return after, false
+}
+
+// milliseconds reads a Retry-After in milliseconds.
+func milliseconds(v any) (time.Duration, string) {
+	ms, why := integer(v)
+	switch {
+	case why != "":
+		return 0, why
+	case ms < 0:
+		return 0, "negative"
+	case ms > MaxRetryAfter.Milliseconds():
+		return 0, "above " + MaxRetryAfter.String()
+	}
+	return time.Duration(ms) * time.Millisecond, ""
+}
+
+// until is the delay from now to t, rounded up to the millisecond.
+func (d *decoding) until(t time.Time) (time.Duration, string) {
+	after := t.Sub(d.now)
+	switch {
+	case after <= 0:
+		return 0, ""
+	case after > MaxRetryAfter:
+		return 0, "more than " + MaxRetryAfter.String() + " ahead"
+	}
+	return (after + time.Millisecond - 1).Truncate(time.Millisecond), ""
+}
+
+func asText(v any) string {
+	if b, ok := v.([]byte); ok {
+		return string(b)
+	}
+	s, _ := v.(string)
+	return s
+}
+
+// errorText reads an error header or annotation: a string, or the bytes
+// some clients send strings as; "" otherwise. It is kept as is, however
+// long: the group reads a bounded prefix.
+func Text(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case []byte:
+		return string(v)
+	}
+	return ""
 }
 
 // dueAt reads when a delayed copy's delay ends: a time as instant reads

@@ -38,7 +38,7 @@ import (
 // read. The non-retryable header is rewritten as a boolean when h has one.
 // Parked reason and parked-at are dropped: a copy on its way back to its
 // queue is not parked. The first-death headers are written when s knows
-// them.
+// them. The consumer's word is written as putReport says.
 func (c Codec) Retry(h amqp.Table, s State, delay time.Duration, due time.Time) amqp.Table {
 	n := c.Names
 	out := clone(h)
@@ -50,6 +50,7 @@ func (c Codec) Retry(h amqp.Table, s State, delay time.Duration, due time.Time) 
 	c.putNonRetryable(out, s.NonRetryable)
 	c.putFirstDeath(out, s)
 	c.putPolicy(out, s.Policy)
+	c.putReport(out, s)
 	if due.IsZero() {
 		delete(out, n.DueAt)
 	} else {
@@ -68,7 +69,7 @@ func (c Codec) Retry(h amqp.Table, s State, delay time.Duration, due time.Time) 
 // The origin is what `rebound parked` replays to, so it is written even
 // when it came from x-death. The last delay and non-retryable headers are
 // rewritten from s when h has them. A parked message is due nowhere: the
-// due header is dropped.
+// due header is dropped. The consumer's word is written as putReport says.
 func (c Codec) Park(h amqp.Table, s State, reason policy.Reason, at time.Time) amqp.Table {
 	n := c.Names
 	out := clone(h)
@@ -82,6 +83,7 @@ func (c Codec) Park(h amqp.Table, s State, reason policy.Reason, at time.Time) a
 	c.putNonRetryable(out, s.NonRetryable)
 	c.putFirstDeath(out, s)
 	c.putPolicy(out, s.Policy)
+	c.putReport(out, s)
 	delete(out, n.DueAt)
 	out[n.ParkedReason] = string(reason)
 	out[n.ParkedAt] = at.UnixMilli()
@@ -97,16 +99,36 @@ func (c Codec) Park(h amqp.Table, s State, reason policy.Reason, at time.Time) a
 // The message starts over as a new task: its retry budget is measured from
 // now, its next failure is its first, and the policy of its origin decides
 // it then, whatever policy parked it. x-retry-error is the application's
-// and is kept.
+// and is kept, stamped ReplayedError: reported in the task's earlier life,
+// so a failure after the replay that reports none is not filed under it.
+// The group, the one attempt's word and a redirection's record are
+// removed.
 func (c Codec) Replay(h amqp.Table, origin string, now time.Time) amqp.Table {
 	n := c.Names
 	out := clone(h)
 	strip(out)
-	for _, name := range [...]string{n.RetryCount, n.LastDelay, n.ParkedReason, n.ParkedAt, n.NonRetryable, n.FirstDeathReason, n.FirstDeathQueue, n.Policy, n.DueAt} {
+	for _, name := range [...]string{n.RetryCount, n.LastDelay, n.ParkedReason, n.ParkedAt, n.NonRetryable, n.FirstDeathReason, n.FirstDeathQueue,
+		n.Policy, n.DueAt, n.Group, n.RedirectedFrom, n.ErrorRetry} {
 		delete(out, name)
+	}
+	c.dropAttempt(out)
+	if Text(out[n.Error]) != "" {
+		out[n.ErrorRetry] = int64(ReplayedError)
 	}
 	out[n.TaskStartedAt] = now.UnixMilli()
 	putString(out, n.OriginQueue, origin)
+	return out
+}
+
+// Redirect returns the headers for a parked message `rebound parked
+// replay --to` sends to another queue than its origin: Replay's, to that
+// queue, with the redirected-from header naming from, the origin it had
+// ("" when unknown: no header).
+func (c Codec) Redirect(h amqp.Table, from, to string, now time.Time) amqp.Table {
+	out := c.Replay(h, to, now)
+	if from != "" {
+		out[c.Names.RedirectedFrom] = from
+	}
 	return out
 }
 
@@ -156,6 +178,42 @@ func (c Codec) putOrigin(out amqp.Table, origin string) {
 		return
 	}
 	if _, why := queueName(out[name]); why != "" {
+		delete(out, name)
+	}
+}
+
+// putReport writes what the consumer said of the failure being decided:
+// the group the caller put in s (none when ""), and, when s.ErrorCurrent,
+// the error with the retry count it was reported at (s.Retries), the
+// annotation's text when it came from there. An error from an earlier
+// attempt travels as it is, with its stamp. The one attempt's word (the
+// Retry-After and the annotations) is removed: it has been read.
+func (c Codec) putReport(out amqp.Table, s State) {
+	n := c.Names
+	c.dropAttempt(out)
+	if s.Group != "" {
+		putString(out, n.Group, s.Group)
+	} else {
+		delete(out, n.Group)
+	}
+	if !s.ErrorCurrent || s.Error == "" {
+		// The stamp travels with its error, rewritten, or not at all.
+		if s.ErrorStamped {
+			putInt64(out, n.ErrorRetry, int64(s.ErrorRetry))
+		} else {
+			delete(out, n.ErrorRetry)
+		}
+		return
+	}
+	if Text(out[n.Error]) != s.Error {
+		out[n.Error] = s.Error
+	}
+	putInt64(out, n.ErrorRetry, int64(retryCount(s.Retries)))
+}
+
+// dropAttempt removes the headers of one attempt's word.
+func (c Codec) dropAttempt(out amqp.Table) {
+	for _, name := range c.Names.attempt() {
 		delete(out, name)
 	}
 }

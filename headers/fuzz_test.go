@@ -50,6 +50,7 @@ func fuzzKeys() []string {
 	return []string{
 		n.RetryCount, n.TaskStartedAt, n.LastDelay, n.OriginQueue, n.NonRetryable, n.Error,
 		n.ParkedReason, n.ParkedAt, XDeath, XFirstDeathQueue, "x-first-death-reason",
+		n.RetryAfter, n.OptRetryAfter, n.ErrorRetry, n.OptError, n.OptNonRetryable, n.Group,
 		"queue", "time", "reason", "count", "exchange", "routing-keys", "tenant",
 	}
 }
@@ -149,6 +150,11 @@ func (f *fuzzTable) value(depth int) any {
 			}
 		}
 		return v
+	case 23: // a time as RFC 3339 text, or a group id
+		if f.byte()%2 == 0 {
+			return "0123456789ab"
+		}
+		return time.UnixMilli(int64(testNowMs) + int64(f.uint64()%(1<<36)) - 1<<35).UTC().Format(time.RFC3339Nano)
 	default: // a number as text
 		return fmt.Sprint(int64(f.uint64() % (1 << 42)))
 	}
@@ -197,6 +203,12 @@ func FuzzDecode(f *testing.F) {
 		}
 		if s.StartedAt.UnixMilli() < minTimeMs || s.StartedAt.After(testNow().Add(c.MaxFutureSkew)) {
 			t.Errorf("StartedAt = %v", s.StartedAt)
+		}
+		if s.RetryAfter < 0 || s.RetryAfter > MaxRetryAfter || s.RetryAfter%time.Millisecond != 0 || (s.RetryAfterInvalid && s.RetryAfter != 0) {
+			t.Errorf("RetryAfter = %v, invalid %v", s.RetryAfter, s.RetryAfterInvalid)
+		}
+		if s.ErrorStamped && (s.ErrorRetry < ReplayedError || s.ErrorRetry > MaxRetryCount) {
+			t.Errorf("ErrorRetry = %d", s.ErrorRetry)
 		}
 	})
 }
@@ -249,6 +261,8 @@ func FuzzRoundTrip(f *testing.F) {
 		want := s
 		want.StartedAt = time.UnixMilli(s.StartedAt.UnixMilli()).UTC()
 		want.ClaimedOrigin = "" // the copy's origin header says what the record said
+		// One attempt's word is read once, and a copy carries no x-death.
+		want.RetryAfter, want.RetryAfterInvalid, want.OptError, want.LastDeathQueue = 0, false, "", ""
 		retry := want
 		retry.Retries = min(s.Retries+1, MaxRetryCount)
 		retry.LastDelay = clampDelay(delay).Truncate(time.Millisecond)
@@ -267,6 +281,9 @@ func FuzzRoundTrip(f *testing.F) {
 		origin := cmp.Or(s.Origin, "orders")
 		replayed := State{Origin: origin}
 		replayed.StartedAt = now
+		if s.Error != "" {
+			replayed.Error, replayed.ErrorRetry, replayed.ErrorStamped = s.Error, ReplayedError, true
+		}
 		if got := decodeCopy("Replay", c.Replay(parkedOut, origin, now)); got != replayed {
 			t.Errorf("Replay read back as %+v, want %+v", got, replayed)
 		}

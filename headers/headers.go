@@ -41,6 +41,25 @@ type Names struct {
 	// `rebound delayed flush` move waiting copies without losing their
 	// place in time.
 	DueAt string // x-retry-due-at
+
+	// The consumer's word on one failure. RetryAfter is the least delay it
+	// asks for (a dependency's Retry-After); ErrorRetry the retry count at
+	// which the error header was reported, written by rebound; Group the
+	// failure's group (package group), written by rebound on every copy
+	// and parked message; RedirectedFrom the origin of a message `rebound
+	// parked replay --to` sent to another queue.
+	RetryAfter     string // x-retry-after
+	ErrorRetry     string // x-retry-error-retry
+	Group          string // x-retry-group
+	RedirectedFrom string // x-retry-redirected-from
+	// The same facts as AMQP 1.0 message annotations: a consumer that
+	// settles a delivery with the modified outcome sets them, and RabbitMQ
+	// 4.x carries them into the dead-lettered message, from quorum queues
+	// (classic queues drop them). Read like their twins above, which win
+	// when both are present; never written on a copy.
+	OptError        string // x-opt-retry-error
+	OptNonRetryable string // x-opt-retry-non-retryable
+	OptRetryAfter   string // x-opt-retry-after
 }
 
 // DefaultNames returns the header names of DESIGN.md.
@@ -59,13 +78,30 @@ func DefaultNames() Names {
 		FirstDeathQueue:  "x-retry-first-death-queue",
 		Policy:           "x-retry-policy",
 		DueAt:            "x-retry-due-at",
+
+		RetryAfter:     "x-retry-after",
+		ErrorRetry:     "x-retry-error-retry",
+		Group:          "x-retry-group",
+		RedirectedFrom: "x-retry-redirected-from",
+
+		OptError:        "x-opt-retry-error",
+		OptNonRetryable: "x-opt-retry-non-retryable",
+		OptRetryAfter:   "x-opt-retry-after",
 	}
+}
+
+// attempt lists the headers that hold one attempt's word, removed from
+// every copy once read: a relative Retry-After applies once, and an
+// annotation a consumer set on one failure says nothing of the next.
+func (n Names) attempt() [4]string {
+	return [...]string{n.RetryAfter, n.OptError, n.OptNonRetryable, n.OptRetryAfter}
 }
 
 // Read lists the headers Decode reads and reports problems with, under
 // their configured names: the label values of the invalid-header metric.
 func (n Names) Read() []string {
-	return []string{n.RetryCount, n.TaskStartedAt, n.LastDelay, n.OriginQueue, n.NonRetryable, n.Policy, n.DueAt, XDeath, XFirstDeathQueue}
+	return []string{n.RetryCount, n.TaskStartedAt, n.LastDelay, n.OriginQueue, n.NonRetryable, n.Policy, n.DueAt, XDeath, XFirstDeathQueue,
+		n.RetryAfter, n.ErrorRetry, n.OptNonRetryable, n.OptRetryAfter}
 }
 
 // Headers RabbitMQ writes when it dead-letters a message. rebound reads
@@ -119,6 +155,10 @@ const (
 	MaxLastDelay = 30 * 24 * time.Hour
 	// maxQueueName is the AMQP limit on a queue name (a short string).
 	maxQueueName = 255
+	// MaxRetryAfter is the longest delay a consumer may ask for: the
+	// longest delay rebound queues. A longer one is not a Retry-After a
+	// dependency meant.
+	MaxRetryAfter = MaxLastDelay
 	// defaultMaxFutureSkew is how far in the future a task start may be:
 	// room for clock skew between producers, the broker and rebound.
 	defaultMaxFutureSkew = 5 * time.Minute
@@ -164,7 +204,40 @@ type State struct {
 	// DueAt is when a delayed copy's delay ends; zero when the message
 	// carries none (it is not a delayed copy, or an older rebound made it).
 	DueAt time.Time
+
+	// Error is the error header as the message carries it ("" for none),
+	// OptError the error annotation (x-opt-retry-error), which only the
+	// failure just reported can carry: rebound never writes it on a copy.
+	Error, OptError string
+	// ErrorRetry is the retry count at which Error was reported
+	// (x-retry-error-retry), or ReplayedError for an error reported before
+	// the message was replayed; ErrorStamped says the header was there and
+	// readable.
+	ErrorRetry   int
+	ErrorStamped bool
+	// RetryAfterInvalid says a Retry-After header was there but could not
+	// be read (a Problem says why); State.RetryAfter is then 0.
+	RetryAfterInvalid bool
+	// LastDeathQueue is the queue of the newest x-death entry, "" for none:
+	// whether the broker dead-lettered the message from an application
+	// queue just now, or a consumer republished it.
+	LastDeathQueue string
+	// Group is the failure's group: Decode reads the group header when it
+	// holds a group id ("" otherwise); a writer writes what the caller put
+	// here.
+	Group string
+	// ErrorCurrent, set by the caller before a writer runs, says Error was
+	// reported with the failure being decided: the writer stamps it with
+	// the retry count (ErrorRetry) and writes it when it came from the
+	// annotation. Left false, the error header and its stamp travel as
+	// they are.
+	ErrorCurrent bool
 }
+
+// ReplayedError is the value of the error's stamp (State.ErrorRetry)
+// that says it was reported before `rebound parked replay` started the
+// task over.
+const ReplayedError = -1
 
 // Problem is one header that could not be read and was treated as absent.
 type Problem struct {

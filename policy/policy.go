@@ -146,6 +146,10 @@ type State struct {
 	StartedAt    time.Time     // when the task was first attempted; must be set (the zero time spends any budget)
 	LastDelay    time.Duration // last delay chosen; 0 when absent
 	NonRetryable bool          // the consumer marked the failure permanent
+	// RetryAfter is the least delay the consumer asks for (a dependency's
+	// Retry-After); 0 for none. Decide takes it as a floor on its delay,
+	// never past MaxDelay or the budget.
+	RetryAfter time.Duration
 }
 
 // Decision is the outcome of Decide: retry after Delay, or park for Reason.
@@ -185,12 +189,17 @@ type Rand interface {
 //     jitter applied and clamped to [0, MaxDelay]. When it would end past
 //     StartedAt + MaxDuration, Deadline decides: Clamp shortens it to end at
 //     the deadline, Strict parks with MaxDuration, Lenient keeps it.
+//     A RetryAfter raises the delay (an immediate retry's too) to at least
+//     itself, but no further than MaxDelay and the time the budget has
+//     left, so it never parks a message by itself.
 //
 // The returned Delay is what the delay queue holds: rounded to DelayDigits
 // significant digits in milliseconds (Round), except that it is
 // rounded down instead when rounding up would pass MaxDelay or, under Clamp
 // and Strict, the deadline. So 0 <= Delay <= MaxDelay, and under Clamp and
-// Strict a retry never lands past StartedAt + MaxDuration. Under Clamp, a
+// Strict a retry never lands past StartedAt + MaxDuration. A delay a
+// RetryAfter raised is rounded up instead, where that stays within those
+// bounds: the least delay asked for is not undercut by rounding. Under Clamp, a
 // budget that has less than a millisecond left (the delay queues' unit)
 // parks with MaxDuration instead of retrying with no delay.
 //
@@ -208,20 +217,34 @@ func (p Policy) Decide(s State, now time.Time, r Rand) Decision {
 	if p.MaxDuration > 0 && elapsed >= p.MaxDuration {
 		return Decision{Reason: MaxDuration}
 	}
-	if n < p.ImmediateRetries {
-		return Decision{Retry: true}
-	}
 	var d time.Duration
-	if p.Jitter == NoJitter {
+	switch {
+	case n < p.ImmediateRetries:
+		if s.RetryAfter <= 0 {
+			return Decision{Retry: true}
+		}
+	case p.Jitter == NoJitter:
 		d = p.Nominal(n)
-	} else {
+	default:
 		d = p.jitter(p.curve(n), s.LastDelay, r)
+	}
+	var floor time.Duration
+	if s.RetryAfter > 0 {
+		floor = min(s.RetryAfter, p.MaxDelay)
+		if p.MaxDuration > 0 {
+			floor = min(floor, p.MaxDuration-elapsed)
+		}
+		d = max(d, floor)
 	}
 	d, ceiling, ok := p.deadline(d, elapsed)
 	if !ok {
 		return Decision{Reason: MaxDuration}
 	}
-	return Decision{Retry: true, Delay: roundWithin(d, ceiling, p.Digits()), Drawn: d.Truncate(time.Millisecond)}
+	delay := roundWithin(d, ceiling, p.Digits())
+	if up := RoundUp(d, p.Digits()); delay < floor && up <= ceiling {
+		delay = up // the least delay asked for is a floor: rounded up
+	}
+	return Decision{Retry: true, Delay: delay, Drawn: d.Truncate(time.Millisecond)}
 }
 
 // fit applies the deadline to a jittered delay d chosen when elapsed has

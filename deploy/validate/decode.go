@@ -6,6 +6,7 @@ import (
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,6 +29,7 @@ type Object struct {
 // is an error, so a new kind cannot slip in unchecked: add it here.
 var kinds = map[string]func() any{
 	"apps/v1 Deployment":                      func() any { return &appsv1.Deployment{} },
+	"batch/v1 CronJob":                        func() any { return &batchv1.CronJob{} },
 	"v1 ConfigMap":                            func() any { return &corev1.ConfigMap{} },
 	"v1 Secret":                               func() any { return &corev1.Secret{} },
 	"v1 Service":                              func() any { return &corev1.Service{} },

@@ -2,7 +2,6 @@ package validate
 
 import (
 	"cmp"
-	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -14,23 +13,7 @@ import (
 // ScaledObject scales that Deployment on its inbox, never to zero, with
 // the broker URL from the Secret rebound reads.
 func TestKEDAComponent(t *testing.T) {
-	fs := inMemory(t)
-	k := "/kustomize/overlays/standalone/kustomization.yaml"
-	b, err := fs.ReadFile(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	enabled := strings.Replace(string(b), "  # - ../../components/keda\n", "  - ../../components/keda\n", 1)
-	if enabled == string(b) {
-		t.Fatal("the standalone overlay no longer has the commented-out KEDA line this test enables")
-	}
-	if err := fs.WriteFile(k, []byte(enabled)); err != nil {
-		t.Fatal(err)
-	}
-	objs, err := BuildFS(fs, "/kustomize/overlays/standalone")
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := buildEdited(t, "standalone", "  # - ../../components/keda\n", "  - ../../components/keda\n")
 	d := only[*appsv1.Deployment](t, objs)
 	so := only[*ScaledObject](t, objs)
 	auth := only[*TriggerAuthentication](t, objs)

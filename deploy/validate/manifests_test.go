@@ -3,12 +3,14 @@ package validate
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -174,6 +176,32 @@ func TestPrometheusOperatorComponent(t *testing.T) {
 	if ep.Path != "/metrics" {
 		t.Errorf("PodMonitor path %q, want /metrics", ep.Path)
 	}
+}
+
+// buildEdited builds overlay from a copy of deploy/kustomize held in
+// memory whose overlay kustomization.yaml has old replaced by new: an
+// optional component enabled the way its comment says. It fails when old
+// is not there.
+func buildEdited(t *testing.T, overlay, old, new string) []Object {
+	t.Helper()
+	fs := inMemory(t)
+	k := "/kustomize/overlays/" + overlay + "/kustomization.yaml"
+	b, err := fs.ReadFile(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := strings.Replace(string(b), old, new, 1)
+	if edited == string(b) {
+		t.Fatalf("the %s overlay no longer has %q", overlay, old)
+	}
+	if err := fs.WriteFile(k, []byte(edited)); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := BuildFS(fs, "/kustomize/overlays/"+overlay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
 }
 
 func build(t *testing.T, dir string) []Object {
@@ -363,5 +391,54 @@ func TestDecodeStrictRejects(t *testing.T) {
 	}
 	if _, err := DecodeStrict([]byte(head + "spec:\n  replicas: 1\n")); err != nil {
 		t.Errorf("a valid Deployment is rejected: %v", err)
+	}
+}
+
+// TestParkedExpireComponent builds the standalone overlay with the
+// parked-expire component added as its comment says (in a copy of
+// deploy/kustomize held in memory): the CronJob runs `rebound parked
+// expire --yes` with the image, ConfigMap and Secret the Deployment's
+// rebound uses, one run at a time, a retention config.Load accepts, and
+// the restricted security context.
+func TestParkedExpireComponent(t *testing.T) {
+	objs := buildEdited(t, "standalone", "  - ../../components/sidecar\n", "  - ../../components/sidecar\n  - ../../components/parked-expire\n")
+	d := only[*appsv1.Deployment](t, objs)
+	cj := only[*batchv1.CronJob](t, objs)
+	job := cj.Spec.JobTemplate.Spec.Template.Spec
+	spec := d.Spec.Template.Spec
+	i := slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == ContainerName })
+	if i < 0 {
+		t.Fatal("the standalone Deployment has no rebound container")
+	}
+	rebound := spec.Containers[i] // standalone: an ordinary container
+	if len(job.Containers) != 1 {
+		t.Fatalf("the job has %d containers, want 1", len(job.Containers))
+	}
+	c := job.Containers[0]
+	if !slices.Equal(c.Args, []string{"parked", "expire", "--yes"}) || c.Image != rebound.Image {
+		t.Errorf("the job runs %s %v, want the Deployment's image %s with parked expire --yes", c.Image, c.Args, rebound.Image)
+	}
+	if cj.Namespace != d.Namespace || cj.Spec.ConcurrencyPolicy != batchv1.ForbidConcurrent || job.RestartPolicy != corev1.RestartPolicyNever {
+		t.Errorf("namespace %q (want %q), concurrency %q (want Forbid), restart %q (want Never)", cj.Namespace, d.Namespace, cj.Spec.ConcurrencyPolicy, job.RestartPolicy)
+	}
+	if !reflect.DeepEqual(c.EnvFrom, rebound.EnvFrom) || !reflect.DeepEqual(job.Volumes, spec.Volumes) || !reflect.DeepEqual(c.VolumeMounts, rebound.VolumeMounts) {
+		t.Errorf("the job's configuration (%v, %v, %v) is not the Deployment's rebound's (%v, %v, %v)",
+			c.EnvFrom, job.Volumes, c.VolumeMounts, rebound.EnvFrom, spec.Volumes, rebound.VolumeMounts)
+	}
+	environ := []string{}
+	for _, e := range c.Env {
+		if e.Name == "REBOUND_AMQP_URL_FILE" {
+			continue // a file of the pod
+		}
+		environ = append(environ, e.Name+"="+e.Value)
+	}
+	cfg, err := config.Load(environ)
+	if err != nil || cfg.ParkedRetention <= 0 {
+		t.Errorf("the job's retention: %v, %v; want a retention config.Load accepts", cfg.ParkedRetention, err)
+	}
+	sc := c.SecurityContext
+	if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+		t.Errorf("the job's security context %+v is not the restricted profile's", sc)
 	}
 }

@@ -30,6 +30,7 @@ var Metrics = []Metric{
 	{Name: "rebound_invalid_headers_total", Labels: map[string][]string{"header": nil}},
 	{Name: "rebound_origin_mismatch_total"},
 	{Name: "rebound_policy_conflicts_total"},
+	{Name: "rebound_retry_after_total", Labels: map[string][]string{"policy": nil, "outcome": {"applied", "capped", "ignored-invalid"}}},
 	{Name: "rebound_publish_failures_total", Labels: map[string][]string{"kind": {"nack", "return", "timeout", "closed"}}},
 	{Name: "rebound_confirm_latency_seconds", Histogram: true},
 	{Name: "rebound_inflight_deliveries"},

@@ -23,6 +23,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/rebound-mq/rebound/internal/declarer"
+	"github.com/rebound-mq/rebound/internal/group"
 	"github.com/rebound-mq/rebound/internal/parking"
 	"github.com/rebound-mq/rebound/policy"
 )
@@ -44,6 +46,7 @@ func filterFlags(fs *flag.FlagSet) *parking.Filter {
 	f := &parking.Filter{}
 	fs.StringVar(&f.Reason, "reason", "", "only messages parked for this `reason`: "+strings.Join(parkedReasons(), ", "))
 	fs.StringVar(&f.Origin, "origin", "", "only messages whose origin is this `queue`")
+	fs.StringVar(&f.Group, "group", "", "only messages of this failure `group` (12 hex digits, as `rebound parked groups` lists them)")
 	fs.Var((*days)(&f.OlderThan), "older-than", "only messages parked longer ago than this `duration`: Go's units and d for days (90m, 36h, 2d, 2d12h)")
 	fs.IntVar(&f.Limit, "limit", 0, "act on at most `n` matching messages, and stop reading there (0 = all)")
 	return f
@@ -55,6 +58,9 @@ func checkFilter(f *parking.Filter) error {
 	}
 	if f.OlderThan < 0 {
 		return usageError{fmt.Sprintf("--older-than %s: want a duration of 0 or more", f.OlderThan)}
+	}
+	if f.Group != "" && !group.Valid(f.Group) {
+		return usageError{fmt.Sprintf("--group %q: want a group id, 12 hex digits as `rebound parked groups` lists them", f.Group)}
 	}
 	if f.Reason != "" && !slices.Contains(parkedReasons(), f.Reason) {
 		return usageError{fmt.Sprintf("--reason %q: want one of %s", f.Reason, strings.Join(parkedReasons(), ", "))}
@@ -134,6 +140,14 @@ type ParkedJSON struct {
 	// Policy is "<name>:<fingerprint>" of the policy that parked it;
 	// absent when unknown (an earlier rebound's, or the broker's).
 	Policy string `json:"policy,omitempty"`
+	// Group is the failure group (rebound parked groups).
+	Group string `json:"group"`
+	// ErrorRetry is the retry count the error was reported at (-1:
+	// before a replay); absent when the message does not say.
+	ErrorRetry *int `json:"error_retry,omitempty"`
+	// RedirectedFrom is the origin of a message `parked replay --to` sent
+	// elsewhere.
+	RedirectedFrom string `json:"redirected_from,omitempty"`
 }
 
 // ListJSON is the whole `parked list --format json` document. ByReason
@@ -162,6 +176,7 @@ func runParkedList(ctx context.Context, args []string, in invocation) error {
 	fs := flag.NewFlagSet("parked list", flag.ContinueOnError)
 	f := filterFlags(fs)
 	format := addFormatFlag(fs)
+	by := groupByFlag(fs, "")
 	if done, err := parseFlags(fs, args, parkedListUsage, 0, in); done || err != nil {
 		return err
 	}
@@ -170,6 +185,9 @@ func runParkedList(ctx context.Context, args []string, in invocation) error {
 	}
 	if err := checkFormat(*format); err != nil {
 		return err
+	}
+	if *by != "" {
+		return parkedGroups(ctx, in, *f, parking.GroupBy(*by), *format)
 	}
 	q, conn, err := openParking(ctx, in, "parked list")
 	if err != nil {
@@ -189,9 +207,13 @@ func runParkedList(ctx context.Context, args []string, in invocation) error {
 			TaskStartedAt: m.StartedAt, TaskAgeMs: now.Sub(m.StartedAt).Milliseconds(),
 			Error: m.Error, BodyBytes: len(m.Delivery.Body),
 			FirstDeathReason: m.FirstDeathReason, FirstDeathQueue: m.FirstDeathQueue, Policy: m.Policy,
+			Group: m.Group, RedirectedFrom: m.RedirectedFrom,
 		}
 		if !m.ParkedAt.IsZero() {
 			j.ParkedAt = &m.ParkedAt
+		}
+		if m.ErrorStamped {
+			j.ErrorRetry = &m.ErrorRetry
 		}
 		doc.Messages = append(doc.Messages, j)
 	}
@@ -201,14 +223,14 @@ func runParkedList(ctx context.Context, args []string, in invocation) error {
 		return enc.Encode(doc)
 	}
 	tw := tabwriter.NewWriter(in.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tORIGIN\tREASON\tPOLICY\tFIRST DEATH\tRETRIES\tPARKED AT\tTASK AGE\tERROR\tBYTES")
+	fmt.Fprintln(tw, "ID\tORIGIN\tREASON\tGROUP\tPOLICY\tFIRST DEATH\tRETRIES\tPARKED AT\tTASK AGE\tERROR\tBYTES")
 	for _, j := range doc.Messages {
 		parkedAt := "-"
 		if j.ParkedAt != nil {
 			parkedAt = j.ParkedAt.UTC().Format(time.RFC3339)
 		}
 		age := (time.Duration(j.TaskAgeMs) * time.Millisecond).Round(time.Second)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\n", orDash(j.ID), orDash(j.Origin), orDash(j.Reason), orDash(j.Policy),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\n", orDash(j.ID), orDash(j.Origin), orDash(j.Reason), j.Group, orDash(j.Policy),
 			firstDeath(j.FirstDeathReason, j.FirstDeathQueue), j.RetryCount, parkedAt, age, orDash(oneLine(j.Error, 60)), j.BodyBytes)
 	}
 	if err := tw.Flush(); err != nil {
@@ -232,12 +254,16 @@ func dashed(m map[string]int) map[string]int {
 }
 
 const parkedShowUsage = `usage: rebound parked show ID
+       rebound parked show --group ID [--limit n]
 
-Prints every parked message whose message id is ID, without removing it:
-properties, headers and body.`
+Prints every parked message whose message id is ID, or every message of
+the failure group ID (at most --limit), without removing it: properties,
+headers and body.`
 
 func runParkedShow(ctx context.Context, args []string, in invocation) error {
 	fs := flag.NewFlagSet("parked show", flag.ContinueOnError)
+	groupID := fs.String("group", "", "show the messages of this failure `group` instead of one id")
+	limit := fs.Int("limit", 0, "with --group, show at most `n` messages (0 = all)")
 	// The id may come before the flags: `show ID` is how people type it.
 	var id string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -251,17 +277,29 @@ func runParkedShow(ctx context.Context, args []string, in invocation) error {
 	} else if fs.NArg() > 0 {
 		return usageError{fmt.Sprintf("unexpected argument %q (see -h)", fs.Arg(0))}
 	}
-	if id == "" {
-		return usageError{"missing message ID (see -h)"}
+	f := parking.Filter{ID: id, Group: *groupID, Limit: *limit}
+	switch {
+	case id == "" && f.Group == "":
+		return usageError{"missing message ID or --group (see -h)"}
+	case id != "" && f.Group != "":
+		return usageError{"a message ID or --group, not both (see -h)"}
+	case f.Group == "" && f.Limit != 0:
+		return usageError{"--limit goes with --group (see -h)"}
+	}
+	if err := checkFilter(&f); err != nil {
+		return err
 	}
 	q, conn, err := openParking(ctx, in, "parked show")
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	l, err := q.List(ctx, parking.Filter{ID: id}, time.Now())
+	l, err := q.List(ctx, f, time.Now())
 	if err != nil {
 		return fmt.Errorf("read %s: %w", q.Name(), err)
+	}
+	if len(l.Messages) == 0 && f.Group != "" {
+		return fmt.Errorf("no parked message of group %s in %s (%d read)", f.Group, q.Name(), l.Scanned)
 	}
 	if len(l.Messages) == 0 {
 		return fmt.Errorf("no parked message with id %q in %s (%d read)", id, q.Name(), l.Scanned)
@@ -272,7 +310,10 @@ func runParkedShow(ctx context.Context, args []string, in invocation) error {
 		}
 		printMessage(in.stdout, m)
 	}
-	if len(l.Messages) > 1 {
+	switch {
+	case f.Group != "":
+		fmt.Fprintf(in.stdout, "\n%d parked messages of group %s shown (%d read)\n", len(l.Messages), f.Group, l.Scanned)
+	case len(l.Messages) > 1:
 		fmt.Fprintf(in.stdout, "\n%d parked messages have id %q\n", len(l.Messages), id)
 	}
 	return nil
@@ -290,6 +331,10 @@ func printMessage(w io.Writer, m parking.Message) {
 	prop("origin", orDash(m.Origin), true)
 	prop("reason", orDash(m.Reason), true)
 	prop("policy", orDash(m.Policy), true)
+	prop("group", m.Group, true)
+	prop("error", oneLine(m.Error, 200), m.Error != "")
+	prop("error reported at", errorReportedAt(m), m.Error != "")
+	prop("redirected from", m.RedirectedFrom, m.RedirectedFrom != "")
 	if !m.ParkedAt.IsZero() {
 		prop("parked at", m.ParkedAt.UTC().Format(time.RFC3339Nano), true)
 	}
@@ -359,7 +404,8 @@ func printable(b []byte) bool {
 
 const parkedReplayUsage = `usage: rebound parked replay [flags]
 
-Sends matching parked messages back to their origin queue (default exchange,
+Sends matching parked messages back to their origin queue, or with --to to
+another queue (which x-retry-redirected-from then records) (default exchange,
 routing key = origin) with their retry state reset: no retry count, a fresh
 task start, no park headers. A parked message is removed only once the
 broker has confirmed its copy; messages with an unknown or missing origin
@@ -379,6 +425,7 @@ func runParkedReplay(ctx context.Context, args []string, in invocation) error {
 	rate := fs.Float64("rate", 0, "replay at most `n` messages a second (0 = as fast as the broker confirms)")
 	canary := fs.Int("canary", 0, "replay `k` messages first, and the rest only if none of them comes back parked within --canary-wait")
 	canaryWait := fs.Duration("canary-wait", time.Minute, "how long to watch the canaries (`duration`)")
+	to := fs.String("to", "", "send the messages to this `queue` instead of their origin (it must pass REBOUND_ORIGIN_QUEUES and exist; x-retry-redirected-from records the origin)")
 	if done, err := parseFlags(fs, args, parkedReplayUsage, 0, in); done || err != nil {
 		return err
 	}
@@ -400,6 +447,11 @@ func runParkedReplay(ctx context.Context, args []string, in invocation) error {
 		return err
 	}
 	defer conn.Close()
+	if *to != "" {
+		if err := checkRedirect(q, *to); err != nil {
+			return err
+		}
+	}
 	if !*dryRun {
 		// Copies go out on a connection of their own: reads on a
 		// connection the broker throttles for its publishing crawl.
@@ -415,7 +467,7 @@ func runParkedReplay(ctx context.Context, args []string, in invocation) error {
 		}
 		defer flush()
 	}
-	opt := parking.ReplayOptions{DryRun: *dryRun, Rate: *rate}
+	opt := parking.ReplayOptions{DryRun: *dryRun, Rate: *rate, To: *to}
 	if *canary > 0 {
 		return replayCanary(ctx, in, q, *f, *canary, *canaryWait, opt)
 	}
@@ -506,6 +558,39 @@ func runParkedPurge(ctx context.Context, args []string, in invocation) error {
 		return fmt.Errorf("purge %s: %w", q.Name(), err)
 	}
 	return nil
+}
+
+// checkRedirect refuses a --to queue the sidecar would not send a message
+// back to (one of rebound's own, or one REBOUND_ORIGIN_QUEUES does not
+// allow), or one that does not exist: a usage error, before anything moves.
+func checkRedirect(q parking.Queue, to string) error {
+	if o := q.Router.CheckOrigin(to, ""); o.Refused != "" {
+		return usageError{fmt.Sprintf("--to %q: %s", to, o.Why)}
+	}
+	// A queue the broker will not let rebound check counts as existing:
+	// copies are mandatory, so one the broker returns stays parked.
+	found, _, err := declarer.NewOrigins(q.Conn, nil, nil, time.Now).Exists(to)
+	if err != nil {
+		return fmt.Errorf("check queue %s: %w", to, err)
+	}
+	if !found {
+		return usageError{fmt.Sprintf("--to %q: no such queue", to)}
+	}
+	return nil
+}
+
+// errorReportedAt says when an error was reported: "retry 3 (parked at
+// 10: an earlier attempt's)".
+func errorReportedAt(m parking.Message) string {
+	switch {
+	case !m.ErrorStamped:
+		return "not recorded (set by the consumer, or before rebound stamped errors)"
+	case m.ErrorRetry < 0:
+		return "before the message was last replayed"
+	case m.ErrorRetry == m.Retries:
+		return fmt.Sprintf("retry %d, the failure that parked it", m.ErrorRetry)
+	}
+	return fmt.Sprintf("retry %d (parked at %d: an earlier attempt's; the group is its origin's and reason's)", m.ErrorRetry, m.Retries)
 }
 
 // firstDeath shows why and where a task was first dead-lettered:

@@ -67,3 +67,28 @@ func TestParkedHelpWritesFlagsWithTwoDashes(t *testing.T) {
 		t.Errorf("help writes a flag with one dash:\n%s", stdout.String())
 	}
 }
+
+// TestParkedGroupFlagsAreChecked: what the group commands refuse before
+// they connect, as usage errors (exit 2).
+func TestParkedGroupFlagsAreChecked(t *testing.T) {
+	environ := []string{"REBOUND_AMQP_URL=amqp://guest:guest@127.0.0.1:1/"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"parked", "groups", "--group-by", "colour"}, `--group-by "colour": want one of group, origin, reason, policy, error`},
+		{[]string{"parked", "list", "--group-by", "colour"}, `--group-by "colour"`},
+		{[]string{"parked", "replay", "--group", "not-a-group"}, `--group "not-a-group": want a group id`},
+		{[]string{"parked", "purge", "--yes", "--group", "0123456789AB"}, "want a group id"},
+		{[]string{"parked", "show"}, "missing message ID or --group"},
+		{[]string{"parked", "show", "m-1", "--group", "0123456789ab"}, "not both"},
+		{[]string{"parked", "show", "m-1", "--limit", "3"}, "--limit goes with --group"},
+		{[]string{"parked", "expire"}, "add --yes"},
+	} {
+		var stderr bytes.Buffer
+		err := Run(t.Context(), tc.args, environ, &bytes.Buffer{}, &bytes.Buffer{})
+		if code := ExitCode(err, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%v: exit %d, %q; want 2 and %q", tc.args, code, stderr.String(), tc.want)
+		}
+	}
+}

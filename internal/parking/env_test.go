@@ -11,6 +11,7 @@ import (
 	"github.com/rebound-mq/rebound/headers"
 	"github.com/rebound-mq/rebound/internal/brokertest"
 	"github.com/rebound-mq/rebound/internal/declarer"
+	"github.com/rebound-mq/rebound/internal/group"
 	"github.com/rebound-mq/rebound/internal/route"
 	"github.com/rebound-mq/rebound/policy"
 )
@@ -61,6 +62,12 @@ type parked struct {
 	age     time.Duration // parked this long before now
 	retries int
 	errText string // the consumer's error header; "" for none
+	// errAt is the retry count errText was reported at when it is not the
+	// failure that parked the message (stale): then the group is the
+	// origin's and reason's. 0 with stale false: reported with it.
+	errAt  int
+	stale  bool
+	legacy bool // parked by a rebound before groups: no group header, no stamp
 }
 
 // seed parks the messages as the sidecar does: headers written by
@@ -79,6 +86,18 @@ func (e *env) seed(now time.Time, ps ...parked) {
 		h := amqp.Table{"tenant": "acme"}
 		if p.errText != "" {
 			h[c.Names.Error] = p.errText
+			s.Error, s.ErrorCurrent = p.errText, !p.stale && !p.legacy
+			if p.stale {
+				h[c.Names.ErrorRetry] = int64(p.errAt)
+				s.ErrorRetry, s.ErrorStamped = p.errAt, true
+			}
+		}
+		if !p.legacy {
+			reported := p.errText
+			if p.stale {
+				reported = ""
+			}
+			s.Group = group.Of(p.origin, reported, string(p.reason))
 		}
 		msgs = append(msgs, amqp.Publishing{
 			MessageId: p.id, ContentType: "text/plain", DeliveryMode: amqp.Persistent,

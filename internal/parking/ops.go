@@ -1,9 +1,12 @@
 package parking
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/rebound-mq/rebound/internal/declarer"
 	"github.com/rebound-mq/rebound/republisher"
@@ -28,28 +31,29 @@ type Listing struct {
 // counts covers what it read.
 func (q Queue) List(ctx context.Context, f Filter, now time.Time) (l Listing, err error) {
 	l.ByReason, l.ByOrigin = map[string]int{}, map[string]int{}
-	r, err := q.open()
-	if err != nil {
-		return l, err
-	}
-	defer func() { err = errors.Join(err, r.Close()) }()
-	for f.Limit == 0 || l.Matched < f.Limit {
-		d, ok, err := r.Next(ctx)
-		if err != nil || !ok {
-			return l, errors.Join(err, ctx.Err())
-		}
-		l.Scanned++
-		m := q.Decode(d, now)
-		if !f.match(m, now) {
-			continue
-		}
-		l.Matched++
+	l.Scanned, l.Matched, l.Unread, l.Limited, err = q.scan(ctx, f, now, func(m Message) {
 		l.ByReason[m.Reason]++
 		l.ByOrigin[m.Origin]++
 		l.Messages = append(l.Messages, m)
-	}
-	l.Limited, l.Unread = true, r.Remaining()
-	return l, nil
+	})
+	return l, err
+}
+
+// scan reads the messages once, up to the filter's limit of matches, and
+// calls visit with each match, leaving them all in the queue. unread is
+// how many of the messages the queue held it did not read; limited says it
+// stopped at the limit.
+func (q Queue) scan(ctx context.Context, f Filter, now time.Time, visit func(Message)) (scanned, matched, unread int, limited bool, err error) {
+	scanned, unread, err = q.browse(ctx, func(d amqp.Delivery) bool {
+		m := q.Decode(d, now)
+		if f.match(m, now) {
+			matched++
+			visit(m)
+		}
+		limited = f.Limit > 0 && matched >= f.Limit
+		return !limited
+	})
+	return scanned, matched, unread, limited, errors.Join(err, ctx.Err())
 }
 
 // Purge removes the matching messages (at most the filter's limit) and
@@ -97,6 +101,10 @@ type ReplayOptions struct {
 	Rate float64
 	// Record lists the replayed messages in ReplayResult.Sent.
 	Record bool
+	// To, if set, redirects: every match goes to this queue instead of
+	// its origin, which the redirected-from header records. The queue
+	// must pass the rules an origin passes (route.Router.CheckOrigin).
+	To string
 }
 
 // ReplayResult is what Replay did.
@@ -160,13 +168,14 @@ func (q Queue) ReplayWith(ctx context.Context, f Filter, now time.Time, opt Repl
 			continue
 		}
 		res.Matched++
-		if o := q.Router.CheckOrigin(m.Origin, ""); o.Refused != "" {
+		target := cmp.Or(opt.To, m.Origin)
+		if o := q.Router.CheckOrigin(target, ""); o.Refused != "" {
 			res.Kept = append(res.Kept, Kept{m, o.Why})
 			continue
 		}
 		// Replayed copies are mandatory: one for a queue that does not
 		// exist comes back, and its message is kept.
-		found, checked, err := origins.Exists(m.Origin)
+		found, checked, err := origins.Exists(target)
 		if err != nil {
 			return res, err
 		}
@@ -185,6 +194,9 @@ func (q Queue) ReplayWith(ctx context.Context, f Filter, now time.Time, opt Repl
 			break // interrupted: m stays parked, and was not sent
 		}
 		dest, msg := q.Router.Replay(d, m.Origin, now)
+		if opt.To != "" {
+			dest, msg = q.Router.Redirect(d, m.Origin, opt.To, now)
+		}
 		if err := r.Move(d, dest, msg, res.outcome(m, opt.Record)); err != nil {
 			res.Kept = append(res.Kept, Kept{m, republisher.WhyInterrupted})
 			break

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rebound-mq/rebound/headers"
+	"github.com/rebound-mq/rebound/internal/group"
 	"github.com/rebound-mq/rebound/internal/route"
 	"github.com/rebound-mq/rebound/policy"
 	"github.com/rebound-mq/rebound/republisher"
@@ -40,6 +41,20 @@ type Message struct {
 	// Policy is the label ("<name>:<fingerprint>") of the policy that
 	// parked it; "" when unknown (an earlier rebound, or the broker).
 	Policy string
+	// Group is the failure's group: the group header, or, on a message
+	// parked before rebound wrote one, computed the same way (group.Of).
+	Group string
+	// Reported is the error the group was made of: the error reported
+	// with the failure that parked the message; "" when the group is its
+	// origin's and reason's. Error may still hold an earlier attempt's.
+	Reported string
+	// ErrorRetry is the retry count Error was reported at (-1: before a
+	// replay); ErrorStamped says the message says so.
+	ErrorRetry   int
+	ErrorStamped bool
+	// RedirectedFrom is the origin of a message `parked replay --to` sent
+	// elsewhere and that came back parked; "" otherwise.
+	RedirectedFrom string
 }
 
 // ID returns the message id property.
@@ -51,6 +66,7 @@ type Filter struct {
 	Origin    string        // origin queue equals this
 	OlderThan time.Duration // parked more than this long ago (unknown parked-at never matches)
 	ID        string        // message id equals this
+	Group     string        // failure group equals this
 	Limit     int           // act on at most this many matches; 0 = no limit
 	// ParkedBefore: parked before this time (zero: any; an unknown
 	// parked-at matches).
@@ -65,6 +81,8 @@ func (f Filter) match(m Message, now time.Time) bool {
 	case f.Origin != "" && m.Origin != f.Origin:
 		return false
 	case f.ID != "" && m.ID() != f.ID:
+		return false
+	case f.Group != "" && m.Group != f.Group:
 		return false
 	case f.OlderThan > 0 && (m.ParkedAt.IsZero() || now.Sub(m.ParkedAt) < f.OlderThan):
 		return false
@@ -118,13 +136,27 @@ func (q Queue) Decode(d amqp.Delivery, now time.Time) Message {
 			}
 		}
 	}
-	switch v := d.Headers[codec.Names.Error].(type) {
-	case string:
-		m.Error = v
-	case []byte:
-		m.Error = string(v)
+	m.Error, m.ErrorRetry, m.ErrorStamped = s.Error, s.ErrorRetry, s.ErrorStamped
+	m.RedirectedFrom, _ = d.Headers[codec.Names.RedirectedFrom].(string)
+	m.Reported = reported(s)
+	m.Group = s.Group
+	if m.Group == "" {
+		m.Group = group.Of(m.Origin, m.Reported, m.Reason)
 	}
 	return m
+}
+
+// reported is the error reported with the failure that parked a message
+// whose state is s: rebound stamps it with the retry count it parks the
+// message at, so an error stamped otherwise came from an earlier attempt;
+// an unstamped one was parked by a rebound that did not stamp errors, or
+// by the broker. An annotation the broker carried along counts when the
+// header does not.
+func reported(s headers.State) string {
+	if s.Error != "" && (!s.ErrorStamped || s.ErrorRetry == s.Retries) {
+		return s.Error
+	}
+	return s.OptError
 }
 
 // open opens a Mover on the parking queue.

@@ -207,11 +207,17 @@ func (r Router) Budget(rt Route, s headers.State, now time.Time, cal *calendar.C
 //
 // The copy keeps the body, the properties (but expiration and user id)
 // and every application header; it carries the retry state rewritten,
-// the label of the policy that decided, and none of the broker's headers
-// (dead-letter records, CC, BCC).
+// the label of the policy that decided, the failure's group (Group), the
+// error reported with this failure stamped with its retry count
+// (Reported), and none of the broker's headers (dead-letter records, CC,
+// BCC) nor one attempt's word (Retry-After, annotations).
 func (r Router) Plan(d amqp.Delivery, s headers.State, rt Route, now time.Time) (topology.Destination, amqp.Publishing) {
 	s.Origin = rt.Origin.Queue
 	s.Policy = rt.Policy.Label()
+	s.Group = r.Group(s, s.Origin, rt.Decision)
+	if text, ok := r.Reported(s); ok {
+		s.Error, s.ErrorCurrent = text, true
+	}
 	switch decision := rt.Decision; {
 	case !decision.Retry:
 		return topology.Direct(r.Topology.ParkingQueue), copyOf(d, r.Codec.Park(d.Headers, s, decision.Reason, now))
@@ -241,6 +247,14 @@ func (r Router) Plan(d amqp.Delivery, s headers.State, rt Route, now time.Time) 
 // state reset as of now (headers.Codec.Replay).
 func (r Router) Replay(d amqp.Delivery, origin string, now time.Time) (topology.Destination, amqp.Publishing) {
 	return topology.Direct(origin), copyOf(d, r.Codec.Replay(d.Headers, origin, now))
+}
+
+// Redirect returns the copy `rebound parked replay --to` sends to queue to
+// (a queue CheckOrigin allowed, that exists) instead of the message's
+// origin, from ("" when unknown): straight to it, with the retry state
+// reset as a replay's, and the redirected-from header naming from.
+func (r Router) Redirect(d amqp.Delivery, from, to string, now time.Time) (topology.Destination, amqp.Publishing) {
+	return topology.Direct(to), copyOf(d, r.Codec.Redirect(d.Headers, from, to, now))
 }
 
 // Flush returns the copy `rebound delayed flush` sends straight back to
