@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -58,7 +59,7 @@ func TestHoldLoopAndCommands(t *testing.T) {
 	holdBroker(t)
 	e := newTestEnv(t, map[string]string{"REBOUND_DELAY_MODE": "hold", "REBOUND_HOLD_SLICE": "2s",
 		"REBOUND_MIN_DELAY": "1s", "REBOUND_MAX_DELAY": "1h", "REBOUND_BACKOFF": "constant"})
-	e.startInProcess()
+	stopQuick := e.startInProcess()
 	e.Publish(e.App, amqp.Publishing{MessageId: "quick", Headers: amqp.Table{"tenant": amqp.Table{"tags": []any{"a", "b"}}}})
 	e.Reject(e.App, 10*time.Second)
 	back := e.Get(e.App, 30*time.Second)
@@ -72,18 +73,18 @@ func TestHoldLoopAndCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	e.Vars["REBOUND_MIN_DELAY"] = "30m" // for the commands: the copies wait far longer than the test
-	stop := e.startInProcess()
-	_ = stop
-	for _, id := range []string{"flushed", "cancelled"} {
-		e.Publish(e.App, amqp.Publishing{MessageId: id})
+	if err := stopQuick(); err != nil {
+		t.Fatal(err)
 	}
+	e.Vars["REBOUND_MIN_DELAY"] = "30m" // for the commands: the copies wait far longer than the test
+	e.startInProcess()
+	e.Publish(e.App, amqp.Publishing{MessageId: "flushed"})
 	out, _, err := e.cli("delayed")
 	if err != nil || !strings.Contains(out, "hold queue "+e.Vars["REBOUND_DELAY_QUEUE_PREFIX"]+"hold") {
 		t.Fatalf("rebound delayed: %v\n%s", err, out)
 	}
 	e.Reject(e.App, 10*time.Second)
-	if !brokertest.Await(30*time.Second, func() bool { return e.metric(`rebound_hold_settlements_total{outcome="held"}`) >= "1" }) {
+	if !brokertest.Await(30*time.Second, func() bool { return e.heldAtLeast(1) }) {
 		t.Fatal("the first copy was not held")
 	}
 	out, _, err = e.cli("delayed", "flush", "--origin", "^"+regexp.QuoteMeta(e.App)+"$", "--yes")
@@ -95,9 +96,13 @@ func TestHoldLoopAndCommands(t *testing.T) {
 	} else if err := m.Ack(false); err != nil {
 		t.Fatal(err)
 	}
-	// The flush lasts two slices: the next copy is cancelled after it,
-	// and entered the hold queue after the flush, which leaves it alone.
+	// The flush lasts two slices: the next copy entered the hold queue
+	// after it, which leaves it alone, and is cancelled.
+	e.Publish(e.App, amqp.Publishing{MessageId: "cancelled"})
 	e.Reject(e.App, 10*time.Second)
+	if !brokertest.Await(30*time.Second, func() bool { return e.heldAtLeast(2) }) {
+		t.Fatal("the second copy was not held")
+	}
 	if _, _, err = e.cli("delayed", "cancel", "--origin", "^"+regexp.QuoteMeta(e.App)+"$", "--yes"); err != nil {
 		t.Fatal(err)
 	}
@@ -105,4 +110,11 @@ func TestHoldLoopAndCommands(t *testing.T) {
 	if parked.MessageId != "cancelled" || parked.Headers["x-retry-parked-reason"] != "cancelled" {
 		t.Fatalf("parked %s, reason %v; want cancelled, cancelled", parked.MessageId, parked.Headers["x-retry-parked-reason"])
 	}
+}
+
+// heldAtLeast reports whether rebound has held at least n copies since it
+// last started.
+func (e *testEnv) heldAtLeast(n float64) bool {
+	v, err := strconv.ParseFloat(e.metric(`rebound_hold_settlements_total{outcome="held"}`), 64)
+	return err == nil && v >= n
 }

@@ -69,9 +69,16 @@ func newHoldEnv(t *testing.T) *holdEnv {
 // start runs a holder until the returned stop is called; stop returns
 // once it has ended.
 func (e *holdEnv) start(t *testing.T) (m *holder.Metrics, stop func()) {
+	return e.startWith(t, holder.Options{})
+}
+
+// startWith is start with opt's Drain and Rules.Topology.Hold.
+func (e *holdEnv) startWith(t *testing.T, opt holder.Options) (m *holder.Metrics, stop func()) {
 	m = holder.NewMetrics(prometheus.NewRegistry(), time.Now, e.rules.Slice)
+	rules := e.rules
+	rules.Topology.Hold = !opt.Drain
 	h := holder.New(holder.Options{Dialer: dialer.New([]string{e.URL()}, nil, dialer.Client{Name: t.Name()}),
-		Rules: e.rules, Logger: zaptest.NewLogger(t), Metrics: m, Credit: 64})
+		Rules: rules, Logger: zaptest.NewLogger(t), Metrics: m, Credit: 64, Drain: opt.Drain})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- h.Run(ctx) }()
@@ -307,5 +314,17 @@ func TestHoldFlushAndCancel(t *testing.T) {
 	}
 	if got := e.QueueLen(untouched); got != 0 {
 		t.Errorf("%d copies of an origin no command named went home", got)
+	}
+}
+
+// TestDrainLeftHoldQueue: a holder of a deployment back in queues mode
+// drains the hold queue it finds: the copies held there still come home.
+func TestDrainLeftHoldQueue(t *testing.T) {
+	e := newHoldEnv(t)
+	e.publish(t, e.App, 10, time.Now().Add(2*time.Second), nil)
+	m, _ := e.startWith(t, holder.Options{Drain: true})
+	e.WaitQueueLen(e.App, 10, 60*time.Second)
+	if got := testutil.ToFloat64(m.Settled.WithLabelValues("released")); got != 10 {
+		t.Errorf("released %v, want 10", got)
 	}
 }
