@@ -21,8 +21,8 @@ import (
 	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/consumer"
 	"github.com/rebound-mq/rebound/internal/buildinfo"
-	"github.com/rebound-mq/rebound/internal/tracing"
 	"github.com/rebound-mq/rebound/internal/holder"
+	"github.com/rebound-mq/rebound/internal/tracing"
 )
 
 const runUsage = `usage: rebound run
