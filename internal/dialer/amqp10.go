@@ -18,25 +18,13 @@ import (
 // 1.0 on its AMQP port), the same user, virtual host and TLS. The holder
 // of hold mode consumes the hold queue through it.
 func (d *Dialer) Dial10(ctx context.Context, role string) (*amqp10.Conn, error) {
-	var errs []error
-	n := len(d.urls)
-	first := int(d.next.Load())
-	for i := range n {
-		at := (first + i) % n
-		conn, err := dialOne10(ctx, d.urls[at], d.tls, d.client, role)
-		if err == nil {
-			d.next.Store(int64(at))
-			return conn, nil
-		}
-		if n > 1 {
-			err = fmt.Errorf("broker %d of %d: %w", at+1, n, err)
-		}
-		errs = append(errs, err)
-		if ctx.Err() != nil {
-			break
-		}
+	conn, err := tryEach(ctx, d, func(url string) (*amqp10.Conn, error) {
+		return dialOne10(ctx, url, d.tls, d.client, role)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect over AMQP 1.0: %w", err)
 	}
-	return nil, fmt.Errorf("connect over AMQP 1.0: %w", errors.Join(errs...))
+	return conn, nil
 }
 
 func dialOne10(ctx context.Context, rawURL string, tlsConfig *tls.Config, client Client, role string) (*amqp10.Conn, error) {
