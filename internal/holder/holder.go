@@ -86,7 +86,10 @@ func (h *Holder) Run(ctx context.Context) error {
 		}
 		d := h.opt.Retry.Decide(policy.State{Retries: attempt, StartedAt: started}, h.opt.Now(), rng).Delay
 		if errors.Is(err, errNoHoldQueue) {
-			d = time.Minute
+			d = time.Second // the sidecar declares it at once
+			if h.opt.Drain {
+				d = time.Minute
+			}
 		}
 		attempt++
 		t := time.NewTimer(d)
@@ -99,8 +102,8 @@ func (h *Holder) Run(ctx context.Context) error {
 	}
 }
 
-// errNoHoldQueue ends a draining holder's session: there is nothing to
-// drain.
+// errNoHoldQueue ends a holder's session before it starts: there is no
+// hold queue (yet, in hold mode; to drain, in queues mode).
 var errNoHoldQueue = errors.New("no hold queue to drain")
 
 // session is one connection generation of the holder: an AMQP 1.0
@@ -118,19 +121,21 @@ type session struct {
 // round trip the broker answers after the settlements sent before it.
 func (h *Holder) session(ctx context.Context) error {
 	queue := h.opt.Rules.Topology.HoldQueue().Name
+	// In hold mode the sidecar's session declares the hold queue, and the
+	// holder, started beside it, may look first.
+	check, err := h.opt.Dialer.Dial(ctx, "hold check")
+	if err != nil {
+		return err
+	}
+	exists, err := declarer.QueueExists(check, queue)
+	check.Close()
+	if err != nil {
+		return err
+	}
+	if !exists {
+		return errNoHoldQueue
+	}
 	if h.opt.Drain {
-		conn, err := h.opt.Dialer.Dial(ctx, "hold check")
-		if err != nil {
-			return err
-		}
-		exists, err := declarer.QueueExists(conn, queue)
-		conn.Close()
-		if err != nil {
-			return err
-		}
-		if !exists {
-			return errNoHoldQueue
-		}
 		h.log.Info("draining the hold queue left by hold mode", zap.String("queue", queue))
 	}
 	ss := &session{h: h, park: &parker{h: h}}
