@@ -42,6 +42,16 @@ const (
 	Quorum  QueueType = "quorum"
 )
 
+// DelayMode is how rebound holds a copy until its delay ends.
+type DelayMode string
+
+// Delay modes: a TTL queue per distinct delay, or one quorum hold queue
+// (RabbitMQ 4.3+) whose copies a holder returns with a delivery time.
+const (
+	DelayQueues DelayMode = "queues"
+	DelayHold   DelayMode = "hold"
+)
+
 // Config is rebound's whole configuration. Field tags name the variable
 // without the REBOUND_ prefix.
 type Config struct {
@@ -73,6 +83,11 @@ type Config struct {
 	// DelayDigits is how many significant digits a delay keeps for its
 	// delay queue, for every policy: fewer digits, fewer delay queues.
 	DelayDigits int `env:"DELAY_DIGITS" envDefault:"2"`
+	// DelayMode chooses delay queues or the hold queue; HoldSlice is the
+	// longest a copy is held before it comes back to a holder, where
+	// flush and cancel can reach it.
+	DelayMode DelayMode     `env:"DELAY_MODE" envDefault:"queues"`
+	HoldSlice time.Duration `env:"HOLD_SLICE" envDefault:"5m"`
 
 	// Prefetch is the most unacked inbox deliveries; the window follows the
 	// sizes seen to keep their bytes within InflightBytes.
@@ -245,6 +260,7 @@ func (c Config) validate(failed map[string]bool) []FieldError {
 		}
 	}
 	oneOf("QUEUE_TYPE", string(c.QueueType), []string{string(Classic), string(Quorum)})
+	oneOf("DELAY_MODE", string(c.DelayMode), []string{string(DelayQueues), string(DelayHold)})
 	oneOf("LOG_LEVEL", c.LogLevel, []string{"debug", "info", "warn", "error"})
 	oneOf("LOG_FORMAT", c.LogFormat, []string{"json", "console"})
 
@@ -271,6 +287,9 @@ func (c Config) validate(failed map[string]bool) []FieldError {
 	}
 	if c.DelayDigits < 1 || c.DelayDigits > 3 {
 		add("DELAY_DIGITS", c.DelayDigits, "1, 2 or 3 significant digits of milliseconds a delay keeps (fewer: fewer delay queues, coarser delays)")
+	}
+	if c.HoldSlice < time.Second || c.HoldSlice > 24*time.Hour {
+		add("HOLD_SLICE", c.HoldSlice, "a duration from 1s to 24h: the longest a copy is held before a holder sees it again")
 	}
 	if c.Prefetch < 1 || c.Prefetch > 65535 {
 		add("PREFETCH", c.Prefetch, "a whole number from 1 to 65535")
@@ -409,6 +428,7 @@ func (c Config) Topology() topology.Topology {
 		DelayQueuePrefix:   c.DelayQueuePrefix,
 		ParkingQueue:       c.ParkingQueue,
 		Quorum:             c.QueueType == Quorum,
+		Hold:               c.DelayMode == DelayHold,
 	}
 	if c.OriginQueues != "" {
 		t.OriginQueues = regexp.MustCompile(c.OriginQueues)

@@ -69,6 +69,8 @@ func TestLoadDefaults(t *testing.T) {
 		HeaderPolicy:           "x-retry-policy",
 		HeaderDueAt:            "x-retry-due-at",
 		DelayDigits:            2,
+		DelayMode:              DelayQueues,
+		HoldSlice:              5 * time.Minute,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("Load(no REBOUND_*) =\n%+v\nwant\n%+v", c, want)
@@ -118,6 +120,9 @@ func TestLoadInvalid(t *testing.T) {
 		{"unknown jitter", []string{"REBOUND_JITTER=random"}, "REBOUND_JITTER", "random", "one of none, full, equal, bounded, decorrelated, proportional, gaussian, additive"},
 		{"unknown deadline", []string{"REBOUND_DEADLINE=soft"}, "REBOUND_DEADLINE", "soft", "one of clamp, strict, lenient"},
 		{"unknown queue type", []string{"REBOUND_QUEUE_TYPE=stream"}, "REBOUND_QUEUE_TYPE", "stream", "one of classic, quorum"},
+		{"unknown delay mode", []string{"REBOUND_DELAY_MODE=plugin"}, "REBOUND_DELAY_MODE", "plugin", "one of queues, hold"},
+		{"hold slice too short", []string{"REBOUND_HOLD_SLICE=100ms"}, "REBOUND_HOLD_SLICE", "100ms", "a duration from 1s to 24h"},
+		{"hold slice too long", []string{"REBOUND_HOLD_SLICE=48h"}, "REBOUND_HOLD_SLICE", "48h0m0s", "a duration from 1s to 24h"},
 		{"unknown log level", []string{"REBOUND_LOG_LEVEL=trace"}, "REBOUND_LOG_LEVEL", "trace", "one of debug, info, warn, error"},
 		{"unknown log format", []string{"REBOUND_LOG_FORMAT=xml"}, "REBOUND_LOG_FORMAT", "xml", "one of json, console"},
 		{"duration that does not parse", []string{"REBOUND_MIN_DELAY=soon"}, "REBOUND_MIN_DELAY", "soon", "a Go duration such as 500ms"},

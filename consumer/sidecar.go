@@ -31,6 +31,7 @@ import (
 
 	"github.com/rebound-mq/rebound/internal/calendar"
 	"github.com/rebound-mq/rebound/internal/dialer"
+	"github.com/rebound-mq/rebound/internal/holder"
 	"github.com/rebound-mq/rebound/internal/route"
 	"github.com/rebound-mq/rebound/policy"
 )
@@ -63,6 +64,10 @@ type Options struct {
 	// Tracer starts each delivery's spans (package tracing); nil for
 	// none.
 	Tracer trace.Tracer
+	// Holder, when not nil, consumes the hold queue alongside the inbox
+	// (hold mode, or draining a hold queue in queues mode); Run runs it
+	// and waits for it to end.
+	Holder *holder.Holder
 
 	Now          func() time.Time   // default time.Now
 	NewRand      func() policy.Rand // default a randomly seeded PCG
@@ -238,6 +243,19 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		stopSummary()
 		wg.Wait()
 	}()
+	if s.opt.Holder != nil {
+		holderCtx, stopHolder := context.WithCancel(ctx)
+		var holding sync.WaitGroup
+		holding.Add(1)
+		go func() {
+			defer holding.Done()
+			_ = s.opt.Holder.Run(holderCtx)
+		}()
+		defer func() {
+			stopHolder()
+			holding.Wait()
+		}()
+	}
 
 	rng := s.opt.NewRand()
 	attempt := 0

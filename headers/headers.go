@@ -112,6 +112,11 @@ const (
 	XDeath            = "x-death"
 	XFirstDeathQueue  = "x-first-death-queue"
 	XFirstDeathReason = "x-first-death-reason"
+	// XOptDeliveryTime is the AMQP 1.0 message annotation (Unix ms) a
+	// holder returns a copy to the hold queue with: the broker holds the
+	// copy until then, and leaves the annotation on it as a header when it
+	// dead-letters the copy home.
+	XOptDeliveryTime = "x-opt-delivery-time"
 )
 
 // brokerHeaders are the headers RabbitMQ owns: those it writes on a
@@ -120,12 +125,12 @@ const (
 // 3.13.7) a copied x-death that names the origin queue without a
 // "rejected" entry makes the broker drop the copy as a dead-letter cycle
 // when its delay ends; the delivery counts of one queue mean nothing in
-// another; and CC and BCC send a publish to more queues than its routing
+// another, as does the hold queue's delivery time; and CC and BCC send a publish to more queues than its routing
 // key names, and rebound may publish to every queue of its vhost.
 var brokerHeaders = [...]string{
 	XDeath, XFirstDeathQueue, XFirstDeathReason, "x-first-death-exchange",
 	"x-last-death-queue", "x-last-death-reason", "x-last-death-exchange",
-	"x-delivery-count", "x-acquired-count", "CC", "BCC",
+	"x-delivery-count", "x-acquired-count", XOptDeliveryTime, "CC", "BCC",
 }
 
 // legacyDelayHeader is what rebound routed delayed copies on when they

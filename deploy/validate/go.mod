@@ -19,6 +19,7 @@ require (
 )
 
 require (
+	github.com/Azure/go-amqp v1.6.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/blang/semver/v4 v4.0.0 // indirect
 	github.com/caarlos0/env/v11 v11.4.0 // indirect

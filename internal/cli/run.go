@@ -21,6 +21,7 @@ import (
 	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/consumer"
 	"github.com/rebound-mq/rebound/internal/buildinfo"
+	"github.com/rebound-mq/rebound/internal/holder"
 	"github.com/rebound-mq/rebound/internal/tracing"
 )
 
@@ -68,6 +69,17 @@ func runSidecar(ctx context.Context, args []string, in invocation) error {
 	if tp != nil {
 		opt.Tracer = tp.Tracer(tracing.ScopeName, trace.WithInstrumentationVersion(b.Version))
 	}
+	if cfg.DelayMode == config.DelayHold {
+		// Refused at start, never a silent fallback to delay queues.
+		if err := holder.Probe(ctx, d, opt.Router.Topology); err != nil {
+			return fmt.Errorf("REBOUND_DELAY_MODE=hold: %w", err)
+		}
+	}
+	opt.Holder = holder.New(holder.Options{
+		Dialer: d, Logger: log.Named("holder"), Metrics: holder.NewMetrics(reg, time.Now, cfg.HoldSlice),
+		Rules: holder.Rules{Topology: opt.Router.Topology, Policies: opt.Router.Policies, Codec: opt.Router.Codec, Slice: cfg.HoldSlice},
+		Drain: cfg.DelayMode != config.DelayHold, ConfirmTimeout: cfg.ConfirmTimeout,
+	})
 	sc := consumer.New(opt)
 
 	listener, err := net.Listen("tcp", cfg.HTTPAddr)

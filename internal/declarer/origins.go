@@ -14,13 +14,13 @@ import (
 // passive declaration of it.
 var errCheckRefused = errors.New("passive queue.declare refused: RabbitMQ 4.2.6 and later want a permission on the queue")
 
-// queueExists reports whether queue exists in conn's virtual host, with a
+// QueueExists reports whether queue exists in conn's virtual host, with a
 // passive declaration on a channel of its own (a miss closes it). Before
 // RabbitMQ 4.2.6 a passive declaration needs no permission; 4.2.6 and
 // 4.3.0 want configure on the queue, later releases any permission
 // (rabbitmq-server#16272), and without it the answer is errCheckRefused.
 // Any other answer but the queue or NOT_FOUND is an error, not a guess.
-func queueExists(conn *amqp.Connection, queue string) (bool, error) {
+func QueueExists(conn *amqp.Connection, queue string) (bool, error) {
 	err := withChannel(conn, func(ch *amqp.Channel) error {
 		_, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 		return err
@@ -91,7 +91,7 @@ func (o *Origins) Exists(queue string) (exists, checked bool, err error) {
 	if refused, ok := o.unchecked[queue]; ok && now.Sub(refused) < originRecheck {
 		return !o.returned(queue, now.Add(-originRecheck)), false, nil
 	}
-	exists, err = queueExists(o.conn, queue)
+	exists, err = QueueExists(o.conn, queue)
 	if errors.Is(err, errCheckRefused) {
 		if _, ok := o.unchecked[queue]; !ok {
 			o.notice("cannot check whether origin queue " + queue + " exists (" + errCheckRefused.Error() + "): copies towards it go on; " +

@@ -78,12 +78,25 @@ func (d *Dialer) Dial(ctx context.Context, role string) (*amqp.Connection, error
 // socket, TLS included, so that it sees AMQP frames: the sidecar meters
 // what its consume connection reads with it.
 func (d *Dialer) DialVia(ctx context.Context, role string, wrap func(net.Conn) net.Conn) (*amqp.Connection, error) {
+	conn, err := tryEach(ctx, d, func(url string) (*amqp.Connection, error) {
+		return dialOne(ctx, url, d.tls, d.client.properties(role), wrap)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	return conn, nil
+}
+
+// tryEach calls dial with each of d's URLs in turn, starting with the
+// one that last worked, until one succeeds, and remembers it. The errors
+// name a broker by its place in the list.
+func tryEach[C any](ctx context.Context, d *Dialer, dial func(url string) (C, error)) (C, error) {
 	var errs []error
 	n := len(d.urls)
 	first := int(d.next.Load())
 	for i := range n {
 		at := (first + i) % n
-		conn, err := dialOne(ctx, d.urls[at], d.tls, d.client.properties(role), wrap)
+		conn, err := dial(d.urls[at])
 		if err == nil {
 			d.next.Store(int64(at))
 			return conn, nil
@@ -96,7 +109,8 @@ func (d *Dialer) DialVia(ctx context.Context, role string, wrap func(net.Conn) n
 			break
 		}
 	}
-	return nil, fmt.Errorf("connect: %w", errors.Join(errs...))
+	var none C
+	return none, errors.Join(errs...)
 }
 
 // Name is what starts the name of every connection d opens.

@@ -205,6 +205,11 @@ func (r Router) Budget(rt Route, s headers.State, now time.Time, cal *calendar.C
 //     (rt.Refused) into a delay queue again, counted as a retry only when
 //     the policy has no duration budget (policy.Policy.Refused).
 //
+// In hold mode every retry, at once or later, goes through the hold
+// queue with its due time (now for one at once), and the holder sends it
+// back when it is due: rebound then never writes to an origin queue
+// itself.
+//
 // The copy keeps the body, the properties (but expiration and user id)
 // and every application header; it carries the retry state rewritten,
 // the label of the policy that decided, the failure's group (Group), the
@@ -231,6 +236,8 @@ func (r Router) Plan(d amqp.Delivery, s headers.State, rt Route, now time.Time) 
 		return r.Topology.Delayed(decision.Delay), copyOf(d, r.Codec.Moved(d.Headers, now.Add(decision.Delay)))
 	case rt.Returning:
 		return r.Topology.Delayed(decision.Delay), copyOf(d, r.Codec.Retry(d.Headers, s, s.LastDelay, now.Add(decision.Delay)))
+	case r.Topology.Hold:
+		return r.Topology.Held(s.Origin), copyOf(d, r.Codec.Retry(d.Headers, s, decision.Drawn, now.Add(decision.Delay)))
 	case decision.Delay == 0:
 		h := r.Codec.Retry(d.Headers, s, 0, time.Time{})
 		if rt.Attempt != "" {

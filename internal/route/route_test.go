@@ -176,6 +176,52 @@ func TestPlan(t *testing.T) {
 	}
 }
 
+// TestPlanHold: in hold mode a retry, at once or after a delay, goes to
+// the hold exchange with its origin as routing key and its due time (now
+// for one at once); a parked message still goes to the parking queue; the
+// hold queue's delivery time left on a message by the broker is dropped.
+func TestPlanHold(t *testing.T) {
+	r := testRouter(nil)
+	r.Topology.Hold = true
+	n := r.Codec.Names
+	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	d := amqp.Delivery{MessageId: "m", Headers: amqp.Table{
+		headers.XOptDeliveryTime: now.Add(-time.Minute).UnixMilli(), "tenant": "acme",
+		headers.XDeath: []any{amqp.Table{"queue": "orders", "reason": "rejected", "count": int64(1), "exchange": "", "routing-keys": []any{"orders"}}},
+	}}
+	for _, tc := range []struct {
+		name     string
+		decision policy.Decision
+		dest     topology.Destination
+		due      any
+	}{
+		{"retry at once", policy.Decision{Retry: true}, r.Topology.Held("orders"), now.UnixMilli()},
+		{"retry after a delay", policy.Decision{Retry: true, Delay: 90 * time.Second, Drawn: 90 * time.Second}, r.Topology.Held("orders"), now.Add(90 * time.Second).UnixMilli()},
+		{"park", policy.Decision{Reason: policy.MaxRetries}, topology.Direct(r.Topology.ParkingQueue), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			state, _ := r.Codec.Decode(d.Headers, d.Timestamp, now, nil)
+			rt := Route{Origin: r.CheckOrigin(state.Origin, state.ClaimedOrigin), Policy: r.Policies.Default(), Decision: tc.decision}
+			dest, msg := r.Plan(d, state, rt, now)
+			if dest != tc.dest {
+				t.Errorf("destination %+v, want %+v", dest, tc.dest)
+			}
+			if got := msg.Headers[n.DueAt]; !reflect.DeepEqual(got, tc.due) {
+				t.Errorf("due at %#v, want %#v", got, tc.due)
+			}
+			if v, ok := msg.Headers[headers.XOptDeliveryTime]; ok {
+				t.Errorf("the copy carries %s = %v", headers.XOptDeliveryTime, v)
+			}
+			if msg.Headers["tenant"] != "acme" {
+				t.Errorf("application header lost: %v", msg.Headers)
+			}
+		})
+	}
+	if dest := r.Topology.Held("orders"); dest.Exchange != r.Topology.DelayExchange+".hold" || dest.Delay != 0 {
+		t.Errorf("Held: %+v, want the hold exchange and no delay queue", dest)
+	}
+}
+
 func TestDecide(t *testing.T) {
 	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	constant := func(d time.Duration, retries int) policy.Policy {

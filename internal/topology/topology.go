@@ -47,6 +47,9 @@ type Topology struct {
 	// by default (RabbitMQ 4.0 and later, 20), dropping a message past
 	// the limit unless the queue dead-letters it; see ForServer.
 	DeliveryLimits bool
+	// Hold says copies wait in the hold queue (REBOUND_DELAY_MODE=hold),
+	// not in delay queues; see HoldQueue.
+	Hold bool
 	// OriginQueues is the allowlist of the queues rebound may send
 	// messages back to (REBOUND_ORIGIN_QUEUES, unanchored); nil allows
 	// any. See Allows.
@@ -103,7 +106,11 @@ type Binding struct {
 // Exchanges returns the fixed exchanges rebound needs, all durable. Each
 // delay queue's exchange is declared with it; see DelayExchangeFor.
 func (t Topology) Exchanges() []Exchange {
-	return []Exchange{{Name: t.DeadLetterExchange, Kind: amqp.ExchangeFanout}}
+	exchanges := []Exchange{{Name: t.DeadLetterExchange, Kind: amqp.ExchangeFanout}}
+	if t.Hold {
+		exchanges = append(exchanges, t.HoldExchange())
+	}
+	return exchanges
 }
 
 // Queues returns the fixed queues rebound needs, all durable. Delay queues
@@ -129,16 +136,25 @@ func (t Topology) Queues() []Queue {
 			parking["x-delivery-limit"] = int64(-1)
 		}
 	}
-	return []Queue{
+	queues := []Queue{
 		{Name: t.InboxQueue, Args: inbox},
 		{Name: t.ParkingQueue, Args: parking},
 		{Name: t.InUseQueue(), Args: amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeClassic}},
 	}
+	if t.Hold {
+		queues = append(queues, t.HoldQueue(), t.HoldCommandsQueue())
+	}
+	return queues
 }
 
-// Bindings returns the fixed bindings: the dead-letter exchange to the inbox.
+// Bindings returns the fixed bindings: the dead-letter exchange to the
+// inbox, and in hold mode the hold exchange to the hold queue.
 func (t Topology) Bindings() []Binding {
-	return []Binding{{Exchange: t.DeadLetterExchange, Queue: t.InboxQueue}}
+	bindings := []Binding{{Exchange: t.DeadLetterExchange, Queue: t.InboxQueue}}
+	if t.Hold {
+		bindings = append(bindings, Binding{Exchange: t.HoldExchange().Name, Queue: t.HoldQueue().Name})
+	}
+	return bindings
 }
 
 func (t Topology) queueArgs() amqp.Table {
@@ -199,6 +215,7 @@ func (t Topology) DelayQueue(d time.Duration) (Queue, Binding) {
 // rebound or slip into the parking queue unmarked.
 func (t Topology) Owns(queue string) bool {
 	return queue == t.InboxQueue || queue == t.ParkingQueue || t.IsDelayQueue(queue) ||
+		queue == t.HoldQueue().Name || strings.HasPrefix(queue, t.HoldQueue().Name+".") ||
 		queue == t.InUseQueue() || queue == t.LockQueue() || t.isPlaceQueue(queue)
 }
 

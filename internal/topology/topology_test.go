@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -235,5 +236,39 @@ func TestWithoutAdded(t *testing.T) {
 	classic := testTopology(false, false).Queues()[0]
 	if legacy, missing := WithoutAdded(classic); len(missing) != 0 || len(legacy.Args) != 0 {
 		t.Errorf("a classic inbox: %v, %q; want unchanged", legacy.Args, missing)
+	}
+}
+
+// TestHoldTopology: hold mode adds the hold queue (quorum, delayed retry,
+// dead-lettering home at least once, no delivery limit), its fanout
+// exchange and binding, and the commands stream; rebound owns them, and
+// the probe queues, none of which is ever an origin; queues mode adds
+// none of them.
+func TestHoldTopology(t *testing.T) {
+	topo := Topology{InboxQueue: "rebound.inbox", DeadLetterExchange: "rebound.dlx", DelayExchange: "rebound.delay",
+		DelayQueuePrefix: "rebound.delay.", ParkingQueue: "rebound.parked"}
+	if slices.ContainsFunc(topo.Queues(), func(q Queue) bool { return q.Name == "rebound.delay.hold" }) {
+		t.Error("queues mode declares the hold queue")
+	}
+	topo.Hold = true
+	hold := topo.HoldQueue()
+	if hold.Name != "rebound.delay.hold" || hold.Args["x-queue-type"] != "quorum" || hold.Args["x-delayed-retry-type"] != "returned" ||
+		hold.Args["x-delivery-limit"] != int64(-1) || hold.Args["x-dead-letter-exchange"] != "" || hold.Args["x-dead-letter-strategy"] != "at-least-once" {
+		t.Errorf("hold queue %+v", hold)
+	}
+	described := strings.Join(topo.Describe(), "\n")
+	for _, want := range []string{"exchange rebound.delay.hold (fanout", "queue rebound.delay.hold (durable", "queue rebound.delay.hold.commands (durable",
+		"binding rebound.delay.hold -> rebound.delay.hold"} {
+		if !strings.Contains(described, want) {
+			t.Errorf("Describe lacks %q:\n%s", want, described)
+		}
+	}
+	for _, q := range []string{"rebound.delay.hold", "rebound.delay.hold.commands", "rebound.delay.hold.probe.0a1b2c3d"} {
+		if !topo.Owns(q) {
+			t.Errorf("rebound does not own %s", q)
+		}
+	}
+	if topo.Owns("rebound.delay.holder") {
+		t.Error("rebound owns rebound.delay.holder, an application's name")
 	}
 }

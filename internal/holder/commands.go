@@ -1,0 +1,161 @@
+package holder
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/rebound-mq/rebound/internal/topology"
+)
+
+// A command is `rebound delayed flush` or `cancel` for held copies: the
+// holders cannot be asked directly, and a held copy is out of everyone's
+// reach until it comes back to a holder. So the command is recorded in
+// the hold commands stream (topology.HoldCommandsQueue), every holder
+// reads it from there, and applies it to each copy of a matching origin
+// that comes back to it while the command lasts. A copy comes back at
+// least once a slice, so a command reaches every copy held when it was
+// issued within a slice while the holders run; it lasts two slices (and a
+// minute for clocks), so that a copy returned to a holder that had not yet
+// read the command, just started say, is reached at its next return.
+
+// Command operations.
+const (
+	OpFlush  = "flush"  // send the copy home now
+	OpCancel = "cancel" // park it, reason cancelled
+)
+
+// Command is one recorded flush or cancel.
+type Command struct {
+	Op     string `json:"op"`
+	Origin string `json:"origin"` // regular expression of the origin queues, unanchored
+	Issued int64  `json:"issued_ms"`
+
+	origins *regexp.Regexp
+}
+
+// NewCommand returns the command op for the copies of the origin queues
+// origins matches, issued at now.
+func NewCommand(op string, origins *regexp.Regexp, now time.Time) Command {
+	return Command{Op: op, Origin: origins.String(), Issued: now.UnixMilli(), origins: origins}
+}
+
+// ReadCommand reads a command as Publish wrote it; a command that does not
+// read is an error.
+func ReadCommand(body []byte) (Command, error) {
+	var c Command
+	if err := json.Unmarshal(body, &c); err != nil {
+		return Command{}, fmt.Errorf("read hold command: %w", err)
+	}
+	if c.Op != OpFlush && c.Op != OpCancel {
+		return Command{}, fmt.Errorf("read hold command: op %q, want flush or cancel", c.Op)
+	}
+	re, err := regexp.Compile(c.Origin)
+	if err != nil {
+		return Command{}, fmt.Errorf("read hold command: origin: %w", err)
+	}
+	c.origins = re
+	return c, nil
+}
+
+// lasts is how long after it was issued a command is applied.
+func lasts(slice time.Duration) time.Duration { return 2*slice + time.Minute }
+
+// Until is when c stops being applied, with slice REBOUND_HOLD_SLICE.
+func (c Command) Until(slice time.Duration) time.Time {
+	return time.UnixMilli(c.Issued).Add(lasts(slice))
+}
+
+// applies reports whether c applies, as of now, to a copy to origin that
+// entered the hold queue at entered: one held before c was issued, while
+// c lasts.
+func (c Command) applies(origin string, entered, now time.Time, slice time.Duration) bool {
+	issued := time.UnixMilli(c.Issued)
+	return c.origins != nil && entered.Before(issued) && now.Before(issued.Add(lasts(slice))) && c.origins.MatchString(origin)
+}
+
+// Publish records c in the hold commands stream of topo through conn,
+// confirmed.
+func Publish(ctx context.Context, conn *amqp.Connection, topo topology.Topology, c Command) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	defer ch.Close()
+	if err := ch.Confirm(false); err != nil {
+		return fmt.Errorf("confirm mode: %w", err)
+	}
+	body, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("write hold command: %w", err)
+	}
+	queue := topo.HoldCommandsQueue().Name
+	confirm, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false,
+		amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Timestamp: time.UnixMilli(c.Issued), Body: body})
+	if err != nil {
+		return fmt.Errorf("record hold command in %s: %w", queue, err)
+	}
+	if ok, err := confirm.WaitContext(ctx); err != nil || !ok {
+		return fmt.Errorf("record hold command in %s: not confirmed (%v)", queue, err)
+	}
+	return nil
+}
+
+// commands is what one holder session has read of the commands stream.
+// Safe for concurrent use.
+type commands struct {
+	mu   sync.Mutex
+	list []Command
+}
+
+func (cs *commands) add(c Command) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.list = append(cs.list, c)
+}
+
+// active returns the commands that still last as of now, and forgets
+// the others.
+func (cs *commands) active(now time.Time, slice time.Duration) []Command {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.list = slices.DeleteFunc(cs.list, func(c Command) bool { return !now.Before(c.Until(slice)) })
+	return slices.Clone(cs.list)
+}
+
+// follow reads the commands stream on conn from the oldest command that
+// may still last, into cs, until conn closes. It returns once the
+// consumer is set up; reading goes on in a goroutine that ends when the
+// channel closes.
+func (cs *commands) follow(conn *amqp.Connection, queue string, from time.Time, onBad func(error)) (done <-chan struct{}, err error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	if err := ch.Qos(100, 0, false); err != nil {
+		return nil, fmt.Errorf("set prefetch of %s: %w", queue, err)
+	}
+	deliveries, err := ch.Consume(queue, "", false, false, false, false, amqp.Table{"x-stream-offset": from})
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", queue, err)
+	}
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for d := range deliveries {
+			if c, err := ReadCommand(d.Body); err != nil {
+				onBad(err)
+			} else {
+				cs.add(c)
+			}
+			_ = d.Ack(false)
+		}
+	}()
+	return finished, nil
+}

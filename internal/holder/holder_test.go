@@ -1,0 +1,332 @@
+package holder_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/rebound-mq/rebound/headers"
+	"github.com/rebound-mq/rebound/internal/brokertest"
+	"github.com/rebound-mq/rebound/internal/declarer"
+	"github.com/rebound-mq/rebound/internal/dialer"
+	"github.com/rebound-mq/rebound/internal/holder"
+	"github.com/rebound-mq/rebound/policy"
+)
+
+// TestProbe: RabbitMQ 4.3 holds a returned message, and hold mode is
+// allowed; RabbitMQ 3.10 accepts the hold queue's arguments but serves no
+// AMQP 1.0 (and holds nothing): refused, saying why.
+func TestProbe(t *testing.T) {
+	b := brokertest.Require(t)
+	d := brokertest.NewDeployment(t, b, nil, nil)
+	err := holder.Probe(context.Background(), dialer.New([]string{d.URL()}, nil, dialer.Client{Name: t.Name()}), d.Topology(true))
+	if b.AtLeast(4, 3) {
+		if err != nil {
+			t.Fatalf("RabbitMQ %s refused: %v", b.Version(), err)
+		}
+		return
+	}
+	if !errors.Is(err, holder.ErrCannotHold) {
+		t.Fatalf("RabbitMQ %s: Probe = %v, want ErrCannotHold", b.Version(), err)
+	}
+	t.Logf("refused as it should be: %v", err)
+}
+
+// holdEnv is a deployment in hold mode with its topology declared and a
+// way to run holders on it.
+type holdEnv struct {
+	*brokertest.Deployment
+	rules holder.Rules
+	sent  int // copies published, which number them
+}
+
+func newHoldEnv(t *testing.T) *holdEnv {
+	b := brokertest.Require(t)
+	if !b.AtLeast(4, 3) {
+		t.Skipf("RabbitMQ %s cannot hold (TestProbe checks that it is refused)", b.Version())
+	}
+	d := brokertest.NewDeployment(t, b, nil, nil)
+	topo := d.Topology(true)
+	topo.Hold = true
+	if _, err := declarer.Declare(d.Conn, topo); err != nil {
+		t.Fatal(err)
+	}
+	p := policy.Policy{Backoff: policy.Constant, MinDelay: time.Second, MaxDelay: time.Hour, Jitter: policy.NoJitter, MaxRetries: 5, Deadline: policy.Clamp}
+	return &holdEnv{Deployment: d, rules: holder.Rules{Topology: topo, Policies: policy.NewSet(p),
+		Codec: headers.NewCodec(headers.DefaultNames()), Slice: 2 * time.Second}}
+}
+
+// start runs a holder until the returned stop is called; stop returns
+// once it has ended.
+func (e *holdEnv) start(t *testing.T) (m *holder.Metrics, stop func()) {
+	return e.startWith(t, holder.Options{})
+}
+
+// startWith is start with opt's Drain and Rules.Topology.Hold.
+func (e *holdEnv) startWith(t *testing.T, opt holder.Options) (m *holder.Metrics, stop func()) {
+	m = holder.NewMetrics(prometheus.NewRegistry(), time.Now, e.rules.Slice)
+	rules := e.rules
+	rules.Topology.Hold = !opt.Drain
+	h := holder.New(holder.Options{Dialer: dialer.New([]string{e.URL()}, nil, dialer.Client{Name: t.Name()}),
+		Rules: rules, Logger: zaptest.NewLogger(t), Metrics: m, Credit: 64, Drain: opt.Drain})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("holder: %v", err)
+			}
+		}
+	}
+	t.Cleanup(stop)
+	return m, stop
+}
+
+// publish sends copies through the hold exchange to origin, due at due.
+func (e *holdEnv) publish(t *testing.T, origin string, n int, due time.Time, extra amqp.Table) {
+	t.Helper()
+	ex := e.rules.Topology.HoldExchange().Name
+	for range n {
+		i := e.sent
+		e.sent++
+		h := amqp.Table{"x-retry-due-at": due.UnixMilli(), "tenant": amqp.Table{"id": int32(i), "tags": []any{"a", int64(2)}}}
+		for k, v := range extra {
+			h[k] = v
+		}
+		c, err := e.Ch.PublishWithDeferredConfirm(ex, origin, true, false, amqp.Publishing{MessageId: fmt.Sprint(origin, "#", i), Headers: h, Body: []byte("body"), DeliveryMode: amqp.Persistent})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !c.Wait() {
+			t.Fatal("copy not confirmed")
+		}
+	}
+}
+
+// TestHoldRoundTrip: copies published to the hold exchange come back to
+// their origin queue at their due time, never before, with their headers
+// intact (nested tables and arrays included); one whose origin is one of
+// rebound's queues, or that carries CC queues, is parked; one due already
+// goes home at once.
+func TestHoldRoundTrip(t *testing.T) {
+	e := newHoldEnv(t)
+	due := time.Now().Add(3 * time.Second) // past a slice: held twice
+	e.publish(t, e.App, 20, due, nil)
+	e.publish(t, e.App, 1, time.Now().Add(-time.Second), amqp.Table{"kind": "due"})
+	e.publish(t, e.rules.Topology.InboxQueue, 1, due, nil)
+	e.publish(t, e.App, 1, due, amqp.Table{"CC": []any{e.rules.Topology.ParkingQueue}})
+	m, _ := e.start(t)
+
+	arrived := map[string]time.Time{}
+	var late []float64
+	if !brokertest.Await(60*time.Second, func() bool {
+		for _, d := range brokertest.Drain(t, e.Ch, e.App) {
+			arrived[d.MessageId] = time.Now()
+			if d.Headers["kind"] == nil {
+				if time.Now().Before(due.Add(-50 * time.Millisecond)) {
+					t.Errorf("copy %s home at %v, before its due time %v", d.MessageId, time.Now(), due)
+				}
+				late = append(late, time.Since(due).Seconds())
+				tenant, _ := d.Headers["tenant"].(amqp.Table)
+				if tags, _ := tenant["tags"].([]any); len(tags) != 2 {
+					t.Errorf("copy %s: nested header %v, want it intact", d.MessageId, d.Headers["tenant"])
+				}
+			}
+		}
+		return len(arrived) >= 21
+	}) {
+		t.Fatalf("%d copies home, want 21", len(arrived))
+	}
+	parked := brokertest.Drain(t, e.Ch, e.rules.Topology.ParkingQueue)
+	for !brokertest.Await(10*time.Second, func() bool {
+		parked = append(parked, brokertest.Drain(t, e.Ch, e.rules.Topology.ParkingQueue)...)
+		return len(parked) >= 2
+	}) {
+		t.Fatalf("%d copies parked, want 2", len(parked))
+	}
+	for _, p := range parked {
+		if p.Headers["x-retry-parked-reason"] == nil || string(p.Body) != "body" {
+			t.Errorf("parked copy %s: headers %v body %q", p.MessageId, p.Headers, p.Body)
+		}
+	}
+	if n := e.QueueLen(e.App); n != 0 {
+		t.Errorf("%d more copies home, want none (the CC copy went nowhere)", n)
+	}
+	if got := testutil.ToFloat64(m.Settled.WithLabelValues("held")); got < 20 {
+		t.Errorf("held settlements %v, want at least 20", got)
+	}
+	t.Logf("lateness of %d copies (s): %v", len(late), late)
+}
+
+// TestHolderStoppedMidHold: a holder stopped while it holds copies, and
+// another stopped while copies are being handed to it, lose none: every
+// settlement reaches the broker before its connection closes, and the
+// next holder sends every copy home.
+func TestHolderStoppedMidHold(t *testing.T) {
+	e := newHoldEnv(t)
+	const n = 500
+	// Far enough ahead that every copy is held, however long the
+	// publishing takes on a loaded machine.
+	due := time.Now().Add(45 * time.Second)
+	e.publish(t, e.App, n, due, nil)
+	m, stop := e.start(t)
+	if !brokertest.Await(60*time.Second, func() bool { return testutil.ToFloat64(m.Settled.WithLabelValues("held")) >= n/2 }) {
+		t.Fatal("the first holder held nothing")
+	}
+	stop() // mid-stream: some held, some in flight
+	_, stop2 := e.start(t)
+	if !brokertest.Await(5*time.Second, func() bool { return false }) {
+		stop2() // stopped again, with copies held
+	}
+	e.start(t)
+	got := map[string]bool{}
+	if !brokertest.Await(90*time.Second, func() bool {
+		for _, d := range brokertest.Drain(t, e.Ch, e.App) {
+			got[d.MessageId] = true
+		}
+		return len(got) == n
+	}) {
+		t.Fatalf("%d of %d copies home", len(got), n)
+	}
+}
+
+// TestHoldOriginRefuses: a due copy whose origin refuses it (full, with
+// reject-publish) stays in the broker's care: the hold queue's
+// at-least-once dead-lettering keeps it (counted in the queue's messages,
+// delivered to no one) and tries again, on RabbitMQ 4.3.6 about every
+// three minutes, until the origin takes it. Slow: skipped with -short.
+func TestHoldOriginRefuses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for the broker's dead-letter retry, about three minutes")
+	}
+	e := newHoldEnv(t)
+	const n = 3
+	origin := e.Prefix + "full"
+	e.Declare(origin, amqp.Table{"x-max-length": int64(n), amqp.QueueOverflowArg: amqp.QueueOverflowRejectPublish})
+	for i := range n {
+		e.Publish(origin, amqp.Publishing{MessageId: fmt.Sprint("filler", i), Headers: amqp.Table{"kind": "filler"}})
+	}
+	e.publish(t, origin, n, time.Now(), nil)
+	m, _ := e.start(t)
+	if !brokertest.Await(30*time.Second, func() bool { return testutil.ToFloat64(m.Settled.WithLabelValues("released")) >= n }) {
+		t.Fatal("the holder released nothing")
+	}
+	hold := e.rules.Topology.HoldQueue().Name
+	// The broker's counts lag its state by a few seconds.
+	kept := 0
+	if !brokertest.Await(30*time.Second, func() bool { kept = e.brokerMessages(t, hold); return kept == n }) {
+		t.Fatalf("the hold queue keeps %d refused copies, want %d", kept, n)
+	}
+	for i := range n {
+		if d := e.Get(origin, 10*time.Second); d.Headers["kind"] != "filler" {
+			t.Fatalf("message %d of the full origin: %s, want a filler", i, d.MessageId)
+		}
+	}
+	got := map[string]bool{}
+	started := time.Now()
+	if !brokertest.Await(10*time.Minute, func() bool {
+		for _, d := range brokertest.Drain(t, e.Ch, origin) {
+			got[d.MessageId] = true
+		}
+		return len(got) == n
+	}) {
+		t.Fatalf("%d of %d refused copies reached their origin once it had room", len(got), n)
+	}
+	t.Logf("every refused copy home %s after the origin had room", time.Since(started).Round(time.Second))
+}
+
+// brokerMessages is every message queue holds, held ones included, as
+// rabbitmqctl reports it (AMQP 0-9-1 counts only the ready ones).
+func (e *holdEnv) brokerMessages(t *testing.T, queue string) int {
+	t.Helper()
+	out := e.Broker.MustCtl(t, "-q", "list_queues", "-p", vhost(e.URL()), "name", "messages")
+	for _, line := range strings.Split(out, "\n") {
+		if fields := strings.Fields(line); len(fields) == 2 && fields[0] == queue {
+			n, err := strconv.Atoi(fields[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("queue %s not listed:\n%s", queue, out)
+	return 0
+}
+
+func vhost(url string) string {
+	u, err := amqp.ParseURI(url)
+	if err != nil || u.Vhost == "" {
+		return "/"
+	}
+	return u.Vhost
+}
+
+// TestHoldFlushAndCancel: a flush recorded in the commands stream sends
+// the held copies of its origin home within a slice, and a cancel parks
+// those of its origin (reason cancelled), whichever holder holds them;
+// copies of other origins stay held.
+func TestHoldFlushAndCancel(t *testing.T) {
+	e := newHoldEnv(t)
+	other, untouched := e.Prefix+"other", e.Prefix+"untouched"
+	e.Declare(other, nil)
+	e.Declare(untouched, nil)
+	const n = 20
+	due := time.Now().Add(10 * time.Minute)
+	e.publish(t, e.App, n, due, amqp.Table{"x-retry-last-delay-ms": int64(10 * time.Minute / time.Millisecond)})
+	e.publish(t, other, n, due, amqp.Table{"x-retry-last-delay-ms": int64(10 * time.Minute / time.Millisecond)})
+	e.publish(t, untouched, n, due, amqp.Table{"x-retry-last-delay-ms": int64(10 * time.Minute / time.Millisecond)})
+	m1, _ := e.start(t)
+	m2, _ := e.start(t)
+	held := func() float64 {
+		return testutil.ToFloat64(m1.Settled.WithLabelValues("held")) + testutil.ToFloat64(m2.Settled.WithLabelValues("held"))
+	}
+	if !brokertest.Await(60*time.Second, func() bool { return held() >= 3*n }) {
+		t.Fatalf("%v copies held, want %d", held(), 3*n)
+	}
+	now := time.Now()
+	for _, c := range []holder.Command{
+		holder.NewCommand(holder.OpFlush, regexp.MustCompile("^"+regexp.QuoteMeta(e.App)+"$"), now),
+		holder.NewCommand(holder.OpCancel, regexp.MustCompile("^"+regexp.QuoteMeta(other)+"$"), now),
+	} {
+		if err := holder.Publish(context.Background(), e.Conn, e.rules.Topology, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.WaitQueueLen(e.App, n, 60*time.Second)
+	parking := e.rules.Topology.ParkingQueue
+	e.WaitQueueLen(parking, n, 60*time.Second)
+	for _, p := range brokertest.Drain(t, e.Ch, parking) {
+		if p.Headers["x-retry-parked-reason"] != "cancelled" || p.Headers["x-retry-origin-queue"] != other {
+			t.Errorf("parked copy %s: reason %v origin %v, want cancelled from %s", p.MessageId, p.Headers["x-retry-parked-reason"], p.Headers["x-retry-origin-queue"], other)
+		}
+	}
+	if got := e.QueueLen(untouched); got != 0 {
+		t.Errorf("%d copies of an origin no command named went home", got)
+	}
+}
+
+// TestDrainLeftHoldQueue: a holder of a deployment back in queues mode
+// drains the hold queue it finds: the copies held there still come home.
+func TestDrainLeftHoldQueue(t *testing.T) {
+	e := newHoldEnv(t)
+	e.publish(t, e.App, 10, time.Now().Add(2*time.Second), nil)
+	m, _ := e.startWith(t, holder.Options{Drain: true})
+	e.WaitQueueLen(e.App, 10, 60*time.Second)
+	if got := testutil.ToFloat64(m.Settled.WithLabelValues("released")); got != 10 {
+		t.Errorf("released %v, want 10", got)
+	}
+}

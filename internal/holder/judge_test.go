@@ -1,0 +1,183 @@
+package holder
+
+import (
+	"encoding/json"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/rebound-mq/rebound/headers"
+	"github.com/rebound-mq/rebound/internal/topology"
+	"github.com/rebound-mq/rebound/policy"
+)
+
+func testRules() Rules {
+	topo := topology.Topology{InboxQueue: "rebound.inbox", DeadLetterExchange: "rebound.dlx", DelayExchange: "rebound.delay",
+		DelayQueuePrefix: "rebound.delay.", ParkingQueue: "rebound.parked", Hold: true, OriginQueues: regexp.MustCompile(`^orders\.`)}
+	p := policy.Policy{Backoff: policy.Constant, MinDelay: time.Second, MaxDelay: time.Hour, Jitter: policy.NoJitter, MaxRetries: 5, Deadline: policy.Clamp}
+	return Rules{Topology: topo, Policies: policy.NewSet(p), Codec: headers.NewCodec(headers.DefaultNames()), Slice: 5 * time.Minute}
+}
+
+// TestJudge: a copy due is released, one not yet due is held until the
+// sooner of its due time and a slice from now, a due time past the max
+// delay is clamped, an unreadable one is due now, and a copy that would
+// go where rebound may not send it is parked.
+func TestJudge(t *testing.T) {
+	r := testRules()
+	now := time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC)
+	ms := func(d time.Duration) int64 { return now.Add(d).UnixMilli() }
+	at := func(d time.Duration) time.Time { return time.UnixMilli(ms(d)) }
+	copyTo := func(origin string, due any) Copy {
+		c := Copy{Annotations: map[any]any{routingKeyAnnotation: origin}}
+		if due != nil {
+			c.Annotations["x-retry-due-at"] = due
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name    string
+		c       Copy
+		want    Verdict
+		problem bool
+	}{
+		{"due in the past", copyTo("orders.created", ms(-time.Second)), Verdict{Action: Release, Origin: "orders.created", Due: at(-time.Second)}, false},
+		{"due now", copyTo("orders.created", ms(0)), Verdict{Action: Release, Origin: "orders.created", Due: at(0)}, false},
+		{"due within the slice", copyTo("orders.created", ms(time.Minute)), Verdict{Action: Hold, Origin: "orders.created", Due: at(time.Minute), Until: at(time.Minute)}, false},
+		{"due past the slice", copyTo("orders.created", ms(20*time.Minute)), Verdict{Action: Hold, Origin: "orders.created", Due: at(20 * time.Minute), Until: at(5 * time.Minute)}, false},
+		{"due past the max delay", copyTo("orders.created", ms(10*time.Hour)), Verdict{Action: Hold, Origin: "orders.created", Due: at(time.Hour), Until: at(5 * time.Minute)}, true},
+		{"due as RFC 3339", copyTo("orders.created", now.Add(time.Minute).Format(time.RFC3339Nano)), Verdict{Action: Hold, Origin: "orders.created", Due: at(time.Minute), Until: at(time.Minute)}, false},
+		{"due as an application property", Copy{Annotations: map[any]any{routingKeyAnnotation: "orders.created"}, Properties: map[string]any{"x-retry-due-at": ms(time.Minute)}},
+			Verdict{Action: Hold, Origin: "orders.created", Due: at(time.Minute), Until: at(time.Minute)}, false},
+		{"due unreadable", copyTo("orders.created", "tomorrow"), Verdict{Action: Release, Origin: "orders.created"}, true},
+		{"no due time", copyTo("orders.created", nil), Verdict{Action: Release, Origin: "orders.created"}, true},
+		{"no routing key", Copy{Annotations: map[any]any{"x-retry-due-at": ms(time.Minute)}}, Verdict{Action: Park, Reason: policy.UnknownOrigin}, true},
+		{"routing key not a string", Copy{Annotations: map[any]any{routingKeyAnnotation: int64(7)}}, Verdict{Action: Park, Reason: policy.UnknownOrigin}, true},
+		{"origin not allowed", copyTo("payments.capture", ms(0)), Verdict{Action: Park, Origin: "payments.capture", Reason: policy.OriginNotAllowed}, true},
+		{"origin is the inbox", copyTo("rebound.inbox", ms(0)), Verdict{Action: Park, Origin: "rebound.inbox", Reason: policy.UnknownOrigin}, true},
+		{"origin is the hold queue", copyTo("rebound.delay.hold", ms(0)), Verdict{Action: Park, Origin: "rebound.delay.hold", Reason: policy.UnknownOrigin}, true},
+		{"origin is the parking queue", copyTo("rebound.parked", ms(0)), Verdict{Action: Park, Origin: "rebound.parked", Reason: policy.UnknownOrigin}, true},
+		{"CC queues", Copy{Annotations: map[any]any{routingKeyAnnotation: "orders.created", ccAnnotation: []any{"orders.other"}, "x-retry-due-at": ms(0)}},
+			Verdict{Action: Park, Origin: "orders.created", Reason: policy.OriginNotAllowed}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := r.Judge(tc.c, now, nil)
+			if (got.Problem != "") != tc.problem {
+				t.Errorf("problem %q, want one: %v", got.Problem, tc.problem)
+			}
+			got.Problem = ""
+			if !got.Due.Equal(tc.want.Due) || !got.Until.Equal(tc.want.Until) {
+				t.Errorf("due %v until %v, want %v and %v", got.Due, got.Until, tc.want.Due, tc.want.Until)
+			}
+			got.Due, got.Until, tc.want.Due, tc.want.Until = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+			if got != tc.want {
+				t.Errorf("Judge = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzJudge: whatever a copy carries, Judge never panics, never holds a
+// copy past a slice or past its max delay, and never sends one home to a
+// queue rebound may not write to.
+func FuzzJudge(f *testing.F) {
+	r := testRules()
+	now := time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC)
+	f.Add("orders.created", int64(now.UnixMilli()+1000), "", false)
+	f.Add("rebound.inbox", int64(0), "2026-11-27T04:00:00Z", true)
+	f.Add("", int64(-5), "99999999999999999999", false)
+	f.Fuzz(func(t *testing.T, origin string, dueMs int64, dueText string, cc bool) {
+		c := Copy{Annotations: map[any]any{routingKeyAnnotation: origin}}
+		if dueText != "" {
+			c.Annotations["x-retry-due-at"] = dueText
+		} else {
+			c.Annotations["x-retry-due-at"] = dueMs
+		}
+		if cc {
+			c.Annotations[ccAnnotation] = []any{"x"}
+		}
+		v := r.Judge(c, now, nil)
+		switch v.Action {
+		case Hold:
+			if v.Until.After(now.Add(r.Slice)) || !v.Until.After(now) || v.Due.After(now.Add(time.Hour)) {
+				t.Errorf("held until %v (due %v) as of %v", v.Until, v.Due, now)
+			}
+		case Release:
+			if v.Due.After(now) {
+				t.Errorf("released before due %v", v.Due)
+			}
+		}
+		if v.Action != Park && (cc || r.Topology.Owns(origin) || !r.Topology.Allows(origin) || origin == "") {
+			t.Errorf("copy to %q (cc %v) %s, want parked", origin, cc, v.Action)
+		}
+	})
+}
+
+// TestHeldGauge: the held gauge counts the holds of the last slice.
+func TestHeldGauge(t *testing.T) {
+	m := &Metrics{}
+	now := time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC)
+	slice := time.Minute
+	for i := range 120 {
+		m.held(now.Add(time.Duration(i)*time.Second), slice)
+	}
+	end := now.Add(119 * time.Second)
+	if got := m.heldWithin(end, slice); got < 59 || got > 62 {
+		t.Errorf("held within the last minute of 120 holds a second apart: %d, want about 60", got)
+	}
+	if got := m.heldWithin(end.Add(2*slice), slice); got != 0 {
+		t.Errorf("held two slices later: %d, want 0", got)
+	}
+}
+
+// TestJudgeCommands: a flush sends home now, and a cancel parks, a copy
+// of a matching origin that entered the hold queue before the command was
+// issued, while the command lasts (two slices and a minute); other
+// origins, copies that entered after it, and commands past their time
+// change nothing.
+func TestJudgeCommands(t *testing.T) {
+	r := testRules()
+	issued := time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC)
+	flush := NewCommand(OpFlush, regexp.MustCompile(`^orders\.created$`), issued)
+	cancel := NewCommand(OpCancel, regexp.MustCompile(`^orders\.`), issued)
+	// held is a copy to origin published at entered with a delay of an hour.
+	held := func(origin string, entered time.Time) Copy {
+		return Copy{Annotations: map[any]any{routingKeyAnnotation: origin,
+			"x-retry-due-at": entered.Add(time.Hour).UnixMilli(), "x-retry-last-delay-ms": time.Hour.Milliseconds()}}
+	}
+	before, after := issued.Add(-10*time.Minute), issued.Add(time.Second)
+	for _, tc := range []struct {
+		name   string
+		c      Copy
+		now    time.Time
+		cmds   []Command
+		action Action
+		reason policy.Reason
+	}{
+		{"flush", held("orders.created", before), issued.Add(time.Minute), []Command{flush}, Release, ""},
+		{"flush, last moment", held("orders.created", before), issued.Add(2*r.Slice + time.Minute - time.Millisecond), []Command{flush}, Release, ""},
+		{"flush past its time", held("orders.created", before), issued.Add(2*r.Slice + time.Minute), []Command{flush}, Hold, ""},
+		{"flush of another origin", held("orders.paid", before), issued.Add(time.Minute), []Command{flush}, Hold, ""},
+		{"flush, copy entered after it", held("orders.created", after), issued.Add(time.Minute), []Command{flush}, Hold, ""},
+		{"cancel", held("orders.paid", before), issued.Add(time.Minute), []Command{flush, cancel}, Park, policy.Cancelled},
+		{"the first command that applies", held("orders.created", before), issued.Add(time.Minute), []Command{cancel, flush}, Park, policy.Cancelled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmds := make([]Command, len(tc.cmds))
+			for i, c := range tc.cmds {
+				body, _ := json.Marshal(c)
+				if cmds[i], _ = ReadCommand(body); cmds[i].origins == nil {
+					t.Fatalf("command %+v does not read back", c)
+				}
+			}
+			v := r.Judge(tc.c, tc.now, cmds)
+			if v.Action != tc.action || v.Reason != tc.reason {
+				t.Errorf("Judge = %s %q, want %s %q", v.Action, v.Reason, tc.action, tc.reason)
+			}
+		})
+	}
+	for _, body := range []string{`{"op":"purge","origin":"."}`, `{"op":"flush","origin":"("}`, `not json`} {
+		if _, err := ReadCommand([]byte(body)); err == nil {
+			t.Errorf("ReadCommand(%s) read", body)
+		}
+	}
+}

@@ -1,0 +1,88 @@
+package holder
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the holder's Prometheus metrics.
+type Metrics struct {
+	// Held is rebound_held_messages: the copies this replica returned to
+	// the hold queue within the last slice. Every held copy comes back
+	// within a slice, so the sum over replicas bounds what the hold queue
+	// holds (a copy held twice in a slice counts twice).
+	Held     prometheus.GaugeFunc
+	Settled  *prometheus.CounterVec
+	Lateness prometheus.Histogram
+	Invalid  prometheus.Counter
+
+	mu      sync.Mutex
+	buckets []heldBucket // oldest first, each a sixtieth of a slice
+}
+
+type heldBucket struct {
+	start time.Time
+	n     int64
+}
+
+// NewMetrics registers the holder's metrics with reg; now is the clock
+// the held gauge is read by.
+func NewMetrics(reg prometheus.Registerer, now func() time.Time, slice time.Duration) *Metrics {
+	m := &Metrics{
+		Settled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rebound_hold_settlements_total",
+			Help: "Copies of the hold queue settled by this replica: held (returned with a delivery time), released (dead-lettered home by the broker), parked.",
+		}, []string{"outcome"}),
+		Lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "rebound_hold_lateness_seconds",
+			Help:    "How long after its due time a held copy was released to its origin.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}),
+		Invalid: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rebound_hold_invalid_copies_total",
+			Help: "Held copies whose routing key or due time could not be trusted (parked, clamped or released now).",
+		}),
+	}
+	m.Held = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "rebound_held_messages",
+		Help: "Copies this replica returned to the hold queue within the last REBOUND_HOLD_SLICE (an upper bound of those it holds).",
+	}, func() float64 { return float64(m.heldWithin(now(), slice)) })
+	for _, outcome := range []Action{Hold, Release, Park} {
+		m.Settled.WithLabelValues(outcome.String())
+	}
+	reg.MustRegister(m.Held, m.Settled, m.Lateness, m.Invalid)
+	return m
+}
+
+// held counts one copy held at now.
+func (m *Metrics) held(now time.Time, slice time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.expire(now, slice)
+	if n := len(m.buckets); n > 0 && now.Sub(m.buckets[n-1].start) < slice/60 {
+		m.buckets[n-1].n++
+		return
+	}
+	m.buckets = append(m.buckets, heldBucket{start: now, n: 1})
+}
+
+func (m *Metrics) heldWithin(now time.Time, slice time.Duration) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.expire(now, slice)
+	var n int64
+	for _, b := range m.buckets {
+		n += b.n
+	}
+	return n
+}
+
+func (m *Metrics) expire(now time.Time, slice time.Duration) {
+	i := 0
+	for i < len(m.buckets) && now.Sub(m.buckets[i].start) >= slice {
+		i++
+	}
+	m.buckets = m.buckets[i:]
+}
