@@ -29,12 +29,23 @@ type Metrics struct {
 	Blocked         prometheus.Gauge
 	Ready           prometheus.Gauge
 
-	// What waits on the broker, from passive declarations: every replica
-	// reports the same numbers, so aggregate with max, not sum.
-	InboxMessages      prometheus.Gauge
+	// What waits on the broker, from passive declarations by the one
+	// replica of the vhost that holds the watch token (WatchLeader; see
+	// topology.JoinWatch): the others have no series. Aggregate with max
+	// by queue, which also covers the moment two report during a
+	// handover; never sum across pods or namespaces.
+	InboxMessages *prometheus.GaugeVec // queue: the inbox
+	// InboxConsumers is this replica's own reading of the inbox's
+	// consumers, the divisor of its share of a retry rate: read by the
+	// leader, and by every replica when a policy has a rate.
 	InboxConsumers     prometheus.Gauge
-	ParkedMessages     prometheus.Gauge
-	DelayQueueMessages *prometheus.GaugeVec // queue: a delay queue this replica uses
+	ParkedMessages     *prometheus.GaugeVec // queue: the parking queue
+	DelayQueueMessages *prometheus.GaugeVec // queue: a delay queue the reporting replica uses
+	WatchLeader        prometheus.Gauge
+	// BrokerCalls counts the calls rebound makes to learn about the
+	// broker, by kind (inbox, parked, delay-queue, watch, lease): what a
+	// replica costs the broker besides moving messages.
+	BrokerCalls *prometheus.CounterVec
 
 	// The in-flight window (REBOUND_PREFETCH, REBOUND_INFLIGHT_BYTES).
 	Prefetch      prometheus.Gauge
@@ -100,11 +111,17 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 		Blocked:    gauge("rebound_connection_blocked", "1 while the broker blocks rebound's publishing connection (resource alarm)."),
 		Ready:      gauge("rebound_ready", "1 when connected, topology declared and consuming."),
 
-		InboxMessages:  gauge("rebound_inbox_messages", "Messages ready in the inbox (every replica reports the broker's count: aggregate with max)."),
-		InboxConsumers: gauge("rebound_inbox_consumers", "Consumers on the inbox: rebound's replicas (every replica reports the broker's count)."),
-		ParkedMessages: gauge("rebound_parked_messages", "Messages in the parking queue (every replica reports the broker's count: aggregate with max)."),
+		InboxMessages: gaugeVec("rebound_inbox_messages",
+			"Messages ready in the inbox, reported by the replica that holds the watch token (aggregate with max by queue).", "queue"),
+		InboxConsumers: gauge("rebound_inbox_consumers",
+			"Consumers on the inbox (rebound's replicas) as this replica last read them: the divisor of its share of a retry rate. Read by the replica that holds the watch token, and by every replica when a policy has a retry rate (aggregate with max)."),
+		ParkedMessages: gaugeVec("rebound_parked_messages",
+			"Messages in the parking queue, reported by the replica that holds the watch token (aggregate with max by queue).", "queue"),
 		DelayQueueMessages: gaugeVec("rebound_delay_queue_messages",
-			"Messages waiting in each delay queue this replica uses, having published to it within REBOUND_DELAY_QUEUE_IDLE (replicas report the same queue alike: aggregate with max by queue).", "queue"),
+			"Messages waiting in each delay queue the replica that holds the watch token uses, having published to it within REBOUND_DELAY_QUEUE_IDLE (aggregate with max by queue).", "queue"),
+		WatchLeader: gauge("rebound_watch_leader", "1 while this replica holds the watch token and reports the queue gauges for the vhost."),
+		BrokerCalls: counterVec("rebound_broker_calls_total",
+			"Calls made to learn about the broker (passive declarations, the watch token, leases), by kind.", "kind"),
 
 		Prefetch:      gauge("rebound_prefetch", "The inbox prefetch in use: at most REBOUND_PREFETCH, lower when large messages fill REBOUND_INFLIGHT_BYTES."),
 		InflightBytes: gauge("rebound_inflight_bytes", "Message bytes of the inbox deliveries rebound holds unacked."),
@@ -130,7 +147,7 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 	}
 	reg.MustRegister(m.Received, m.Redelivered, m.Retried, m.RetryDelay, m.Parked, m.InvalidHeaders, m.OriginMismatch,
 		m.PolicyConflicts, m.PublishFailures, m.ConfirmLatency, m.InFlight, m.Reconnects, m.Blocked, m.Ready,
-		m.InboxMessages, m.InboxConsumers, m.ParkedMessages, m.DelayQueueMessages, m.Prefetch, m.InflightBytes,
+		m.InboxMessages, m.InboxConsumers, m.ParkedMessages, m.DelayQueueMessages, m.WatchLeader, m.BrokerCalls, m.Prefetch, m.InflightBytes,
 		m.InboxStalled, m.RateDeferred, m.RateDeferral, m.RateOverflow, m.RateShare, m.Events, m.BuildInfo)
 	// Create the fixed-label series up front so dashboards show zeros, not gaps.
 	for _, p := range r.Policies.All() {
@@ -149,6 +166,9 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 		if h != "" {
 			m.InvalidHeaders.WithLabelValues(h)
 		}
+	}
+	for _, kind := range brokerCallKinds {
+		m.BrokerCalls.WithLabelValues(kind)
 	}
 	for _, o := range []republisher.Outcome{republisher.Nacked, republisher.Returned, republisher.TimedOut, republisher.Closed} {
 		m.PublishFailures.WithLabelValues(o.String())

@@ -290,6 +290,7 @@ func (ss *session) tendDelayQueues(st *leaseState) error {
 		return nil
 	}
 	err := ss.pub.Delays().PublishLease(delayqueue.Lease{Replica: s.replica, Queues: queues, Sequence: s.leases.Add(1)}, 3*every)
+	s.m.BrokerCalls.WithLabelValues(callLease).Inc()
 	if err != nil {
 		if !st.failed {
 			s.log.Warn("cannot publish this replica's lease of the delay queues it uses; `rebound topology prune` may delete one of them under it",

@@ -100,6 +100,7 @@ type Sidecar struct {
 	consumerLower  int          // a lower count read once, not yet confirmed; 0 for none
 	place          atomic.Int64 // setPlace
 	consumerWarned atomic.Bool
+	watchWarned    atomic.Bool // the broker refused the watch queue (logged once)
 	deferrals      deferralLog // used by the session's goroutine only
 
 	received, retried, parked, failed atomic.Int64 // for the periodic summary

@@ -199,7 +199,8 @@ func (t Topology) DelayQueue(d time.Duration) (Queue, Binding) {
 // rebound or slip into the parking queue unmarked.
 func (t Topology) Owns(queue string) bool {
 	return queue == t.InboxQueue || queue == t.ParkingQueue || t.IsDelayQueue(queue) ||
-		queue == t.InUseQueue() || queue == t.LockQueue() || t.isPlaceQueue(queue)
+		queue == t.InUseQueue() || queue == t.LockQueue() || t.isPlaceQueue(queue) ||
+		queue == t.WatchQueue()
 }
 
 // isPlaceQueue reports whether queue is a replica's place (PlaceQueue).
