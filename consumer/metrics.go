@@ -16,12 +16,12 @@ import (
 type Metrics struct {
 	Received        prometheus.Counter
 	Redelivered     prometheus.Counter
-	Retried         *prometheus.CounterVec // kind: delayed, immediate; policy
+	Retried         *prometheus.CounterVec // kind: delayed, immediate; policy; origin (see originLabels)
 	RetryDelay      prometheus.Histogram
-	Parked          *prometheus.CounterVec // reason; policy
+	Parked          *prometheus.CounterVec // reason; policy; origin (see originLabels)
 	InvalidHeaders  *prometheus.CounterVec // header
 	OriginMismatch  prometheus.Counter
-	PolicyConflicts prometheus.Counter
+	PolicyConflicts *prometheus.CounterVec // policy: the one this replica chose
 	PublishFailures *prometheus.CounterVec // kind: nack, return, timeout, closed
 	ConfirmLatency  prometheus.Histogram
 	InFlight        prometheus.Gauge
@@ -89,18 +89,18 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 		Received:    counter("rebound_messages_received_total", "Messages delivered to rebound from its inbox."),
 		Redelivered: counter("rebound_redelivered_total", "Inbox deliveries flagged redelivered; each may produce a duplicate copy."),
 		Retried: counterVec("rebound_messages_retried_total", "Messages sent back for another attempt, confirmed by the broker.",
-			"kind", "policy"),
+			"kind", "policy", "origin"),
 		RetryDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "rebound_retry_delay_seconds", Help: "Delay chosen for each delayed retry.",
 			Buckets: prometheus.ExponentialBuckets(0.1, 4, 10), // 100ms .. ~7h
 		}),
 		Parked: counterVec("rebound_messages_parked_total", "Messages moved to the parking queue, confirmed by the broker.",
-			"reason", "policy"),
+			"reason", "policy", "origin"),
 		InvalidHeaders: counterVec("rebound_invalid_headers_total", "Headers that could not be read and were treated as absent.", "header"),
 		OriginMismatch: counter("rebound_origin_mismatch_total",
 			"Messages whose origin header named another queue than the broker's x-death record, which was used instead."),
-		PolicyConflicts: counter("rebound_policy_conflicts_total",
-			"Messages whose policy header named another policy, or another fingerprint, than this replica chose: replicas configured differently."),
+		PolicyConflicts: counterVec("rebound_policy_conflicts_total",
+			"Messages whose policy header named another policy, or another fingerprint, than this replica chose (policy): replicas configured differently.", "policy"),
 		PublishFailures: counterVec("rebound_publish_failures_total", "Copies the broker did not confirm; their inbox deliveries were requeued.", "kind"),
 		ConfirmLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "rebound_confirm_latency_seconds", Help: "Time from publishing a copy to the broker's confirm.",
@@ -152,12 +152,13 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 	// Create the fixed-label series up front so dashboards show zeros, not gaps.
 	for _, p := range r.Policies.All() {
 		for _, kind := range []string{"delayed", "immediate"} {
-			m.Retried.WithLabelValues(kind, p.Name)
+			m.Retried.WithLabelValues(kind, p.Name, "")
 		}
 		for _, reason := range policy.Reasons {
-			m.Parked.WithLabelValues(string(reason), p.Name)
+			m.Parked.WithLabelValues(string(reason), p.Name, "")
 		}
 		m.RateDeferred.WithLabelValues(p.Name)
+		m.PolicyConflicts.WithLabelValues(p.Name)
 		m.RateDeferral.WithLabelValues(p.Name)
 		m.RateOverflow.WithLabelValues(p.Name)
 		m.RateShare.WithLabelValues(p.Name)

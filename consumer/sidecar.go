@@ -17,6 +17,7 @@
 package consumer
 
 import (
+	"regexp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -63,6 +64,10 @@ type Options struct {
 	// Tracer starts each delivery's spans (package tracing); default a
 	// tracer that records nothing.
 	Tracer trace.Tracer
+	// MetricsOrigins (REBOUND_METRICS_ORIGINS) matches the origin queues
+	// that get a value of their own in the origin label of the retried
+	// and parked counters (see originLabels); nil leaves the label empty.
+	MetricsOrigins *regexp.Regexp
 
 	Now          func() time.Time   // default time.Now
 	NewRand      func() policy.Rand // default a randomly seeded PCG
@@ -111,6 +116,8 @@ type Sidecar struct {
 	// published, across sessions, so that readers know its newest.
 	replica string
 	leases  atomic.Uint64
+
+	origins *originLabels // the origin label's values
 }
 
 // defaultLeaseIdle is how long a replica leases a delay queue it no longer
@@ -145,7 +152,7 @@ func New(opt Options) *Sidecar {
 		name = opt.Dialer.Name()
 	}
 	s := &Sidecar{opt: opt, log: opt.Logger, m: opt.Metrics, calendar: calendar.New(),
-		replica: fmt.Sprintf("%s #%08x", name, rand.Uint32())}
+		replica: fmt.Sprintf("%s #%08x", name, rand.Uint32()), origins: newOriginLabels(opt.MetricsOrigins)}
 	s.consumers.Store(1)
 	s.reportShares()
 	s.beat()

@@ -103,7 +103,7 @@ rabbitmqctl set_permissions -p "$VHOST" "$REBOUND_USER" "$CONFIGURE" "$WRITE" "$
 #   the x-death header, not from the routing key.
 # - The pattern must never match rebound's own queues (rebound.*).
 rabbitmqctl set_policy -p "$VHOST" --apply-to queues --priority 10 \
-  orders-retry-to-rebound "$APP_QUEUES" '{"dead-letter-exchange":"rebound.dlx"}'
+  rebound-dead-letter "$APP_QUEUES" '{"dead-letter-exchange":"rebound.dlx"}'
 
 # --- Delay queues in lazy mode (classic queues, RabbitMQ before 3.12) ------
 # A delay queue holds every message for its whole delay: 1 000 failures a
