@@ -54,7 +54,7 @@ QUEUE_TYPE=${QUEUE_TYPE:-classic}
 # versions: older replicas still use it during a rolling upgrade (drop it
 # from the three patterns once none is left). The application queues are
 # not rebound's to declare.
-CONFIGURE='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+|delay\.in-use|delay\.lock|delay\.replica\.[0-9]+)$'
+CONFIGURE='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+|delay\.in-use|delay\.lock|delay\.replica\.[0-9]+|delay\.watch)$'
 
 # write: rebound publishes delayed copies to the delay queues' exchanges
 # (rebound.delay.<n>), and immediate retries and parked messages to the
@@ -75,7 +75,7 @@ WRITE='^(amq\.default|rebound\.delay|rebound\.inbox|rebound\.delay\.[0-9]+)$'
 # and `rebound delayed flush|cancel` reads them. `rebound topology prune`
 # reads the leases in rebound.delay.in-use. Nothing else: rebound never
 # consumes an application queue.
-READ='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+|delay\.in-use)$'
+READ='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+|delay\.in-use|delay\.watch)$'
 
 if ! rabbitmqctl -q list_users | awk '{print $1}' | grep -qx -- "$REBOUND_USER"; then
   # Prompts for nothing: the password comes from REBOUND_PASSWORD. Put the
