@@ -17,10 +17,10 @@
 package consumer
 
 import (
-	"regexp"
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"

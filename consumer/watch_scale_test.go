@@ -67,7 +67,9 @@ func TestWatchCostAtScale(t *testing.T) {
 			}
 			e.Publish(e.topo.InboxQueue, msgs...)
 			// Fifty replicas starting on a loaded machine take their time.
-			if !brokertest.Await(3*time.Minute, func() bool { return sum(t, regs, "rebound_messages_retried_total") >= float64(len(msgs)) && e.QueueLen(e.topo.InboxQueue) == 0 }) {
+			if !brokertest.Await(3*time.Minute, func() bool {
+				return sum(t, regs, "rebound_messages_retried_total") >= float64(len(msgs)) && e.QueueLen(e.topo.InboxQueue) == 0
+			}) {
 				t.Fatalf("%g of %d failures handled", sum(t, regs, "rebound_messages_retried_total"), len(msgs))
 			}
 			if !brokertest.Await(time.Minute, func() bool { return sum(t, regs, "rebound_watch_leader") == 1 }) {
