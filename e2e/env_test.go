@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -214,6 +215,27 @@ func (e *testEnv) metric(series string) string {
 		}
 	}
 	return ""
+}
+
+// metricTotal sums every series of the metric name (all label values)
+// on the replica's /metrics, as integers.
+func (e *testEnv) metricTotal(name string) int {
+	e.t.Helper()
+	resp, err := http.Get("http://" + e.http + "/metrics")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	total := 0
+	for _, line := range strings.Split(string(body), "\n") {
+		if rest, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) {
+			fields := strings.Fields(rest)
+			n, _ := strconv.ParseFloat(fields[len(fields)-1], 64)
+			total += int(n)
+		}
+	}
+	return total
 }
 
 // metricBecomes waits up to 10s until series (as metric takes it) reads
