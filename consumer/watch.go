@@ -134,9 +134,15 @@ func (w *watcher) run() {
 
 // join makes this replica a candidate for the watch token. Refused a
 // permission, it leads alone from then on (one warning per process).
+//
+// The token is consumed on the publishing connection, not on the consume
+// connection the rest of the watcher uses: the meter beneath the consume
+// connection takes every delivery on it for an inbox delivery. The one
+// publish (the token, at joining) waits out a resource alarm like any
+// other.
 func (w *watcher) join() {
 	s := w.ss.s
-	ch, err := w.conn.Channel()
+	ch, err := w.ss.pubConn.Channel()
 	if err != nil {
 		return // the connection is going: the session ends
 	}

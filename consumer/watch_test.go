@@ -1,10 +1,12 @@
 package consumer
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 func TestShareEvery(t *testing.T) {
@@ -58,6 +60,19 @@ func TestOneReplicaWatches(t *testing.T) {
 	})
 	if hasSeries(t, follower, "rebound_parked_messages", "queue", e.topo.ParkingQueue) {
 		t.Error("the follower reports the parking queue too")
+	}
+	// Messages go through while the token is held: the watch's delivery
+	// is no inbox delivery to the session (no session restarts).
+	msgs := make([]amqp.Publishing, 20)
+	for i := range msgs {
+		msgs[i] = amqp.Publishing{MessageId: fmt.Sprint(i), Headers: amqp.Table{"x-retry-origin-queue": e.app}}
+	}
+	e.Publish(e.topo.InboxQueue, msgs...)
+	e.WaitQueueLen(e.app, len(msgs), 30*time.Second)
+	for i, reg := range regs {
+		if n := metricValue(t, reg, "rebound_reconnects_total"); n != 0 {
+			t.Errorf("replica %d reconnected %g times", i, n)
+		}
 	}
 	for _, kind := range []string{callInbox, callParked, callDelayQueue} {
 		if n := metricValue(t, follower, "rebound_broker_calls_total", "kind", kind); n != 0 {
