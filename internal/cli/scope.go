@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"flag"
 	"fmt"
 	"regexp"
 	"time"
@@ -20,11 +19,6 @@ import (
 
 // originHelp is --origin's help in every command.
 const originHelp = "`regexp` of the origin queues (unanchored, like REBOUND_ORIGIN_QUEUES: ^orders\\.new$ for one queue)"
-
-// addOriginFlag adds --origin to fs; compileOrigin reads its value.
-func addOriginFlag(fs *flag.FlagSet) *string {
-	return fs.String("origin", "", originHelp)
-}
 
 // compileOrigin compiles an --origin value; "" gives nil, any origin.
 func compileOrigin(s string) (*regexp.Regexp, error) {
