@@ -125,28 +125,9 @@ func sum(t *testing.T, regs []*prometheus.Registry, name string, labels ...strin
 }
 
 func sumSeries(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	total := 0.0
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range f.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			for i := 0; i+1 < len(labels); i += 2 {
-				if have[labels[i]] != labels[i+1] {
-					continue series
-				}
-			}
-			total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
+	for _, v := range matching(t, reg, name, labels...) {
+		total += v
 	}
 	return total
 }
@@ -155,15 +136,7 @@ func sumSeries(t *testing.T, reg *prometheus.Registry, name string, labels ...st
 func count(t *testing.T, regs []*prometheus.Registry, name string) int {
 	n := 0
 	for _, reg := range regs {
-		families, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range families {
-			if f.GetName() == name {
-				n += len(f.GetMetric())
-			}
-		}
+		n += len(matching(t, reg, name))
 	}
 	return n
 }

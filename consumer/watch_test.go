@@ -89,21 +89,5 @@ func TestOneReplicaWatches(t *testing.T) {
 }
 
 func hasSeries(t *testing.T, reg *prometheus.Registry, name, label, value string) bool {
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					return true
-				}
-			}
-		}
-	}
-	return false
+	return len(matching(t, reg, name, label, value)) > 0
 }

@@ -203,13 +203,7 @@ func (e *testEnv) waitReady(exited <-chan error) {
 // `rebound_messages_parked_total{reason="max-retries"}`.
 func (e *testEnv) metric(series string) string {
 	e.t.Helper()
-	resp, err := http.Get("http://" + e.http + "/metrics")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range e.metricLines() {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			return v
 		}
@@ -221,14 +215,8 @@ func (e *testEnv) metric(series string) string {
 // on the replica's /metrics, as integers.
 func (e *testEnv) metricTotal(name string) int {
 	e.t.Helper()
-	resp, err := http.Get("http://" + e.http + "/metrics")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
 	total := 0
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range e.metricLines() {
 		if rest, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) {
 			fields := strings.Fields(rest)
 			n, _ := strconv.ParseFloat(fields[len(fields)-1], 64)
@@ -236,6 +224,18 @@ func (e *testEnv) metricTotal(name string) int {
 		}
 	}
 	return total
+}
+
+// metricLines returns the replica's /metrics, a line each.
+func (e *testEnv) metricLines() []string {
+	e.t.Helper()
+	resp, err := http.Get("http://" + e.http + "/metrics")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return strings.Split(string(body), "\n")
 }
 
 // metricBecomes waits up to 10s until series (as metric takes it) reads
