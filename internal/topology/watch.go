@@ -31,8 +31,8 @@ func (t Topology) WatchQueue() string { return t.DelayQueuePrefix + "watch" }
 // permission (configure and read on it): permissions from before it.
 var ErrWatchRefused = errors.New("no permission on the watch queue: grant rebound's user configure and read on it (deploy/rabbitmq/setup.sh); every replica reads the broker's counts meanwhile")
 
-// JoinWatch declares the watch queue on ch, publishes a token and
-// consumes the queue as one of its single-active-consumer candidates; a
+// JoinWatch declares the watch queue on ch, consumes it as one of its
+// single-active-consumer candidates and publishes a token; a
 // delivery on the returned channel makes this connection the one that
 // reads the counts, until ch or its connection closes. It returns
 // ErrWatchRefused when the broker refuses a permission (and closes ch).
@@ -50,15 +50,18 @@ func (t Topology) JoinWatch(ch *amqp.Channel, consumer string) (<-chan amqp.Deli
 	if err := ch.Qos(1, 0, false); err != nil {
 		return nil, fmt.Errorf("watch queue prefetch: %w", err)
 	}
-	if err := ch.PublishWithContext(context.Background(), "", t.WatchQueue(), false, false, amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte("watch")}); err != nil {
-		return nil, fmt.Errorf("publish watch token: %w", err)
-	}
 	d, err := ch.Consume(t.WatchQueue(), consumer, false, false, false, false, nil)
 	if refused(err) {
 		return nil, fmt.Errorf("%w: %w", ErrWatchRefused, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("consume watch queue: %w", err)
+	}
+	// Last, and not waited on: a connection that publishes during a
+	// resource alarm is blocked, and every call after this one that waits
+	// for the broker's answer would wait out the alarm.
+	if err := ch.PublishWithContext(context.Background(), "", t.WatchQueue(), false, false, amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte("watch")}); err != nil {
+		return nil, fmt.Errorf("publish watch token: %w", err)
 	}
 	return d, nil
 }
