@@ -72,6 +72,13 @@ func readEnvFile(data []byte) (File, error) {
 	return f, nil
 }
 
+// documentSeparator and configMapKind find the documents of a YAML
+// stream and the ConfigMaps among them.
+var (
+	documentSeparator = regexp.MustCompile(`(?m)^---\s*$`)
+	configMapKind     = regexp.MustCompile(`(?m)^kind:\s*ConfigMap\s*$`)
+)
+
 // readConfigMaps reads the data of the ConfigMaps in a YAML stream that
 // hold REBOUND_ variables. It reads what `kubectl kustomize` writes for
 // a ConfigMap's data (one "key: value" a line, the value plain, single-
@@ -81,8 +88,8 @@ func readConfigMaps(data []byte) (File, error) {
 	var f File
 	seen := map[string]string{}
 	found := false
-	for i, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(data), -1) {
-		if !regexp.MustCompile(`(?m)^kind:\s*ConfigMap\s*$`).MatchString(doc) {
+	for i, doc := range documentSeparator.Split(string(data), -1) {
+		if !configMapKind.MatchString(doc) {
 			continue
 		}
 		vars, err := configMapData(doc)
