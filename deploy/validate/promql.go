@@ -42,7 +42,6 @@ var Metrics = []Metric{
 	{Name: "rebound_parked_messages", Labels: map[string][]string{"queue": nil}},
 	{Name: "rebound_delay_queue_messages", Labels: map[string][]string{"queue": nil}},
 	{Name: "rebound_watch_leader"},
-	{Name: "rebound_events_total", Labels: map[string][]string{"outcome": {"published", "failed", "dropped"}}},
 	{Name: "rebound_broker_calls_total", Labels: map[string][]string{"kind": {"inbox", "parked", "delay-queue", "watch", "lease"}}},
 	{Name: "rebound_prefetch"},
 	{Name: "rebound_inflight_bytes"},

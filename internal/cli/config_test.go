@@ -38,7 +38,7 @@ func TestConfigCheckEnvFile(t *testing.T) {
 		}
 	}
 	_, _, err = runCLI(t, nil, "config", "check", "--env-file", name, "--strict")
-	if err == nil || !IsUsageError(err) || !strings.Contains(err.Error(), "--strict: 1 warnings and findings") {
+	if err == nil || !isUsageError(err) || !strings.Contains(err.Error(), "--strict: 1 warnings and findings") {
 		t.Errorf("--strict with a finding: %v, want exit 2", err)
 	}
 }
@@ -48,7 +48,7 @@ func TestConfigCheckStrictRefusesUnknownVariables(t *testing.T) {
 	if _, stderr, err := runCLI(t, nil, "config", "check", "--env-file", name); err != nil || !strings.Contains(stderr, "did you mean REBOUND_MAX_RETRIES?") {
 		t.Errorf("without --strict: %v, stderr %q: want a warning", err, stderr)
 	}
-	if _, _, err := runCLI(t, nil, "config", "check", "--env-file", name, "--strict"); !IsUsageError(err) {
+	if _, _, err := runCLI(t, nil, "config", "check", "--env-file", name, "--strict"); !isUsageError(err) {
 		t.Errorf("with --strict: %v, want exit 2", err)
 	}
 	clean := writeEnvFile(t, "REBOUND_MAX_RETRIES=4\n")

@@ -388,7 +388,7 @@ func FuzzSimulateCompare(f *testing.F) {
 // variable rebound does not read would compare the policy with itself.
 func TestSimulateCompareRefusesAMisspeltVariable(t *testing.T) {
 	_, _, err := runCLI(t, nil, "simulate", "outage", "-horizon", "2m", "-compare", "REBOUND_MAX_RETRY=5")
-	if !IsUsageError(err) || !strings.Contains(err.Error(), "did you mean REBOUND_MAX_RETRIES?") {
+	if !isUsageError(err) || !strings.Contains(err.Error(), "did you mean REBOUND_MAX_RETRIES?") {
 		t.Errorf("misspelt --compare: %v, want a usage error naming the variable it meant", err)
 	}
 }
