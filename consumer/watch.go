@@ -52,7 +52,8 @@ var brokerCallKinds = []string{callInbox, callParked, callDelayQueue, callWatch,
 // only the replica that holds the watch token (topology.JoinWatch) reads
 // them for the gauges: N replicas cost the broker what one does, and
 // export one set of series. The others read only the inbox's consumer
-// count, and only when a policy has a retry rate, whose share needs it.
+// count (their share of a retry rate and their place among the replicas
+// need it), less often the more replicas there are (shareEvery).
 // A replica the broker refuses the watch queue (permissions from before
 // it) reads everything, as every replica did before the watch.
 type watcher struct {
@@ -205,25 +206,13 @@ func (w *watcher) inspect(queue, kind string) (amqp.Queue, error) {
 	return ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 }
 
-// needsConsumerCount reports whether some policy has a retry rate, whose
-// share divides by the inbox's consumers.
-func (w *watcher) needsConsumerCount() bool {
-	for _, p := range w.ss.router.Policies.All() {
-		if p.RetryRate > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// inbox reads the inbox's messages and consumers, on the leader for the
-// gauges and on every replica when a retry rate needs the consumer count
-// (shareEvery).
+// inbox reads the inbox's messages and consumers: on the leader every
+// time, for the gauges; on the others every shareEvery, for the count.
 // When the count cannot be read, the share goes on from the last one
 // known (1 before any), with one warning per process.
 func (w *watcher) inbox() {
 	s := w.ss.s
-	if !w.leader && (!w.needsConsumerCount() || s.opt.Now().Before(w.nextShare)) {
+	if !w.leader && s.opt.Now().Before(w.nextShare) {
 		return
 	}
 	inbox := w.ss.router.Topology.InboxQueue
