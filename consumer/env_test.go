@@ -158,10 +158,23 @@ func (e *env) metric(name string, labels ...string) float64 {
 
 func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
 	t.Helper()
+	values := matching(t, reg, name, labels...)
+	if len(values) == 0 {
+		t.Fatalf("no series %s%v", name, labels)
+	}
+	return values[0]
+}
+
+// matching returns the values of the series of name on reg whose labels
+// include labels (name, value pairs): a counter's or gauge's value, a
+// histogram's sample count.
+func matching(t *testing.T, reg *prometheus.Registry, name string, labels ...string) []float64 {
+	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
+	var out []float64
 	for _, f := range families {
 		if f.GetName() != name {
 			continue
@@ -179,16 +192,15 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...
 			}
 			switch {
 			case m.GetCounter() != nil:
-				return m.GetCounter().GetValue()
+				out = append(out, m.GetCounter().GetValue())
 			case m.GetGauge() != nil:
-				return m.GetGauge().GetValue()
+				out = append(out, m.GetGauge().GetValue())
 			case m.GetHistogram() != nil:
-				return float64(m.GetHistogram().GetSampleCount())
+				out = append(out, float64(m.GetHistogram().GetSampleCount()))
 			}
 		}
 	}
-	t.Fatalf("no series %s%v", name, labels)
-	return 0
+	return out
 }
 
 // logged returns the log entries with message msg.

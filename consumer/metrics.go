@@ -16,12 +16,12 @@ import (
 type Metrics struct {
 	Received        prometheus.Counter
 	Redelivered     prometheus.Counter
-	Retried         *prometheus.CounterVec // kind: delayed, immediate; policy
+	Retried         *prometheus.CounterVec // kind: delayed, immediate; policy; origin (see originLabels)
 	RetryDelay      prometheus.Histogram
-	Parked          *prometheus.CounterVec // reason; policy
+	Parked          *prometheus.CounterVec // reason; policy; origin (see originLabels)
 	InvalidHeaders  *prometheus.CounterVec // header
 	OriginMismatch  prometheus.Counter
-	PolicyConflicts prometheus.Counter
+	PolicyConflicts *prometheus.CounterVec // policy: the one this replica chose
 	RetryAfter      *prometheus.CounterVec // policy; outcome: applied, capped, ignored-invalid
 	PublishFailures *prometheus.CounterVec // kind: nack, return, timeout, closed
 	ConfirmLatency  prometheus.Histogram
@@ -30,12 +30,23 @@ type Metrics struct {
 	Blocked         prometheus.Gauge
 	Ready           prometheus.Gauge
 
-	// What waits on the broker, from passive declarations: every replica
-	// reports the same numbers, so aggregate with max, not sum.
-	InboxMessages      prometheus.Gauge
+	// What waits on the broker, from passive declarations by the one
+	// replica of the vhost that holds the watch token (WatchLeader; see
+	// topology.JoinWatch): the others have no series. Aggregate with max
+	// by queue, which also covers the moment two report during a
+	// handover; never sum across pods or namespaces.
+	InboxMessages *prometheus.GaugeVec // queue: the inbox
+	// InboxConsumers is this replica's own reading of the inbox's
+	// consumers, the divisor of its share of a retry rate: read by the
+	// leader, and by every replica when a policy has a rate.
 	InboxConsumers     prometheus.Gauge
-	ParkedMessages     prometheus.Gauge
-	DelayQueueMessages *prometheus.GaugeVec // queue: a delay queue this replica uses
+	ParkedMessages     *prometheus.GaugeVec // queue: the parking queue
+	DelayQueueMessages *prometheus.GaugeVec // queue: a delay queue the reporting replica uses
+	WatchLeader        prometheus.Gauge
+	// BrokerCalls counts the calls rebound makes to learn about the
+	// broker, by kind (inbox, parked, delay-queue, watch, lease): what a
+	// replica costs the broker besides moving messages.
+	BrokerCalls *prometheus.CounterVec
 
 	// The in-flight window (REBOUND_PREFETCH, REBOUND_INFLIGHT_BYTES).
 	Prefetch      prometheus.Gauge
@@ -87,18 +98,18 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 		Received:    counter("rebound_messages_received_total", "Messages delivered to rebound from its inbox."),
 		Redelivered: counter("rebound_redelivered_total", "Inbox deliveries flagged redelivered; each may produce a duplicate copy."),
 		Retried: counterVec("rebound_messages_retried_total", "Messages sent back for another attempt, confirmed by the broker.",
-			"kind", "policy"),
+			"kind", "policy", "origin"),
 		RetryDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "rebound_retry_delay_seconds", Help: "Delay chosen for each delayed retry.",
 			Buckets: prometheus.ExponentialBuckets(0.1, 4, 10), // 100ms .. ~7h
 		}),
 		Parked: counterVec("rebound_messages_parked_total", "Messages moved to the parking queue, confirmed by the broker.",
-			"reason", "policy"),
+			"reason", "policy", "origin"),
 		InvalidHeaders: counterVec("rebound_invalid_headers_total", "Headers that could not be read and were treated as absent.", "header"),
 		OriginMismatch: counter("rebound_origin_mismatch_total",
 			"Messages whose origin header named another queue than the broker's x-death record, which was used instead."),
-		PolicyConflicts: counter("rebound_policy_conflicts_total",
-			"Messages whose policy header named another policy, or another fingerprint, than this replica chose: replicas configured differently."),
+		PolicyConflicts: counterVec("rebound_policy_conflicts_total",
+			"Messages whose policy header named another policy, or another fingerprint, than this replica chose (policy): replicas configured differently.", "policy"),
 		RetryAfter: counterVec("rebound_retry_after_total",
 			"Retries whose consumer asked for a least delay (x-retry-after, x-opt-retry-after), confirmed: applied, capped by the policy's max delay or budget, or ignored-invalid.",
 			"policy", "outcome"),
@@ -112,11 +123,17 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 		Blocked:    gauge("rebound_connection_blocked", "1 while the broker blocks rebound's publishing connection (resource alarm)."),
 		Ready:      gauge("rebound_ready", "1 when connected, topology declared and consuming."),
 
-		InboxMessages:  gauge("rebound_inbox_messages", "Messages ready in the inbox (every replica reports the broker's count: aggregate with max)."),
-		InboxConsumers: gauge("rebound_inbox_consumers", "Consumers on the inbox: rebound's replicas (every replica reports the broker's count)."),
-		ParkedMessages: gauge("rebound_parked_messages", "Messages in the parking queue (every replica reports the broker's count: aggregate with max)."),
+		InboxMessages: gaugeVec("rebound_inbox_messages",
+			"Messages ready in the inbox, reported by the replica that holds the watch token (aggregate with max by queue).", "queue"),
+		InboxConsumers: gauge("rebound_inbox_consumers",
+			"Consumers on the inbox (rebound's replicas) as this replica last read them: the divisor of its share of a retry rate. Read by the replica that holds the watch token, and by every replica when a policy has a retry rate (aggregate with max)."),
+		ParkedMessages: gaugeVec("rebound_parked_messages",
+			"Messages in the parking queue, reported by the replica that holds the watch token (aggregate with max by queue).", "queue"),
 		DelayQueueMessages: gaugeVec("rebound_delay_queue_messages",
-			"Messages waiting in each delay queue this replica uses, having published to it within REBOUND_DELAY_QUEUE_IDLE (replicas report the same queue alike: aggregate with max by queue).", "queue"),
+			"Messages waiting in each delay queue the replica that holds the watch token uses, having published to it within REBOUND_DELAY_QUEUE_IDLE (aggregate with max by queue).", "queue"),
+		WatchLeader: gauge("rebound_watch_leader", "1 while this replica holds the watch token and reports the queue gauges for the vhost."),
+		BrokerCalls: counterVec("rebound_broker_calls_total",
+			"Calls made to learn about the broker (passive declarations, the watch token, leases), by kind.", "kind"),
 
 		Prefetch:      gauge("rebound_prefetch", "The inbox prefetch in use: at most REBOUND_PREFETCH, lower when large messages fill REBOUND_INFLIGHT_BYTES."),
 		InflightBytes: gauge("rebound_inflight_bytes", "Message bytes of the inbox deliveries rebound holds unacked."),
@@ -153,18 +170,19 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 	}
 	reg.MustRegister(m.Received, m.Redelivered, m.Retried, m.RetryDelay, m.Parked, m.InvalidHeaders, m.OriginMismatch,
 		m.PolicyConflicts, m.RetryAfter, m.PublishFailures, m.ConfirmLatency, m.InFlight, m.Reconnects, m.Blocked, m.Ready,
-		m.InboxMessages, m.InboxConsumers, m.ParkedMessages, m.DelayQueueMessages, m.Prefetch, m.InflightBytes,
+		m.InboxMessages, m.InboxConsumers, m.ParkedMessages, m.DelayQueueMessages, m.WatchLeader, m.BrokerCalls, m.Prefetch, m.InflightBytes,
 		m.InboxStalled, m.RateDeferred, m.RateDeferral, m.RateOverflow, m.RateShare, m.Returned, m.OriginRefused, m.OriginWaits,
 		m.OriginsRefusing, m.OriginTwins, m.Events, m.BuildInfo)
 	// Create the fixed-label series up front so dashboards show zeros, not gaps.
 	for _, p := range r.Policies.All() {
 		for _, kind := range []string{"delayed", "immediate"} {
-			m.Retried.WithLabelValues(kind, p.Name)
+			m.Retried.WithLabelValues(kind, p.Name, "")
 		}
 		for _, reason := range policy.Reasons {
-			m.Parked.WithLabelValues(string(reason), p.Name)
+			m.Parked.WithLabelValues(string(reason), p.Name, "")
 		}
 		m.RateDeferred.WithLabelValues(p.Name)
+		m.PolicyConflicts.WithLabelValues(p.Name)
 		m.RateDeferral.WithLabelValues(p.Name)
 		m.RateOverflow.WithLabelValues(p.Name)
 		m.RateShare.WithLabelValues(p.Name)
@@ -179,6 +197,9 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 		if h != "" {
 			m.InvalidHeaders.WithLabelValues(h)
 		}
+	}
+	for _, kind := range brokerCallKinds {
+		m.BrokerCalls.WithLabelValues(kind)
 	}
 	for _, o := range []republisher.Outcome{republisher.Nacked, republisher.Returned, republisher.TimedOut, republisher.Closed} {
 		m.PublishFailures.WithLabelValues(o.String())

@@ -22,5 +22,6 @@ func OptionsFrom(cfg config.Config, dialer *dialer.Dialer, log *zap.Logger, m *M
 		EventsExchange: cfg.EventsExchange,
 		Logger:         log,
 		Metrics:        m,
+		MetricsOrigins: cfg.MetricsOriginsRegexp(),
 	}
 }

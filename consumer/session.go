@@ -291,6 +291,7 @@ func (ss *session) tendDelayQueues(st *leaseState) error {
 		return nil
 	}
 	err := ss.pub.Delays().PublishLease(delayqueue.Lease{Replica: s.replica, Queues: queues, Sequence: s.leases.Add(1)}, 3*every)
+	s.m.BrokerCalls.WithLabelValues(callLease).Inc()
 	if err != nil {
 		if !st.failed {
 			s.log.Warn("cannot publish this replica's lease of the delay queues it uses; `rebound topology prune` may delete one of them under it",
@@ -529,7 +530,7 @@ func (ss *session) report(d amqp.Delivery, rt route.Route) {
 			zap.String("origin", rt.Origin.Queue))
 	}
 	if rt.Conflict != "" && !d.Redelivered {
-		s.m.PolicyConflicts.Inc()
+		s.m.PolicyConflicts.WithLabelValues(rt.Policy.Name).Inc()
 		s.log.Warn("policy header disagrees with this replica's policies; deciding with this replica's",
 			zap.String("message_id", d.MessageId), zap.String("header", quoteShort(d.Headers[ss.router.Codec.Names.Policy])),
 			zap.String("conflict", rt.Conflict), zap.String("policy", rt.Policy.Label()), zap.String("origin", quoteShort(rt.Origin.Queue)))
@@ -572,19 +573,20 @@ func (ss *session) record(rt route.Route, o republisher.Outcome, latency time.Du
 		return
 	}
 	s.m.ConfirmLatency.Observe(latency.Seconds())
+	origin := s.origins.value(rt.Origin.Queue)
 	switch decision := rt.Decision; {
 	case rt.Refused && decision.Retry:
 		s.m.OriginWaits.WithLabelValues(rt.Policy.Name).Inc()
 	case rt.Returning && decision.Retry:
 		s.m.Returned.WithLabelValues(rt.Policy.Name).Inc()
 	case !decision.Retry:
-		s.m.Parked.WithLabelValues(string(decision.Reason), rt.Policy.Name).Inc()
+		s.m.Parked.WithLabelValues(string(decision.Reason), rt.Policy.Name, origin).Inc()
 		s.parked.Add(1)
 	case decision.Delay == 0:
-		s.m.Retried.WithLabelValues("immediate", rt.Policy.Name).Inc()
+		s.m.Retried.WithLabelValues("immediate", rt.Policy.Name, origin).Inc()
 		s.retried.Add(1)
 	default:
-		s.m.Retried.WithLabelValues("delayed", rt.Policy.Name).Inc()
+		s.m.Retried.WithLabelValues("delayed", rt.Policy.Name, origin).Inc()
 		s.m.RetryDelay.Observe(decision.Delay.Seconds())
 		s.retried.Add(1)
 	}

@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,6 +69,10 @@ type Options struct {
 	// (hold mode, or draining a hold queue in queues mode); Run runs it
 	// and waits for it to end.
 	Holder *holder.Holder
+	// MetricsOrigins (REBOUND_METRICS_ORIGINS) matches the origin queues
+	// that get a value of their own in the origin label of the retried
+	// and parked counters (see originLabels); nil leaves the label empty.
+	MetricsOrigins *regexp.Regexp
 
 	Now          func() time.Time   // default time.Now
 	NewRand      func() policy.Rand // default a randomly seeded PCG
@@ -105,6 +110,7 @@ type Sidecar struct {
 	consumerLower  int          // a lower count read once, not yet confirmed; 0 for none
 	place          atomic.Int64 // setPlace
 	consumerWarned atomic.Bool
+	watchWarned    atomic.Bool // the broker refused the watch queue (logged once)
 	deferrals      deferralLog // used by the session's goroutine only
 
 	// Origin queues that refused a copy, backed off (refusals.go); kept
@@ -120,6 +126,8 @@ type Sidecar struct {
 	// published, across sessions, so that readers know its newest.
 	replica string
 	leases  atomic.Uint64
+
+	origins *originLabels // the origin label's values
 }
 
 // attemptID returns a new id for a copy sent straight to its origin
@@ -157,7 +165,7 @@ func New(opt Options) *Sidecar {
 		name = opt.Dialer.Name()
 	}
 	s := &Sidecar{opt: opt, log: opt.Logger, m: opt.Metrics, calendar: calendar.New(),
-		refusals: newRefusals(), replica: fmt.Sprintf("%s #%08x", name, rand.Uint32())}
+		refusals: newRefusals(), replica: fmt.Sprintf("%s #%08x", name, rand.Uint32()), origins: newOriginLabels(opt.MetricsOrigins)}
 	s.consumers.Store(1)
 	s.reportShares()
 	s.beat()

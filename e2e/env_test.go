@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -202,18 +203,39 @@ func (e *testEnv) waitReady(exited <-chan error) {
 // `rebound_messages_parked_total{reason="max-retries"}`.
 func (e *testEnv) metric(series string) string {
 	e.t.Helper()
+	for _, line := range e.metricLines() {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// metricTotal sums every series of the metric name (all label values)
+// on the replica's /metrics, as integers.
+func (e *testEnv) metricTotal(name string) int {
+	e.t.Helper()
+	total := 0
+	for _, line := range e.metricLines() {
+		if rest, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) {
+			fields := strings.Fields(rest)
+			n, _ := strconv.ParseFloat(fields[len(fields)-1], 64)
+			total += int(n)
+		}
+	}
+	return total
+}
+
+// metricLines returns the replica's /metrics, a line each.
+func (e *testEnv) metricLines() []string {
+	e.t.Helper()
 	resp, err := http.Get("http://" + e.http + "/metrics")
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, series+" "); ok {
-			return v
-		}
-	}
-	return ""
+	return strings.Split(string(body), "\n")
 }
 
 // metricBecomes waits up to 10s until series (as metric takes it) reads

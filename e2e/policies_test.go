@@ -142,8 +142,7 @@ func TestReplicasConfiguredDifferentlyAreFound(t *testing.T) {
 func policyConflicts(replicas []*testEnv) int {
 	sum := 0
 	for _, r := range replicas {
-		c, _ := strconv.Atoi(r.metric("rebound_policy_conflicts_total"))
-		sum += c
+		sum += r.metricTotal("rebound_policy_conflicts_total")
 	}
 	return sum
 }

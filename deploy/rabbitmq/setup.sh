@@ -54,7 +54,7 @@ QUEUE_TYPE=${QUEUE_TYPE:-classic}
 # versions: older replicas still use it during a rolling upgrade (drop it
 # from the three patterns once none is left). The application queues are
 # not rebound's to declare.
-CONFIGURE='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+|delay\.in-use|delay\.lock|delay\.replica\.[0-9]+)$'
+CONFIGURE='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+|delay\.in-use|delay\.lock|delay\.replica\.[0-9]+|delay\.watch)$'
 
 # write: rebound publishes delayed copies to the delay queues' exchanges
 # (rebound.delay.<n>), and immediate retries and parked messages to the
@@ -75,7 +75,7 @@ WRITE='^(amq\.default|rebound\.delay|rebound\.inbox|rebound\.delay\.[0-9]+)$'
 # and `rebound delayed flush|cancel` reads them. `rebound topology prune`
 # reads the leases in rebound.delay.in-use. Nothing else: rebound never
 # consumes an application queue.
-READ='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+|delay\.in-use)$'
+READ='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+|delay\.in-use|delay\.watch)$'
 
 if ! rabbitmqctl -q list_users | awk '{print $1}' | grep -qx -- "$REBOUND_USER"; then
   # Prompts for nothing: the password comes from REBOUND_PASSWORD. Put the
@@ -103,7 +103,7 @@ rabbitmqctl set_permissions -p "$VHOST" "$REBOUND_USER" "$CONFIGURE" "$WRITE" "$
 #   the x-death header, not from the routing key.
 # - The pattern must never match rebound's own queues (rebound.*).
 rabbitmqctl set_policy -p "$VHOST" --apply-to queues --priority 10 \
-  orders-retry-to-rebound "$APP_QUEUES" '{"dead-letter-exchange":"rebound.dlx"}'
+  rebound-dead-letter "$APP_QUEUES" '{"dead-letter-exchange":"rebound.dlx"}'
 
 # --- Delay queues in lazy mode (classic queues, RabbitMQ before 3.12) ------
 # A delay queue holds every message for its whole delay: 1 000 failures a

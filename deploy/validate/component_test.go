@@ -2,7 +2,11 @@ package validate
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -74,6 +78,7 @@ resources:
   - apps.yaml
 components:
   - select
+  - ../../components/vhost-config
   - ../../components/sidecar
 images:
   - name: rebound
@@ -86,14 +91,15 @@ secretGenerator:
     options:
       disableNameSuffixHash: true
 patches:
-  - patch: |-
-      apiVersion: v1
-      kind: ConfigMap
-      metadata:
-        name: rebound-config
-      data:
-        REBOUND_ORIGIN_QUEUES: ^billing\.
-        REBOUND_MAX_RETRIES: "3"
+  # What the sidecar component's comment shows: a service's own setting,
+  # on its rebound container, never on the vhost's ConfigMap.
+  - target:
+      kind: Deployment
+      name: billing-api
+    patch: |-
+      - op: add
+        path: /spec/template/spec/initContainers/0/env/-
+        value: {name: REBOUND_LOG_LEVEL, value: debug}
   - patch: |-
       apiVersion: apps/v1
       kind: Deployment
@@ -174,10 +180,51 @@ func TestSidecarComponentAddsReboundToTheDeploymentsNamed(t *testing.T) {
 		}
 	}
 	cm := only[*corev1.ConfigMap](t, objs)
-	if got := cm.Data["REBOUND_MAX_RETRIES"]; got != "3" {
-		t.Errorf("the overlay's patch set REBOUND_MAX_RETRIES=3, the ConfigMap has %q", got)
+	for k, v := range componentEnv(t) {
+		if cm.Data[k] != v {
+			t.Errorf("%s=%q in the built ConfigMap, %q in the vhost's rebound.env", k, cm.Data[k], v)
+		}
 	}
-	if got := cm.Data["REBOUND_ORIGIN_QUEUES"]; got != `^billing\.` {
-		t.Errorf("REBOUND_ORIGIN_QUEUES = %q, want the overlay's ^billing\\.", got)
+	if env := reboundEnv(deployments["billing-api"]); env["REBOUND_LOG_LEVEL"] != "debug" {
+		t.Errorf("the overlay set REBOUND_LOG_LEVEL=debug on billing-api's rebound container, it has %v", env)
+	}
+}
+
+// reboundEnv returns the env of d's rebound container.
+func reboundEnv(d *appsv1.Deployment) map[string]string {
+	out := map[string]string{}
+	spec := d.Spec.Template.Spec
+	for _, c := range append(spec.InitContainers, spec.Containers...) {
+		if c.Name == ContainerName {
+			for _, e := range c.Env {
+				out[e.Name] = e.Value
+			}
+		}
+	}
+	return out
+}
+
+// TestNoOverlayPatchesTheVhostsVariables: no kustomization under deploy/
+// (its comments included, which teams copy) sets a variable of the vhost
+// (the names, the allowlist, the policies) per service: those are the
+// same for every rebound of the vhost, in components/vhost-config.
+func TestNoOverlayPatchesTheVhostsVariables(t *testing.T) {
+	setting := regexp.MustCompile(`\b(REBOUND_[A-Z0-9_]+)\s*:|name:\s*(REBOUND_[A-Z0-9_]+)`)
+	err := filepath.WalkDir(kustomizeDir, func(p string, e os.DirEntry, err error) error {
+		if err != nil || e.IsDir() || filepath.Base(p) != "kustomization.yaml" {
+			return err
+		}
+		for i, line := range strings.Split(string(read(t, p)), "\n") {
+			for _, m := range setting.FindAllStringSubmatch(line, -1) {
+				name := m[1] + m[2]
+				if !slices.Contains(perPod, name) {
+					t.Errorf("%s:%d sets %s, a variable of the vhost, outside components/vhost-config/rebound.env", p, i+1, name)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -71,12 +71,12 @@ func TestBase(t *testing.T) {
 var perPod = []string{"REBOUND_LOG_LEVEL", "REBOUND_LOG_FORMAT", "REBOUND_HTTP_ADDR", "REBOUND_PREFETCH",
 	"REBOUND_INFLIGHT_BYTES", "REBOUND_CONFIRM_TIMEOUT", "REBOUND_SHUTDOWN_GRACE", "REBOUND_DELAY_QUEUE_IDLE"}
 
-// componentEnv reads the sidecar component's rebound.env, the vhost's one
-// configuration.
+// componentEnv reads the vhost-config component's rebound.env, the
+// vhost's one configuration.
 func componentEnv(t *testing.T) map[string]string {
 	t.Helper()
 	vars := map[string]string{}
-	for _, line := range strings.Split(string(read(t, filepath.Join(kustomizeDir, "components", "sidecar", "rebound.env"))), "\n") {
+	for _, line := range strings.Split(string(read(t, filepath.Join(kustomizeDir, "components", "vhost-config", "rebound.env"))), "\n") {
 		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(strings.TrimSpace(line), "#") {
 			vars[k] = v
 		}
@@ -91,6 +91,11 @@ func TestOverlays(t *testing.T) {
 			objs := build(t, filepath.Join(kustomizeDir, "overlays", name))
 			checkBuilt(t, objs, layout, true)
 			cm := only[*corev1.ConfigMap](t, objs)
+			// One name in every namespace and every release: a content
+			// hash in it would restart every service's pods at each change.
+			if cm.Name != "rebound-config" {
+				t.Errorf("the vhost's ConfigMap is named %s, want rebound-config (no content hash)", cm.Name)
+			}
 			for k, v := range shared {
 				if !slices.Contains(perPod, k) && cm.Data[k] != v {
 					t.Errorf("%s=%q, but the component's rebound.env, every rebound's of the vhost, has %q: patch only %s per service", k, cm.Data[k], v, strings.Join(perPod, ", "))
@@ -299,7 +304,8 @@ func TestCheckPodCatches(t *testing.T) {
 		{"app escalation", func(d *appsv1.Deployment, _ *PodInput) {
 			d.Spec.Template.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation = ptr.To(true)
 		}, "app: allowPrivilegeEscalation"},
-		{"readiness on healthz", func(d *appsv1.Deployment, _ *PodInput) { reboundContainer(d).ReadinessProbe.HTTPGet.Path = "/healthz" }, "readiness probe path"},
+		{"a sidecar ready on readyz (the broker would hold the pod)", func(d *appsv1.Deployment, _ *PodInput) { reboundContainer(d).ReadinessProbe.HTTPGet.Path = "/readyz" }, "readiness probe path"},
+		{"a sidecar started on readyz (the broker would hold the app)", func(d *appsv1.Deployment, _ *PodInput) { reboundContainer(d).StartupProbe.HTTPGet.Path = "/readyz" }, "startup probe path"},
 		{"liveness on readyz", func(d *appsv1.Deployment, _ *PodInput) { reboundContainer(d).LivenessProbe.HTTPGet.Path = "/readyz" }, "liveness probe path"},
 		{"impatient liveness", func(d *appsv1.Deployment, _ *PodInput) { reboundContainer(d).LivenessProbe.FailureThreshold = 1 }, "liveness probe gives up"},
 		{"probe port", func(d *appsv1.Deployment, _ *PodInput) {

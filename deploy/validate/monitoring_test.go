@@ -2,12 +2,15 @@ package validate
 
 import (
 	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"github.com/prometheus/client_golang/prometheus"
+	appsv1 "k8s.io/api/apps/v1"
 
 	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/consumer"
@@ -134,6 +137,9 @@ func TestMetricsAreTheSidecars(t *testing.T) {
 	m := consumer.NewMetrics(reg, cfg.Router())
 	// One series per delay queue used: none until one is.
 	m.DelayQueueMessages.WithLabelValues(cfg.DelayQueuePrefix + "1000").Set(0)
+	// The vhost's queue gauges: series on the replica that holds the watch.
+	m.InboxMessages.WithLabelValues(cfg.InboxQueue).Set(0)
+	m.ParkedMessages.WithLabelValues(cfg.ParkingQueue).Set(0)
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -210,9 +216,11 @@ func TestCheckRunbookCatches(t *testing.T) {
 		"        labels: {severity: warning}\n        annotations: {summary: s, description: d, runbook_url: \"" + RunbookURL + "a\"}\n"))
 	for _, tc := range []struct{ name, runbook, want string }{
 		{"no section", "# r\n\n## B\n", "no section"},
-		{"extra section", "# r\n\n## A\n**What it means.** x **What to check.** y **What to run.** `rebound delayed`\n\n## B\nz\n", `section "B" is for no alert`},
-		{"no command", "# r\n\n## A\n**What it means.** x **What to check.** y **What to run.** restart it\n", "names no rebound command"},
-		{"missing part", "# r\n\n## A\n**What it means.** x **What to run.** `rebound delayed`\n", "no **What to check.**"},
+		{"extra section", "# r\n\n## A\n**What it means.** x **Whose it is.** p **What to check.** y **What to run.** `rebound delayed`\n\n## B\nz\n", `section "B" is for no alert`},
+		{"no command", "# r\n\n## A\n**What it means.** x **Whose it is.** p **What to check.** y **What to run.** restart it\n", "names no rebound command"},
+		{"missing part", "# r\n\n## A\n**What it means.** x **Whose it is.** p **What to run.** `rebound delayed`\n", "no **What to check.**"},
+		{"no policy or origin named", "# r\n\n## A\n**What it means.** x **What to check.** y **What to run.** `rebound delayed`\n", "no **Whose it is.**"},
+		{"unscoped replay", "# r\n\n## A\n**What it means.** x **Whose it is.** p **What to check.** y **What to run.** `rebound parked replay\n--canary 5 --canary-wait 5m --rate 50`\n", "scope it with --origin"},
 	} {
 		ps := CheckRunbook(groups, tc.runbook)
 		if !slices.ContainsFunc(ps, func(p string) bool { return strings.Contains(p, tc.want) }) {
@@ -233,6 +241,47 @@ func TestCheckRuleTestsCatches(t *testing.T) {
 		ps := CheckRuleTests(groups, []byte(tc.tests))
 		if !slices.ContainsFunc(ps, func(p string) bool { return strings.Contains(p, tc.want) }) {
 			t.Errorf("%s: want a problem mentioning %q, got %q", tc.name, tc.want, ps)
+		}
+	}
+}
+
+// TestDocsScopeEveryMove: every example in the documentation of a command
+// that moves or deletes messages is limited to some origin, reason or
+// group (the runbook's are checked with its sections).
+func TestDocsScopeEveryMove(t *testing.T) {
+	files, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, "../../README.md", "../README.md")
+	for _, name := range files {
+		for _, c := range UnscopedCommands(string(read(t, name))) {
+			t.Errorf("%s: %s moves or deletes messages of every service: scope it with --origin, --reason or --group", name, c)
+		}
+	}
+	if got := UnscopedCommands("`rebound parked replay --canary 5 --rate 50` and `rebound parked replay` and `rebound delayed flush --origin ^a$ --yes`"); len(got) != 1 {
+		t.Errorf("UnscopedCommands found %q, want the first alone", got)
+	}
+}
+
+// TestDashboardNumbersComeFromTheManifests: a size the dashboard states
+// (the container's memory limit) is the one the manifests set.
+func TestDashboardNumbersComeFromTheManifests(t *testing.T) {
+	objs := build(t, filepath.Join(kustomizeDir, "overlays", "example"))
+	d := only[*appsv1.Deployment](t, objs)
+	var limit string
+	for _, c := range append(d.Spec.Template.Spec.InitContainers, d.Spec.Template.Spec.Containers...) {
+		if c.Name == ContainerName {
+			limit = c.Resources.Limits.Memory().String()
+		}
+	}
+	sizes := regexp.MustCompile(`\b\d+(Mi|Gi)\b`).FindAllString(string(read(t, dashboardFile)), -1)
+	if len(sizes) == 0 {
+		t.Fatal("the dashboard states no memory size; the search is broken or the text moved")
+	}
+	for _, s := range sizes {
+		if s != limit {
+			t.Errorf("the dashboard says %s; the manifests' memory limit is %s", s, limit)
 		}
 	}
 }

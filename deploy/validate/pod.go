@@ -343,12 +343,24 @@ func checkProbes(p *problems, c *corev1.Container, port *corev1.ContainerPort, l
 			p.add("%s: %s probe port %s is not the HTTP port %s/%d", c.Name, kind, pr.HTTPGet.Port.String(), port.Name, port.ContainerPort)
 		}
 	}
-	probe("readiness", c.ReadinessProbe, "/readyz")
+	// Beside an application, rebound's readiness and startup are the pod's:
+	// neither may wait on the broker, or a broker outage keeps every
+	// service from starting and takes every pod out of its Service. Alone
+	// (standalone), it is ready when it consumes.
+	ready := "/readyz"
+	if layout != Standalone {
+		ready = "/healthz"
+	}
+	probe("readiness", c.ReadinessProbe, ready)
 	probe("liveness", c.LivenessProbe, "/healthz")
 	if c.StartupProbe != nil {
-		probe("startup", c.StartupProbe, "/readyz", "/healthz")
+		if layout == Standalone {
+			probe("startup", c.StartupProbe, "/readyz", "/healthz")
+		} else {
+			probe("startup", c.StartupProbe, "/healthz")
+		}
 	} else if layout == NativeSidecar {
-		p.add("%s: no startup probe: the app would start before rebound has declared the dead-letter exchange", c.Name)
+		p.add("%s: no startup probe: the app would start before rebound serves its probes", c.Name)
 	}
 	if lp := c.LivenessProbe; lp != nil {
 		// A broker outage must never restart rebound: /healthz ignores the

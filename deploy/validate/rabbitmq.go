@@ -136,6 +136,8 @@ func Needs(c config.Config) []Access {
 		{"configure", topo.LockQueue(), "take and release the lock of the delay queues"},
 		{"configure", topo.PlaceQueue(0), "take a replica's place among the replicas (the retry rate budget's share)"},
 		{"configure", topo.PlaceQueue(49), "take a replica's place among the replicas (the retry rate budget's share)"},
+		{"configure", topo.WatchQueue(), "declare the watch queue, whose token elects the replica that reads the broker's counts"},
+		{"read", topo.WatchQueue(), "consume the watch queue"},
 	}
 	for _, d := range delays {
 		queue, _ := topo.DelayQueue(d)
@@ -179,7 +181,7 @@ func CheckPermissions(p Permissions, c config.Config) []string {
 	foreign := []string{
 		"orders", "orders.created", "amq.topic", "amq.direct",
 		c.InboxQueue + "x", "x" + c.InboxQueue, c.DelayQueuePrefix + "abc", c.DelayQueuePrefix,
-		c.DeadLetterExchange + ".extra", c.ParkingQueue + "2", c.DelayQueuePrefix + "lock.x", c.DelayQueuePrefix + "in-use2",
+		c.DeadLetterExchange + ".extra", c.ParkingQueue + "2", c.DelayQueuePrefix + "lock.x", c.DelayQueuePrefix + "in-use2", c.DelayQueuePrefix + "watch2",
 		c.DelayQueuePrefix + "replica.", c.DelayQueuePrefix + "replica.x",
 	}
 	for perm, r := range res {

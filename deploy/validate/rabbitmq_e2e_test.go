@@ -159,7 +159,7 @@ func TestRabbitMQSetupEndToEnd(t *testing.T) {
 		}
 	}
 	for queue, want := range map[string]string{
-		"rebound.delay.1000": "rebound-delay-queues-lazy", "orders.e2e": "orders-retry-to-rebound",
+		"rebound.delay.1000": "rebound-delay-queues-lazy", "orders.e2e": "rebound-dead-letter",
 		"rebound.inbox": "", "rebound.parked": "",
 	} {
 		if got, ok := policies[queue]; !ok || got != want {

@@ -2,6 +2,7 @@ package validate
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/prometheus/prometheus/model/rulefmt"
@@ -13,7 +14,7 @@ import (
 const RunbookURL = "https://github.com/rebound-mq/rebound/blob/main/docs/runbook.md#"
 
 // runbookParts are what each section of the runbook says, in this order.
-var runbookParts = []string{"**What it means.**", "**What to check.**", "**What to run.**"}
+var runbookParts = []string{"**What it means.**", "**Whose it is.**", "**What to check.**", "**What to run.**"}
 
 // CheckRunbook checks the alerts against the runbook: every alert's
 // runbook_url is its section, every alert has one section and every
@@ -55,6 +56,9 @@ func CheckRunbook(groups *rulefmt.RuleGroups, runbook string) []string {
 			if run := body[at:]; !strings.Contains(run, "`rebound ") {
 				problems = append(problems, fmt.Sprintf("runbook, %s: what to run names no rebound command", r.Alert))
 			}
+			for _, c := range UnscopedCommands(body) {
+				problems = append(problems, fmt.Sprintf("runbook, %s: %s moves or deletes messages of every service: scope it with --origin, --reason or --group", r.Alert, c))
+			}
 		}
 	}
 	for _, title := range order {
@@ -63,6 +67,29 @@ func CheckRunbook(groups *rulefmt.RuleGroups, runbook string) []string {
 		}
 	}
 	return problems
+}
+
+// movingCommand finds, in a code span, a rebound command that moves or
+// deletes messages, with its arguments (text rewrapped on one line).
+var movingCommand = regexp.MustCompile("`(rebound (?:parked (?:replay|purge)|delayed (?:flush|cancel))\\b[^`]*)`")
+
+// scope is a flag that limits such a command to some services' messages.
+var scope = regexp.MustCompile(`--(origin|reason|group|id)\b`)
+
+// UnscopedCommands returns the examples in text of commands that move or
+// delete parked or waiting messages (parked replay and purge, delayed
+// flush and cancel) with flags but none that limits them to an origin, a
+// reason or a group: on a vhost of fifty services, such a command at 3 am
+// moves every service's messages. A bare mention of a command (no flags)
+// is not an example.
+func UnscopedCommands(text string) []string {
+	var out []string
+	for _, m := range movingCommand.FindAllStringSubmatch(strings.Join(strings.Fields(text), " "), -1) {
+		if strings.Contains(m[1], "--") && !scope.MatchString(m[1]) {
+			out = append(out, "`"+m[1]+"`")
+		}
+	}
+	return out
 }
 
 // ruleTests is the part of a promtool rule test file CheckRuleTests reads.

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -12,21 +13,53 @@ import (
 	"github.com/rebound-mq/rebound/policy"
 )
 
-const configCheckUsage = `usage: rebound config check
+const configCheckUsage = `usage: rebound config check [--env-file FILE] [--strict]
 
-Validates the REBOUND_* environment like the sidecar does at start,
-TLS files included, without connecting, and lists the policies in the
-order they are tried, each with its origin queues, fingerprint and
-schedule. Exit status 2 and every problem when it is invalid. A REBOUND_
-variable rebound does not read is a warning on stderr, with the nearest
-one it does.`
+Validates a configuration like the sidecar does at start, TLS files
+included, without connecting, and reports in one place: the policies in
+the order they are tried, each with its origin queues, fingerprint and
+schedule; the policies that cannot decide anything (their QUEUES match
+no queue REBOUND_ORIGIN_QUEUES allows, or only queues an earlier policy
+takes); and the REBOUND_ variables rebound does not read, with the
+nearest one it does. Exit status 2 and every problem when it is invalid.
 
-// runConfigCheck implements `rebound config check`: validate the
-// environment's configuration without connecting anywhere, for CI and for
-// manifests.
+The configuration is the REBOUND_* environment, or with --env-file the
+file alone: a rebound.env (read as kustomize's configMapGenerator and
+kubectl --from-env-file read it, so a value keeps its quotes and "(" is
+an ordinary character) or a rendered ConfigMap in YAML (kubectl kustomize
+output: the data of its ConfigMaps with REBOUND_ variables).
+
+The findings about policies are judged on sampled queue names, which
+proves an overlap but not its absence: see docs/configuration-check.md.
+With --strict, every warning and finding is an error (exit status 2),
+for CI.`
+
+// runConfigCheck implements `rebound config check`: validate a
+// configuration without connecting anywhere, for CI and for manifests.
 func runConfigCheck(ctx context.Context, args []string, in invocation) error {
-	cfg, done, err := parseConfigCommand("config check", configCheckUsage, args, in)
-	if done || err != nil {
+	fs := flag.NewFlagSet("config check", flag.ContinueOnError)
+	envFile := fs.String("env-file", "", "read the configuration from this `file` (dotenv or ConfigMap YAML) instead of the environment")
+	strict := fs.Bool("strict", false, "treat warnings and findings as errors")
+	if done, err := parseFlags(fs, args, configCheckUsage, 0, in); done || err != nil {
+		return err
+	}
+	var notes []string
+	if *envFile != "" {
+		data, err := os.ReadFile(*envFile)
+		if err != nil {
+			return usageError{fmt.Sprintf("--env-file: %v", err)}
+		}
+		f, err := config.ReadFile(data)
+		if err != nil {
+			return usageError{fmt.Sprintf("--env-file %s: %v", *envFile, err)}
+		}
+		in.environ = f.Environ
+		for _, n := range f.Notes {
+			notes = append(notes, *envFile+": "+n)
+		}
+	}
+	cfg, err := loadConfig(in)
+	if err != nil {
 		return err
 	}
 	// The TLS files too, as `rebound run` reads them before it connects.
@@ -36,8 +69,19 @@ func runConfigCheck(ctx context.Context, args []string, in invocation) error {
 	fmt.Fprintf(in.stdout, "configuration OK: broker %s, inbox %s, %s queues, origin queues %s\n",
 		config.Redact(cfg.AMQPURL), cfg.InboxQueue, cfg.QueueType, originQueues(cfg))
 	writePolicies(in.stdout, cfg.PolicySet())
-	for _, w := range cfg.Warnings {
+	findings := cfg.Findings()
+	if len(findings) > 0 {
+		fmt.Fprintln(in.stdout, "findings:")
+		for _, f := range findings {
+			fmt.Fprintln(in.stdout, "  "+f.String())
+		}
+	}
+	warnings := append(notes, cfg.Warnings...)
+	for _, w := range warnings {
 		fmt.Fprintln(in.stderr, "rebound config check: warning:", w)
+	}
+	if n := len(warnings) + len(findings); *strict && n > 0 {
+		return usageError{fmt.Sprintf("--strict: %d warnings and findings (above)", n)}
 	}
 	return nil
 }
@@ -85,6 +129,23 @@ func addPolicyFlags(fs *flag.FlagSet, origin bool) *policyFlags {
 		fs.StringVar(&f.origin, "origin", "", "use the policy the sidecar chooses for messages from this `queue`")
 	}
 	return f
+}
+
+// refusal says, when --origin names a queue the sidecar would not send
+// messages back to, what it does with them instead; "" otherwise.
+func (f *policyFlags) refusal(in invocation) (string, error) {
+	if f.origin == "" {
+		return "", nil
+	}
+	cfg, err := loadConfig(in)
+	if err != nil {
+		return "", err
+	}
+	o := cfg.Router().CheckOrigin(f.origin, "")
+	if o.Refused == "" {
+		return "", nil
+	}
+	return fmt.Sprintf("messages from %s are parked %s at their first failure (%s): no policy decides them", f.origin, o.Refused, o.Why), nil
 }
 
 // choose loads the configuration and returns the policy of its set the

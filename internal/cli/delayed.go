@@ -253,7 +253,7 @@ func runDelayedMove(ctx context.Context, args []string, in invocation, op delaye
 	}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	scan := addScanFlags(fs)
-	origin := fs.String("origin", "", "`regexp` of the origin queues whose copies to move (unanchored, like REBOUND_ORIGIN_QUEUES: write ^orders$ for one queue)")
+	origin := fs.String("origin", "", "the origin queues whose copies to move: "+originHelp)
 	dryRun := fs.Bool("dry-run", false, "report what would be moved, change nothing")
 	yes := fs.Bool("yes", false, "really move the copies")
 	if done, err := parseFlags(fs, args, usage, 0, in); done || err != nil {
@@ -262,9 +262,9 @@ func runDelayedMove(ctx context.Context, args []string, in invocation, op delaye
 	if *origin == "" {
 		return usageError{"--origin is required: a regexp of the origin queues whose copies to move (. for all)"}
 	}
-	origins, err := regexp.Compile(*origin)
+	origins, err := compileOrigin(*origin)
 	if err != nil {
-		return usageError{fmt.Sprintf("--origin %q: not a regular expression: %v", *origin, err)}
+		return err
 	}
 	if !*yes && !*dryRun {
 		return usageError{fmt.Sprintf("%s moves waiting copies: add --yes (see what it would do first with --dry-run)", name)}

@@ -45,7 +45,10 @@ func parkedReasons() []string {
 func filterFlags(fs *flag.FlagSet) *parking.Filter {
 	f := &parking.Filter{}
 	fs.StringVar(&f.Reason, "reason", "", "only messages parked for this `reason`: "+strings.Join(parkedReasons(), ", "))
-	fs.StringVar(&f.Origin, "origin", "", "only messages whose origin is this `queue`")
+	fs.Func("origin", "only messages whose origin matches this "+originHelp, func(s string) (err error) {
+		f.Origins, err = compileOrigin(s)
+		return err
+	})
 	fs.StringVar(&f.Group, "group", "", "only messages of this failure `group` (12 hex digits, as `rebound parked groups` lists them)")
 	fs.Var((*days)(&f.OlderThan), "older-than", "only messages parked longer ago than this `duration`: Go's units and d for days (90m, 36h, 2d, 2d12h)")
 	fs.IntVar(&f.Limit, "limit", 0, "act on at most `n` matching messages, and stop reading there (0 = all)")
@@ -416,7 +419,14 @@ nothing: at worst a message is both replayed and still parked.
 matching messages first, then watches the parking queue for
 --canary-wait: if one of them comes back parked, it stops there and says
 so (exit status 1); otherwise it replays the rest (those parked before the
-canaries went out).`
+canaries went out). A canary fails only once its policy parks it again,
+so --canary-wait defaults to the time the longest policy that can decide
+the canaries (given --origin) takes to park a message that fails every
+time, plus a minute.
+
+Messages parked non-retryable (their consumer said a retry cannot help)
+are left parked unless --include-non-retryable or --reason non-retryable
+asks for them.`
 
 func runParkedReplay(ctx context.Context, args []string, in invocation) error {
 	fs := flag.NewFlagSet("parked replay", flag.ContinueOnError)
@@ -424,11 +434,13 @@ func runParkedReplay(ctx context.Context, args []string, in invocation) error {
 	dryRun := fs.Bool("dry-run", false, "report what would be replayed, change nothing")
 	rate := fs.Float64("rate", 0, "replay at most `n` messages a second (0 = as fast as the broker confirms)")
 	canary := fs.Int("canary", 0, "replay `k` messages first, and the rest only if none of them comes back parked within --canary-wait")
-	canaryWait := fs.Duration("canary-wait", time.Minute, "how long to watch the canaries (`duration`)")
+	canaryWait := fs.Duration("canary-wait", 0, "how long to watch the canaries (`duration`; default: the time the longest policy that can decide them takes to park a message, plus a minute)")
+	includeNonRetryable := fs.Bool("include-non-retryable", false, "replay messages parked non-retryable too (their consumer said retrying cannot help)")
 	to := fs.String("to", "", "send the messages to this `queue` instead of their origin (it must pass REBOUND_ORIGIN_QUEUES and exist; x-retry-redirected-from records the origin)")
 	if done, err := parseFlags(fs, args, parkedReplayUsage, 0, in); done || err != nil {
 		return err
 	}
+	skipNonRetryable(f, *includeNonRetryable)
 	if err := checkFilter(f); err != nil {
 		return err
 	}
@@ -437,7 +449,7 @@ func runParkedReplay(ctx context.Context, args []string, in invocation) error {
 		return usageError{fmt.Sprintf("--rate %g: want messages a second, 0 (no limit) or more", *rate)}
 	case *canary < 0:
 		return usageError{fmt.Sprintf("--canary %d: want 0 (none) or more messages", *canary)}
-	case *canary > 0 && *canaryWait <= 0:
+	case *canary > 0 && *canaryWait < 0:
 		return usageError{fmt.Sprintf("--canary-wait %s: want a duration above 0", *canaryWait)}
 	case *canary > 0 && *dryRun:
 		return usageError{"--canary with --dry-run: a dry run sends no canary to watch"}
@@ -469,6 +481,9 @@ func runParkedReplay(ctx context.Context, args []string, in invocation) error {
 	}
 	opt := parking.ReplayOptions{DryRun: *dryRun, Rate: *rate, To: *to}
 	if *canary > 0 {
+		if *canaryWait == 0 {
+			*canaryWait = defaultCanaryWait(in, q, f)
+		}
 		return replayCanary(ctx, in, q, *f, *canary, *canaryWait, opt)
 	}
 	res, err := q.ReplayWith(ctx, *f, time.Now(), opt)

@@ -23,7 +23,11 @@ Prints the delay schedule a policy configured by the REBOUND_* variables
 produces for a message that fails every time, at once, and is always given
 its nominal delay, retry by retry until the policy parks it: the default
 policy, the one --policy names, or the one the sidecar chooses for
-messages from the --origin queue.
+messages from the --origin queue. An --origin queue the sidecar would not
+send messages back to (outside REBOUND_ORIGIN_QUEUES, or one of rebound's
+own queues) gets no schedule: the line says the reason it would park
+them with at their first failure (json: an empty array, the line on
+stderr).
 
 Columns (table) and fields (json):
   retry       the retry number, counted from 1 (x-retry-count is one less
@@ -59,6 +63,15 @@ func runSchedule(ctx context.Context, args []string, in invocation) error {
 	}
 	named, err := which.choose(in)
 	if err != nil {
+		return err
+	}
+	if refused, err := which.refusal(in); err != nil || refused != "" {
+		if err == nil && *format == "json" {
+			fmt.Fprintln(in.stderr, refused)
+			err = writeScheduleJSON(in.stdout, nil)
+		} else if err == nil {
+			_, err = fmt.Fprintln(in.stdout, refused)
+		}
 		return err
 	}
 	p := named.Policy

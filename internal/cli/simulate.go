@@ -119,8 +119,15 @@ Strategies (--strategies, comma-separated, plus each --compare):
 Recovered: every second from some point to --horizon is healthy, for at
 least --sustain: the dependency ran, a call made then would have been
 answered within --timeout, and the application queue was empty at least
-once that second (the consumer kept up). "recovery" is that point, in
+once that second (the consumer kept up); and nothing waits in the delay
+queues at --horizon (a run whose retries have yet to come back has not
+recovered, whatever its last seconds). "recovery" is that point, in
 seconds after the dependency resumed.
+
+The policy's retry rate budget (REBOUND_RETRY_RATE) caps the policy and
+each --compare; fixed and immediate stand for a consumer without rebound's
+policy and run uncapped, unless --cap-all. A --compare that sets a
+variable rebound does not read is refused.
 
 Columns (table) and fields (json results):
   recovered, recovery (recovered, recovery_s: null when not recovered)
@@ -133,18 +140,37 @@ Columns (table) and fields (json results):
   latency (latency_p50_s, latency_p90_s, latency_p99_s)  arrival to delivery,
         over every message: "-" (null) when the percentile falls on one
         never delivered (parked or pending)
-  delivered, pending (also messages in json)
+  delivered, pending (also messages in json)  pending: not delivered nor
+        parked by the horizon
+  backlog (backlog)                waiting in delay queues at the horizon
 
---format json prints {"model", "seed", "results": [...]}. --svg FILE draws,
+--format json prints {"model", "seed", "parameters", "results": [...]};
+parameters holds every flag's value, given or default. --svg FILE draws,
 per strategy, the dependency's load, its latency and the backlog in the
 delay queues and the application queue over time.`
 
 // simulateOutput holds what every simulate subcommand prints with
 // --format json. Its shape is public interface.
 type simulateOutput[T any] struct {
-	Model   string `json:"model"`
-	Seed    uint64 `json:"seed"`
-	Results []T    `json:"results"`
+	Model string `json:"model"`
+	Seed  uint64 `json:"seed"`
+	// Parameters is the scenario: every flag of the command with the
+	// value it had (given or default), so that a result can be played
+	// again and read without its command line.
+	Parameters map[string]string `json:"parameters"`
+	Results    []T               `json:"results"`
+}
+
+// flagValues returns every flag of fs with its value, for the JSON's
+// parameters.
+func flagValues(fs *flag.FlagSet) map[string]string {
+	out := map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name != "format" && f.Name != "svg" {
+			out[f.Name] = f.Value.String()
+		}
+	})
+	return out
 }
 
 func runSimulateBurst(ctx context.Context, args []string, in invocation) error {
@@ -189,7 +215,7 @@ func runSimulateBurst(ctx context.Context, args []string, in invocation) error {
 		runs = append(runs, s)
 	}
 	return playAll(ctx, in.stdout, playback[simulate.BurstStrategy, simulate.BurstResult, simulate.BurstSummary]{
-		model: "burst", seed: c.Seed, format: *out.format, svg: *out.svg,
+		model: "burst", seed: c.Seed, format: *out.format, svg: *out.svg, parameters: flagValues(fs),
 		play:    func(s simulate.BurstStrategy) (simulate.BurstResult, error) { return simulate.Burst(c, s) },
 		summary: func(r simulate.BurstResult) simulate.BurstSummary { return r.Summary },
 		plot:    func(w io.Writer, rs []simulate.BurstResult) error { return simulate.WriteBurstSVG(w, c, rs) },
@@ -202,6 +228,7 @@ func runSimulateBurst(ctx context.Context, args []string, in invocation) error {
 type playback[S, R, Sum any] struct {
 	model, format, svg string
 	seed               uint64
+	parameters         map[string]string
 	play               func(S) (R, error)
 	summary            func(R) Sum
 	plot               func(io.Writer, []R) error
@@ -242,7 +269,7 @@ func (f simulateFlags) parse(fs *flag.FlagSet, args []string, usage string, in i
 // prints the summaries as the table or JSON.
 func playAll[S, R, Sum any](ctx context.Context, stdout io.Writer, p playback[S, R, Sum], strategies []S) error {
 	var results []R
-	out := simulateOutput[Sum]{Model: p.model, Seed: p.seed}
+	out := simulateOutput[Sum]{Model: p.model, Seed: p.seed, Parameters: p.parameters}
 	for _, s := range strategies {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -301,6 +328,7 @@ func runSimulateOutage(ctx context.Context, args []string, in invocation) error 
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of every random draw")
 	interval := fs.Duration("interval", 100*time.Millisecond, "the fixed strategy's retry interval")
 	strategies := fs.String("strategies", "policy,fixed,immediate", "comma-separated built-in strategies to run: policy, fixed, immediate")
+	capAll := fs.Bool("cap-all", false, "apply the policy's retry rate budget to fixed and immediate too (default: only the policy under test, and each --compare, is capped)")
 	var compares []string
 	fs.Func("compare", "another policy as REBOUND_* `assignments` over the environment, optionally 'name: ...' (repeatable)", func(s string) error {
 		compares = append(compares, s)
@@ -330,9 +358,9 @@ func runSimulateOutage(ctx context.Context, args []string, in invocation) error 
 		case "policy":
 			runs = append(runs, simulate.OutageStrategy{Name: name, Policy: p})
 		case "fixed":
-			runs = append(runs, simulate.OutageStrategy{Name: name, Policy: simulate.FixedInterval(p, *interval)})
+			runs = append(runs, simulate.OutageStrategy{Name: name, Policy: uncapped(simulate.FixedInterval(p, *interval), *capAll)})
 		case "immediate":
-			runs = append(runs, simulate.OutageStrategy{Name: name, Policy: simulate.Immediate(p)})
+			runs = append(runs, simulate.OutageStrategy{Name: name, Policy: uncapped(simulate.Immediate(p), *capAll)})
 		default:
 			return usageError{fmt.Sprintf("--strategies: unknown strategy %q: want policy, fixed or immediate", name)}
 		}
@@ -349,6 +377,10 @@ func runSimulateOutage(ctx context.Context, args []string, in invocation) error 
 		if err != nil {
 			return fmt.Errorf("--compare %q: %w", raw, err)
 		}
+		if unread := unreadAssignments(assignments, cmp.Warnings); len(unread) > 0 {
+			// A misspelt variable would compare the policy with itself.
+			return usageError{fmt.Sprintf("--compare %q: %s", raw, strings.Join(unread, "; "))}
+		}
 		// The policy of the same name, when the comparison has one.
 		cmpPolicy, ok := cmp.PolicySet().Lookup(named.Name)
 		if !ok {
@@ -357,7 +389,7 @@ func runSimulateOutage(ctx context.Context, args []string, in invocation) error 
 		runs = append(runs, simulate.OutageStrategy{Name: name, Policy: cmpPolicy.Policy})
 	}
 	return playAll(ctx, in.stdout, playback[simulate.OutageStrategy, simulate.OutageResult, simulate.OutageSummary]{
-		model: "outage", seed: c.Seed, format: *out.format, svg: *out.svg,
+		model: "outage", seed: c.Seed, format: *out.format, svg: *out.svg, parameters: flagValues(fs),
 		play:    func(s simulate.OutageStrategy) (simulate.OutageResult, error) { return simulate.Outage(c, s) },
 		summary: func(r simulate.OutageResult) simulate.OutageSummary { return r.Summary },
 		plot:    func(w io.Writer, rs []simulate.OutageResult) error { return simulate.WriteOutageSVG(w, c, rs) },
@@ -367,7 +399,7 @@ func runSimulateOutage(ctx context.Context, args []string, in invocation) error 
 
 func writeOutageTable(w io.Writer, c simulate.OutageConfig, rows []simulate.OutageSummary) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "strategy\tcap\tdeferred\trecovered\trecovery\tpeak rps\tpeak calls\tpeak delayed\tqueues\tparked\tattempts p50/p99\tlatency p50\tp90\tp99\tdelivered\tpending")
+	fmt.Fprintln(tw, "strategy\tcap\tdeferred\trecovered\trecovery\tpeak rps\tpeak calls\tpeak delayed\tqueues\tparked\tattempts p50/p99\tlatency p50\tp90\tp99\tdelivered\tpending\tbacklog")
 	for _, r := range rows {
 		recovered, after := "no", "-"
 		if r.Recovered {
@@ -377,9 +409,9 @@ func writeOutageTable(w io.Writer, c simulate.OutageConfig, rows []simulate.Outa
 		if r.RetryRate > 0 {
 			deferred = fmt.Sprintf("%d", r.Deferred+r.Overflow)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%d/%d\t%s\t%s\t%s\t%d\t%d\n", r.Strategy, rateText(r.RetryRate), deferred, recovered, after,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%d/%d\t%s\t%s\t%s\t%d\t%d\t%d\n", r.Strategy, rateText(r.RetryRate), deferred, recovered, after,
 			r.PeakDependencyRPS, r.PeakConcurrency, r.PeakDelayed, r.DelayQueues, parkedText(r.Parked),
-			r.AttemptsP50, r.AttemptsP99, optSeconds(r.LatencyP50S), optSeconds(r.LatencyP90S), optSeconds(r.LatencyP99S), r.Delivered, r.Pending)
+			r.AttemptsP50, r.AttemptsP99, optSeconds(r.LatencyP50S), optSeconds(r.LatencyP90S), optSeconds(r.LatencyP99S), r.Delivered, r.Pending, r.Backlog)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write table: %w", err)
@@ -390,6 +422,31 @@ func writeOutageTable(w io.Writer, c simulate.OutageConfig, rows []simulate.Outa
 		return fmt.Errorf("write table: %w", err)
 	}
 	return nil
+}
+
+// uncapped returns p without its retry rate budget unless capAll: the
+// built-in strategies stand for what a consumer does without rebound's
+// policy, which its cap is part of.
+func uncapped(p policy.Policy, capAll bool) policy.Policy {
+	if !capAll {
+		p.RetryRate = 0
+	}
+	return p
+}
+
+// unreadAssignments returns the warnings (config.Config.Warnings) about
+// variables that assignments set: variables rebound does not read.
+func unreadAssignments(assignments, warnings []string) []string {
+	var out []string
+	for _, a := range assignments {
+		variable, _, _ := strings.Cut(a, "=")
+		for _, w := range warnings {
+			if strings.HasPrefix(w, variable+" ") {
+				out = append(out, w)
+			}
+		}
+	}
+	return out
 }
 
 // parseCompare reads a --compare value: an optional "name:" and then

@@ -383,3 +383,76 @@ func FuzzSimulateCompare(f *testing.F) {
 		}
 	})
 }
+
+// TestSimulateCompareRefusesAMisspeltVariable: a --compare that sets a
+// variable rebound does not read would compare the policy with itself.
+func TestSimulateCompareRefusesAMisspeltVariable(t *testing.T) {
+	_, _, err := runCLI(t, nil, "simulate", "outage", "-horizon", "2m", "-compare", "REBOUND_MAX_RETRY=5")
+	if !isUsageError(err) || !strings.Contains(err.Error(), "did you mean REBOUND_MAX_RETRIES?") {
+		t.Errorf("misspelt --compare: %v, want a usage error naming the variable it meant", err)
+	}
+}
+
+// TestSimulateJSONHoldsTheScenario: the JSON carries every parameter of
+// the run, given or default.
+func TestSimulateJSONHoldsTheScenario(t *testing.T) {
+	for _, args := range [][]string{
+		{"outage", "-format", "json", "-strategies", "policy", "-horizon", "2m"},
+		{"burst", "-format", "json", "-strategies", "EB"},
+	} {
+		out, _, err := runCLI(t, nil, "simulate", args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			Parameters map[string]string `json:"parameters"`
+		}
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Parameters["seed"] == "" || (args[0] == "outage" && (got.Parameters["horizon"] != "2m0s" || got.Parameters["rate"] == "")) {
+			t.Errorf("simulate %s: parameters %v, want every flag's value", args[0], got.Parameters)
+		}
+	}
+}
+
+// TestSimulateCapsOnlyThePolicyUnderTest: REBOUND_RETRY_RATE caps the
+// policy; fixed and immediate stand for a consumer without it, unless
+// --cap-all.
+func TestSimulateCapsOnlyThePolicyUnderTest(t *testing.T) {
+	for _, tc := range []struct {
+		capAll bool
+		want   []float64
+	}{{false, []float64{50, 0, 0}}, {true, []float64{50, 50, 50}}} {
+		args := []string{"outage", "-format", "json", "-horizon", "2m"}
+		if tc.capAll {
+			args = append(args, "-cap-all")
+		}
+		out, _, err := runCLI(t, []string{"REBOUND_RETRY_RATE=50"}, "simulate", args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got simulateOutput[simulate.OutageSummary]
+		decodeStrict(t, out, &got)
+		for i, r := range got.Results {
+			if r.RetryRate != tc.want[i] {
+				t.Errorf("--cap-all %v: %s capped at %g, want %g", tc.capAll, r.Strategy, r.RetryRate, tc.want[i])
+			}
+		}
+	}
+}
+
+// TestSimulateNotRecoveredWithABacklog: retries still waiting at the
+// horizon are not a recovery, however healthy the last seconds look.
+func TestSimulateNotRecoveredWithABacklog(t *testing.T) {
+	env := []string{"REBOUND_BACKOFF=constant", "REBOUND_MIN_DELAY=5m", "REBOUND_MAX_DELAY=5m", "REBOUND_MAX_RETRIES=3"}
+	out, _, err := runCLI(t, env, "simulate", "outage", "-format", "json", "-strategies", "policy", "-horizon", "3m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got simulateOutput[simulate.OutageSummary]
+	decodeStrict(t, out, &got)
+	if r := got.Results[0]; r.Backlog == 0 || r.Recovered {
+		t.Errorf("recovered %v with %d in the delay queues at the horizon (pending %d): want a backlog, not recovered", r.Recovered, r.Backlog, r.Pending)
+	}
+}

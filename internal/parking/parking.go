@@ -14,6 +14,8 @@
 package parking
 
 import (
+	"regexp"
+	"slices"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -71,6 +73,13 @@ type Filter struct {
 	// ParkedBefore: parked before this time (zero: any; an unknown
 	// parked-at matches).
 	ParkedBefore time.Time
+	// Origins: the origin queue matches this regular expression
+	// (unanchored, as REBOUND_ORIGIN_QUEUES and `rebound delayed
+	// --origin`); nil for any.
+	Origins *regexp.Regexp
+	// SkipReasons: never a message parked for one of these, unless
+	// Reason names it.
+	SkipReasons []string
 }
 
 // match reports whether m passes every condition of f except Limit.
@@ -87,6 +96,10 @@ func (f Filter) match(m Message, now time.Time) bool {
 	case f.OlderThan > 0 && (m.ParkedAt.IsZero() || now.Sub(m.ParkedAt) < f.OlderThan):
 		return false
 	case !f.ParkedBefore.IsZero() && !m.ParkedAt.IsZero() && !m.ParkedAt.Before(f.ParkedBefore):
+		return false
+	case f.Origins != nil && !f.Origins.MatchString(m.Origin):
+		return false
+	case m.Reason != f.Reason && slices.Contains(f.SkipReasons, m.Reason):
 		return false
 	}
 	return true

@@ -1,6 +1,7 @@
 package parking
 
 import (
+	"regexp"
 	"testing"
 	"time"
 
@@ -33,6 +34,11 @@ func TestParkedFilterMatch(t *testing.T) {
 		{"other reason", Filter{Reason: "non-retryable"}, m, false},
 		{"origin", Filter{Origin: "orders"}, m, true},
 		{"other origin", Filter{Origin: "billing"}, m, false},
+		{"origin pattern", Filter{Origins: regexp.MustCompile(`^ord`)}, m, true},
+		{"other origin pattern", Filter{Origins: regexp.MustCompile(`^orders\.`)}, m, false},
+		{"skipped reason", Filter{SkipReasons: []string{"max-retries"}}, m, false},
+		{"skipped reason asked for", Filter{Reason: "max-retries", SkipReasons: []string{"max-retries"}}, m, true},
+		{"other reason skipped", Filter{SkipReasons: []string{"non-retryable"}}, m, true},
 		{"id", Filter{ID: "m1"}, m, true},
 		{"other id", Filter{ID: "m2"}, m, false},
 		{"older than 1h", Filter{OlderThan: time.Hour}, m, true},

@@ -64,7 +64,10 @@ import (
 // are all healthy and last at least Sustain; RecoveryS is that point, in
 // seconds after the dependency resumed, to the second. A single unhealthy
 // second later (an aftershock) moves it past that second, so a recovery
-// is never reported that did not hold until the horizon.
+// is never reported that did not hold until the horizon. Nor one whose
+// backlog has not drained: retries still waiting in the delay queues at
+// the horizon (Backlog) are failures the dependency has yet to see again,
+// so a run with any is not recovered, however healthy its last seconds.
 
 // OutageConfig is the scenario. DefaultOutage returns the text's.
 type OutageConfig struct {
@@ -226,6 +229,9 @@ type OutageSummary struct {
 	Messages          int            `json:"messages"`
 	Delivered         int            `json:"delivered"`
 	Pending           int            `json:"pending"`
+	// Backlog is the messages waiting in delay queues at the horizon:
+	// pending ones that failed and wait for another try.
+	Backlog int `json:"backlog"`
 	// RetryRate is the policy's retry rate budget (copies a second to the
 	// application queue; 0: none), and Deferred and Overflow count the
 	// copies it moved later, and those it sent at their deadline over the
@@ -420,7 +426,8 @@ func Outage(c OutageConfig, s OutageStrategy) (OutageResult, error) {
 	}
 	resume := c.At + c.Outage
 	healthyFor := c.Horizon - time.Duration(from)*time.Second
-	if from < len(timeline) && healthyFor >= c.Sustain {
+	sum.Backlog = delayed
+	if from < len(timeline) && healthyFor >= c.Sustain && sum.Backlog == 0 {
 		sum.Recovered = true
 		sum.RecoveryS = ptr(max(time.Duration(from)*time.Second-resume, 0).Seconds(), true)
 	}

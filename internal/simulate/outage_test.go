@@ -133,7 +133,8 @@ func randomPolicy(t testing.TB, r *rand.Rand) (policy.Policy, []string) {
 // hold more calls than the dependency answers within the timeout cannot
 // make it fall, whatever the policy. No call is ever given up on while the
 // dependency runs, so it never holds more than the consumer's calls, and
-// it recovers once the backlog is drained.
+// it recovers once the backlog is drained: exactly when nothing waits in
+// the delay queues at the horizon.
 func TestOutageBelowKnee(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 9))
 	base := DefaultOutage()
@@ -145,9 +146,11 @@ func TestOutageBelowKnee(t *testing.T) {
 		c.Seed = r.Uint64()
 		c.Concurrency = 50 + r.IntN(top-50+1)
 		res := outage(t, c, "random", p).Summary
-		if !res.Recovered || res.PeakConcurrency > c.Concurrency {
-			t.Errorf("case %d: concurrency %d (knee %d), policy %v: recovered %v, the dependency held up to %d calls",
-				i, c.Concurrency, top, env, res.Recovered, res.PeakConcurrency)
+		// Retries still waiting at the horizon (a long delay) are not a
+		// recovery yet; every other run recovers.
+		if res.Recovered == (res.Backlog > 0) || res.PeakConcurrency > c.Concurrency {
+			t.Errorf("case %d: concurrency %d (knee %d), policy %v: recovered %v with %d waiting in delay queues, the dependency held up to %d calls",
+				i, c.Concurrency, top, env, res.Recovered, res.Backlog, res.PeakConcurrency)
 		}
 	}
 }

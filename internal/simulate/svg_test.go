@@ -70,8 +70,9 @@ func TestWriteBurstSVG(t *testing.T) {
 
 func TestWriteOutageSVG(t *testing.T) {
 	c := DefaultOutage()
-	c.Horizon = 3 * time.Minute
+	c.Horizon = 8 * time.Minute
 	def := defaultPolicy(t)
+	def.MaxDuration = 5 * time.Minute // its retries drain within the horizon: recovered
 	runs := []OutageResult{
 		outage(t, c, "policy", def),
 		outage(t, c, "fixed", FixedInterval(def, 100*time.Millisecond)), // latency +Inf: must be clipped

@@ -216,7 +216,7 @@ func (t Topology) DelayQueue(d time.Duration) (Queue, Binding) {
 func (t Topology) Owns(queue string) bool {
 	return queue == t.InboxQueue || queue == t.ParkingQueue || t.IsDelayQueue(queue) ||
 		queue == t.HoldQueue().Name || strings.HasPrefix(queue, t.HoldQueue().Name+".") ||
-		queue == t.InUseQueue() || queue == t.LockQueue() || t.isPlaceQueue(queue)
+		queue == t.InUseQueue() || queue == t.LockQueue() || t.isPlaceQueue(queue) || queue == t.WatchQueue()
 }
 
 // isPlaceQueue reports whether queue is a replica's place (PlaceQueue).
