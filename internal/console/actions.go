@@ -154,15 +154,27 @@ func (s *Server) groupPreview(w http.ResponseWriter, r *http.Request, sess *sess
 	s.render(w, http.StatusOK, "preview", "Confirm: "+v.What, "groups", sess, v)
 }
 
-// keptLines counts the messages a replay would leave parked, by why.
+// keptLines counts the messages a replay left (or would leave) parked, by
+// why.
 func keptLines(kept []parking.Kept) []string {
+	return byWhy(kept, func(k parking.Kept) string { return k.Why }, "%d stay parked: %s")
+}
+
+// keptCopyLines counts the copies a move left where they were, by why.
+func keptCopyLines(kept []delayed.Kept) []string {
+	return byWhy(kept, func(k delayed.Kept) string { return k.Why }, "%d stay where they were: %s")
+}
+
+// byWhy counts items by why, one line each (format takes the count and
+// the why), in the order of the whys.
+func byWhy[T any](items []T, why func(T) string, format string) []string {
 	by := map[string]int{}
-	for _, k := range kept {
-		by[k.Why]++
+	for _, item := range items {
+		by[why(item)]++
 	}
 	var out []string
-	for _, why := range slices.Sorted(maps.Keys(by)) {
-		out = append(out, fmt.Sprintf("%d would stay parked: %s", by[why], why))
+	for _, w := range slices.Sorted(maps.Keys(by)) {
+		out = append(out, fmt.Sprintf(format, by[w], w))
 	}
 	return out
 }
@@ -185,31 +197,40 @@ func (s *Server) groupAction(w http.ResponseWriter, r *http.Request, sess *sessi
 		s.fail(w, r, sess, http.StatusBadRequest, "Bad request", err)
 		return
 	}
-	j := s.jobs.start(sess.user, a.describe(), s.now())
-	log := s.log.With(zap.String("user", sess.user), zap.String("addr", clientAddr(r)), zap.String("action", a.describe()))
-	log.Info("console action started", zap.Float64("rate", a.Rate), zap.Int("canary", a.Canary))
+	s.startJob(w, r, sess, a.describe(), s.parked, "the parking queue's", func(ctx context.Context, j *job, log *zap.Logger) {
+		s.runGroupAction(ctx, j, sess, a, log)
+	}, zap.Float64("rate", a.Rate), zap.Int("canary", a.Canary))
+}
+
+// startJob runs an action as a job in the background, in the turn of the
+// queues it reads (what names them for the page), logs its start, and
+// sends the person to the job's page. run logs and finishes the job.
+func (s *Server) startJob(w http.ResponseWriter, r *http.Request, sess *session, what string, t *turn, queues string,
+	run func(ctx context.Context, j *job, log *zap.Logger), fields ...zap.Field) {
+	j := s.jobs.start(sess.user, what, s.now())
+	log := s.log.With(zap.String("user", sess.user), zap.String("addr", clientAddr(r)), zap.String("action", what))
+	log.Info("console action started", fields...)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.runGroupAction(j, sess, a, log)
+		ctx, cancel := context.WithCancel(s.ctx)
+		defer cancel()
+		j.setCancel(cancel)
+		j.report("waiting for "+queues+" turn", 0)
+		release, err := t.take(ctx, sess.user+" ("+what+")", s.now())
+		if err != nil {
+			j.finish(0, nil, err)
+			return
+		}
+		defer release()
+		defer s.forget("") // what every person read before is stale now
+		run(ctx, j, log)
 	}()
 	http.Redirect(w, r, "/jobs/"+j.id, http.StatusSeeOther)
 }
 
-// runGroupAction runs a group's replay or purge as j, in the parking
-// queue's turn.
-func (s *Server) runGroupAction(j *job, sess *session, a groupAsk, log *zap.Logger) {
-	ctx, cancel := context.WithCancel(s.ctx)
-	defer cancel()
-	j.setCancel(cancel)
-	j.report("waiting for the parking queue's turn", 0)
-	release, err := s.parked.take(ctx, sess.user+" ("+a.describe()+")", s.now())
-	if err != nil {
-		j.finish(0, nil, err)
-		return
-	}
-	defer release()
-	defer s.forget("")
+// runGroupAction runs a group's replay or purge as j.
+func (s *Server) runGroupAction(ctx context.Context, j *job, sess *session, a groupAsk, log *zap.Logger) {
 	q, err := s.parkingQueue(ctx, sess)
 	if err != nil {
 		j.finish(0, nil, err)
@@ -341,41 +362,13 @@ func (s *Server) delayedPreview(w http.ResponseWriter, r *http.Request, sess *se
 	s.render(w, http.StatusOK, "preview", "Confirm: "+v.What, "delayed", sess, v)
 }
 
-func keptCopyLines(kept []delayed.Kept) []string {
-	by := map[string]int{}
-	for _, k := range kept {
-		by[k.Why]++
-	}
-	var out []string
-	for _, why := range slices.Sorted(maps.Keys(by)) {
-		out = append(out, fmt.Sprintf("%d stay where they were: %s", by[why], why))
-	}
-	return out
-}
-
 func (s *Server) delayedAction(w http.ResponseWriter, r *http.Request, sess *session) {
 	a, err := parseDelayedAsk(r)
 	if err != nil {
 		s.fail(w, r, sess, http.StatusBadRequest, "Bad request", err)
 		return
 	}
-	j := s.jobs.start(sess.user, a.describe(), s.now())
-	log := s.log.With(zap.String("user", sess.user), zap.String("addr", clientAddr(r)), zap.String("action", a.describe()))
-	log.Info("console action started")
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		ctx, cancel := context.WithCancel(s.ctx)
-		defer cancel()
-		j.setCancel(cancel)
-		j.report("waiting for the delay queues' turn", 0)
-		release, err := s.delays.take(ctx, sess.user+" ("+a.describe()+")", s.now())
-		if err != nil {
-			j.finish(0, nil, err)
-			return
-		}
-		defer release()
-		defer s.forget("")
+	s.startJob(w, r, sess, a.describe(), s.delays, "the delay queues'", func(ctx context.Context, j *job, log *zap.Logger) {
 		res, err := s.moveDelayed(ctx, sess, a, false, func(p delayed.Progress) {
 			j.report(fmt.Sprintf("%d of %d copies read", p.Read, p.Total), 0)
 		})
@@ -385,8 +378,7 @@ func (s *Server) delayedAction(w http.ResponseWriter, r *http.Request, sess *ses
 		lines = append(lines, keptCopyLines(res.Kept)...)
 		log.Info("console action done", zap.Int("moved", moved), zap.Int("redelayed", res.Redelayed), zap.Int("kept", len(res.Kept)), zap.Error(err))
 		j.finish(moved, lines, err)
-	}()
-	http.Redirect(w, r, "/jobs/"+j.id, http.StatusSeeOther)
+	})
 }
 
 // job is one action running, or run, in the background.
