@@ -20,7 +20,9 @@ import (
 	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/headers"
 	"github.com/rebound-mq/rebound/internal/brokertest"
+	"github.com/rebound-mq/rebound/internal/declarer"
 	"github.com/rebound-mq/rebound/internal/delayed"
+	"github.com/rebound-mq/rebound/internal/delayqueue"
 	"github.com/rebound-mq/rebound/internal/group"
 	"github.com/rebound-mq/rebound/internal/route"
 	"github.com/rebound-mq/rebound/policy"
@@ -51,11 +53,11 @@ func newEnv(t testing.TB, tune func(*Options)) *env {
 	}
 	router := cfg.Router()
 	router.Topology = router.Topology.ForServer(d.Conn.Properties)
-	if _, err := router.Topology.Declare(d.Conn); err != nil {
+	if _, err := declarer.Declare(d.Conn, router.Topology); err != nil {
 		t.Fatal(err)
 	}
 	core, logs := observer.New(zap.InfoLevel)
-	vhost := config.VhostOf(d.URL())
+	vhost := cfg.Vhost()
 	u, err := url.Parse(d.URL())
 	if err != nil {
 		t.Fatal(err)
@@ -252,16 +254,21 @@ func (e *env) seedDelayed() {
 	now := time.Now()
 	other := e.Prefix + "billing"
 	e.Declare(other, nil)
+	delays, err := delayqueue.New(e.Conn, topo, nil, time.Now)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer delays.Close()
 	for i, w := range []struct {
 		origin string
 		delay  time.Duration
 	}{{e.App, 5 * time.Minute}, {e.App, 5 * time.Minute}, {e.App, 9 * time.Minute}, {e.App, 9 * time.Minute}, {other, 9 * time.Minute}} {
-		if err := topo.DeclareDelayQueue(e.Ch, w.delay); err != nil {
+		if _, err := delays.Ensure(w.delay); err != nil {
 			e.t.Fatal(err)
 		}
 		s := headers.State{State: policy.State{Retries: 2, StartedAt: now.Add(-time.Hour), LastDelay: w.delay}, Origin: w.origin,
 			Policy: e.router.Policies.Default().Label()}
-		dest := topo.Delayed(w.delay, w.origin)
+		dest := topo.Delayed(w.delay)
 		dc, err := e.Ch.PublishWithDeferredConfirmWithContext(context.Background(), dest.Exchange, dest.RoutingKey, true, false, amqp.Publishing{
 			MessageId: fmt.Sprint("d", i), DeliveryMode: amqp.Persistent, Body: []byte("waiting"),
 			Headers: codec.Retry(amqp.Table{}, s, w.delay, now.Add(w.delay)),

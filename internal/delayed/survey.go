@@ -13,7 +13,7 @@ import (
 
 // Waiting is what waits in the delay queues for one origin queue.
 type Waiting struct {
-	Origin string // the queue the copies go back to: their routing key
+	Origin string // the queue the copies go back to (route.Router.WaitingOrigin)
 	Count  int
 	// Earliest and Latest are the first and last due times
 	// (x-retry-due-at); zero when no copy says (copies of a rebound before
@@ -84,12 +84,13 @@ func (dp Deployment) surveyQueue(ctx context.Context, q Queue, now time.Time, by
 			return err
 		}
 		s.Read++
-		w := by[d.RoutingKey]
-		if w == nil {
-			w = &Waiting{Origin: d.RoutingKey}
-			by[d.RoutingKey] = w
-		}
 		st, _ := dp.Router.Codec.Decode(d.Headers, d.Timestamp, now, nil)
+		origin := dp.Router.WaitingOrigin(d, st)
+		w := by[origin]
+		if w == nil {
+			w = &Waiting{Origin: origin}
+			by[origin] = w
+		}
 		w.add(st.DueAt, now)
 	}
 }
