@@ -106,8 +106,13 @@ type Config struct {
 	// it: nothing deletes a parked message but an operator's command.
 	ParkedRetention time.Duration `env:"PARKED_RETENTION"`
 	HTTPAddr        string        `env:"HTTP_ADDR" envDefault:":9464"`
-	LogLevel        string        `env:"LOG_LEVEL" envDefault:"info"`
-	LogFormat       string        `env:"LOG_FORMAT" envDefault:"json"`
+	// ConsoleAddr is where `rebound console` listens; with both TLS files
+	// set it serves HTTPS.
+	ConsoleAddr        string `env:"CONSOLE_ADDR" envDefault:":9465"`
+	ConsoleTLSCertFile string `env:"CONSOLE_TLS_CERT_FILE"`
+	ConsoleTLSKeyFile  string `env:"CONSOLE_TLS_KEY_FILE"`
+	LogLevel           string `env:"LOG_LEVEL" envDefault:"info"`
+	LogFormat          string `env:"LOG_FORMAT" envDefault:"json"`
 
 	HeaderRetryCount    string `env:"HEADER_RETRY_COUNT" envDefault:"x-retry-count"`
 	HeaderTaskStartedAt string `env:"HEADER_TASK_STARTED_AT" envDefault:"x-task-started-at"`
@@ -279,6 +284,12 @@ func (c Config) validate(failed map[string]bool) []FieldError {
 	}
 	if _, port, err := net.SplitHostPort(c.HTTPAddr); err != nil || port == "" {
 		add("HTTP_ADDR", c.HTTPAddr, "host:port or :port to listen on, such as :9464")
+	}
+	if _, port, err := net.SplitHostPort(c.ConsoleAddr); err != nil || port == "" {
+		add("CONSOLE_ADDR", c.ConsoleAddr, "host:port or :port to listen on, such as :9465")
+	}
+	if (c.ConsoleTLSCertFile == "") != (c.ConsoleTLSKeyFile == "") {
+		add("CONSOLE_TLS_CERT_FILE", c.ConsoleTLSCertFile, "set together with REBOUND_CONSOLE_TLS_KEY_FILE (both or neither)")
 	}
 	if _, err := regexp.Compile(c.OriginQueues); err != nil {
 		add("ORIGIN_QUEUES", c.OriginQueues, "a regular expression of the queues rebound may send messages back to, such as ^orders\\. ("+err.Error()+")")
@@ -511,6 +522,20 @@ func (c Config) TLS() (*tls.Config, error) {
 		t.Certificates = []tls.Certificate{cert}
 	}
 	return t, nil
+}
+
+// ConsoleTLS loads the console's certificate and key, reading them now:
+// nil when neither is set (the console serves plain HTTP). A pair that
+// cannot be used is a configuration error (*Error).
+func (c Config) ConsoleTLS() (*tls.Config, error) {
+	if c.ConsoleTLSCertFile == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.ConsoleTLSCertFile, c.ConsoleTLSKeyFile)
+	if err != nil {
+		return nil, tlsError("CONSOLE_TLS_CERT_FILE", c.ConsoleTLSCertFile, "with REBOUND_CONSOLE_TLS_KEY_FILE: "+err.Error())
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}, nil
 }
 
 func tlsError(variable, path, problem string) error {

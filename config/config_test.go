@@ -47,6 +47,7 @@ func TestLoadDefaults(t *testing.T) {
 		ConfirmTimeout: 30 * time.Second,
 		ShutdownGrace:  20 * time.Second,
 		HTTPAddr:       ":9464",
+		ConsoleAddr:    ":9465",
 		LogLevel:       "info",
 		LogFormat:      "json",
 
@@ -142,6 +143,8 @@ func TestLoadInvalid(t *testing.T) {
 		{"negative delay queue idle", []string{"REBOUND_DELAY_QUEUE_IDLE=-1m"}, "REBOUND_DELAY_QUEUE_IDLE", "-1m0s", "0 or more"},
 		{"max delay beyond the header's range", []string{"REBOUND_MAX_DELAY=1000h"}, "REBOUND_MAX_DELAY", "1000h0m0s", "from 1ms to 720h0m0s"},
 		{"HTTP address without a port", []string{"REBOUND_HTTP_ADDR=localhost"}, "REBOUND_HTTP_ADDR", "localhost", "host:port or :port"},
+		{"console address without a port", []string{"REBOUND_CONSOLE_ADDR=localhost"}, "REBOUND_CONSOLE_ADDR", "localhost", "host:port or :port"},
+		{"console certificate without its key", []string{"REBOUND_CONSOLE_TLS_CERT_FILE=/etc/console.pem"}, "REBOUND_CONSOLE_TLS_CERT_FILE", "/etc/console.pem", "both or neither"},
 		{"min above max", []string{"REBOUND_MIN_DELAY=2h"}, "REBOUND_MIN_DELAY", "2h0m0s", "at most REBOUND_MAX_DELAY (1h0m0s)"},
 		{"multiplier of 1", []string{"REBOUND_MULTIPLIER=1"}, "REBOUND_MULTIPLIER", "1", "a finite number above 1"},
 		{"infinite multiplier", []string{"REBOUND_MULTIPLIER=Inf"}, "REBOUND_MULTIPLIER", "+Inf", "a finite number above 1"},

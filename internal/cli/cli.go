@@ -51,6 +51,7 @@ func commands() []command {
 		{"delayed", "list the delay queues and what waits in them", runDelayed},
 		{"delayed flush", "send the copies waiting for matching origin queues back now (needs --yes)", runDelayedFlush},
 		{"delayed cancel", "park the copies waiting for matching origin queues (needs --yes)", runDelayedCancel},
+		{"console", "serve the web console for failures (sign in with a RabbitMQ user)", runConsole},
 		{"topology print", "print what rebound needs on the broker as definitions JSON", runTopologyPrint},
 		{"topology declare", "declare what rebound needs on the broker now", runTopologyDeclare},
 		{"topology prune", "delete the delay queues no replica uses (needs --yes)", runTopologyPrune},

@@ -18,11 +18,10 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/rebound-mq/rebound/headers"
 	"github.com/rebound-mq/rebound/internal/declarer"
 	"github.com/rebound-mq/rebound/internal/group"
 	"github.com/rebound-mq/rebound/internal/parking"
@@ -359,50 +358,16 @@ func printMessage(w io.Writer, m parking.Message) {
 	fmt.Fprintln(w, "headers:")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, k := range slices.Sorted(maps.Keys(d.Headers)) {
-		fmt.Fprintf(tw, "  %s:\t%s\n", k, headerValue(d.Headers[k]))
+		fmt.Fprintf(tw, "  %s:\t%s\n", k, headers.Show(d.Headers[k]))
 	}
 	_ = tw.Flush()
-	if printable(d.Body) {
+	if headers.Printable(d.Body) {
 		fmt.Fprintf(w, "body (%d bytes, text):\n%s\n", len(d.Body), d.Body)
 		return
 	}
 	fmt.Fprintf(w, "body (%d bytes, binary, base64):\n%s\n", len(d.Body), base64.StdEncoding.EncodeToString(d.Body))
 	preview := d.Body[:min(len(d.Body), 64)]
 	fmt.Fprintf(w, "first %d bytes:\n%s", len(preview), hex.Dump(preview))
-}
-
-// headerValue formats one header value for people: strings and byte
-// arrays quoted, tables and arrays as JSON where they can be.
-func headerValue(v any) string {
-	switch v := v.(type) {
-	case string:
-		return fmt.Sprintf("%q", v)
-	case []byte:
-		if printable(v) {
-			return fmt.Sprintf("%q (bytes)", v)
-		}
-		return base64.StdEncoding.EncodeToString(v) + " (bytes, base64)"
-	case time.Time:
-		return v.UTC().Format(time.RFC3339) + " (timestamp)"
-	case amqp.Table, []any:
-		if b, err := json.Marshal(v); err == nil {
-			return string(b)
-		}
-	}
-	return fmt.Sprintf("%v (%T)", v, v)
-}
-
-// printable reports whether b is UTF-8 text a terminal shows as is.
-func printable(b []byte) bool {
-	if !utf8.Valid(b) {
-		return false
-	}
-	for _, r := range string(b) {
-		if !unicode.IsPrint(r) && !unicode.IsSpace(r) {
-			return false
-		}
-	}
-	return true
 }
 
 const parkedReplayUsage = `usage: rebound parked replay [flags]

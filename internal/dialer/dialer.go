@@ -78,8 +78,21 @@ func (d *Dialer) Dial(ctx context.Context, role string) (*amqp.Connection, error
 // socket, TLS included, so that it sees AMQP frames: the sidecar meters
 // what its consume connection reads with it.
 func (d *Dialer) DialVia(ctx context.Context, role string, wrap func(net.Conn) net.Conn) (*amqp.Connection, error) {
+	return d.dial(ctx, role, wrap, nil)
+}
+
+// DialAs is Dial as the broker user user with password, whatever user
+// the URLs name: the console opens every connection of a person as that
+// person, so that the broker's permissions decide what each one may do.
+// The password goes to the broker in the SASL handshake only.
+func (d *Dialer) DialAs(ctx context.Context, role, user, password string) (*amqp.Connection, error) {
+	return d.dial(ctx, role, nil, []amqp.Authentication{&amqp.PlainAuth{Username: user, Password: password}})
+}
+
+// dial tries each broker in turn; sasl nil authenticates as the URL says.
+func (d *Dialer) dial(ctx context.Context, role string, wrap func(net.Conn) net.Conn, sasl []amqp.Authentication) (*amqp.Connection, error) {
 	conn, err := tryEach(ctx, d, func(url string) (*amqp.Connection, error) {
-		return dialOne(ctx, url, d.tls, d.client.properties(role), wrap)
+		return dialOne(ctx, url, d.tls, d.client.properties(role), wrap, sasl)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
@@ -127,7 +140,7 @@ func (d *Dialer) Host() string {
 	return u.Host
 }
 
-func dialOne(ctx context.Context, rawURL string, tlsConfig *tls.Config, properties amqp.Table, wrap func(net.Conn) net.Conn) (*amqp.Connection, error) {
+func dialOne(ctx context.Context, rawURL string, tlsConfig *tls.Config, properties amqp.Table, wrap func(net.Conn) net.Conn, sasl []amqp.Authentication) (*amqp.Connection, error) {
 	var stopWatching func() bool
 	defer func() {
 		if stopWatching != nil {
@@ -157,6 +170,7 @@ func dialOne(ctx context.Context, rawURL string, tlsConfig *tls.Config, properti
 		Locale:          "en_US",
 		TLSClientConfig: tlsConfig,
 		Properties:      properties,
+		SASL:            sasl,
 		Dial: func(network, addr string) (net.Conn, error) {
 			d := net.Dialer{Timeout: 15 * time.Second}
 			conn, err := d.DialContext(ctx, network, addr)

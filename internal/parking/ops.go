@@ -105,6 +105,11 @@ type ReplayOptions struct {
 	// its origin, which the redirected-from header records. The queue
 	// must pass the rules an origin passes (route.Router.CheckOrigin).
 	To string
+	// Progress, if not nil, is called with each matching message read,
+	// before the replay acts on it, with what it has done so far
+	// (Replayed and Kept as they stand then): the console follows a replay
+	// with it.
+	Progress func(ReplayResult)
 }
 
 // ReplayResult is what Replay did.
@@ -168,6 +173,9 @@ func (q Queue) ReplayWith(ctx context.Context, f Filter, now time.Time, opt Repl
 			continue
 		}
 		res.Matched++
+		if opt.Progress != nil {
+			opt.Progress(res)
+		}
 		target := cmp.Or(opt.To, m.Origin)
 		if o := q.Router.CheckOrigin(target, ""); o.Refused != "" {
 			res.Kept = append(res.Kept, Kept{m, o.Why})

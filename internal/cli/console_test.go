@@ -1,0 +1,67 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rebound-mq/rebound/internal/brokertest"
+)
+
+// TestConsoleServesAndStops: `rebound console` listens on
+// REBOUND_CONSOLE_ADDR, answers its health check and sends a person
+// without a session to sign in, from a broker URL without a password (it
+// connects only when someone signs in), and returns nil when its context
+// ends.
+func TestConsoleServesAndStops(t *testing.T) {
+	addr := brokertest.FreeAddr(t)
+	environ := []string{"REBOUND_AMQP_URL=amqp://127.0.0.1:1/", "REBOUND_CONSOLE_ADDR=" + addr}
+	var stderr bytes.Buffer
+	exited, stop := brokertest.RunInBackground("rebound console", func(ctx context.Context) error {
+		return Run(ctx, []string{"console"}, environ, &bytes.Buffer{}, &stderr)
+	}, 10*time.Second)
+	client := &http.Client{Timeout: 2 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	if !brokertest.Await(20*time.Second, func() bool {
+		res, err := client.Get("http://" + addr + "/healthz")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	}) {
+		select {
+		case err := <-exited:
+			t.Fatalf("rebound console exited: %v\n%s", err, stderr.String())
+		default:
+			t.Fatalf("rebound console did not answer on %s within 20s", addr)
+		}
+	}
+	res, err := client.Get("http://" + addr + "/groups")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/signin" {
+		t.Errorf("/groups without a session: %d to %q, want 303 to /signin", res.StatusCode, res.Header.Get("Location"))
+	}
+	if err := stop(); err != nil {
+		t.Errorf("rebound console returned %v", err)
+	}
+	if !strings.Contains(stderr.String(), `"console starting"`) {
+		t.Errorf("no start line in the log:\n%s", stderr.String())
+	}
+}
+
+// TestConsoleTLSPairUnreadable: a certificate that cannot be loaded stops
+// the console before it listens, exit status 2, naming the variable.
+func TestConsoleTLSPairUnreadable(t *testing.T) {
+	environ := []string{"REBOUND_CONSOLE_ADDR=127.0.0.1:0", "REBOUND_CONSOLE_TLS_CERT_FILE=/nonexistent/cert.pem", "REBOUND_CONSOLE_TLS_KEY_FILE=/nonexistent/key.pem"}
+	err := Run(t.Context(), []string{"console"}, environ, &bytes.Buffer{}, &bytes.Buffer{})
+	var stderr bytes.Buffer
+	if code := ExitCode(err, &stderr); code != 2 || !strings.Contains(stderr.String(), "REBOUND_CONSOLE_TLS_CERT_FILE") || !strings.Contains(stderr.String(), "/nonexistent/cert.pem") {
+		t.Errorf("exit %d: %s", code, stderr.String())
+	}
+}

@@ -1,0 +1,71 @@
+package console
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rebound-mq/rebound/internal/brokertest"
+)
+
+// TestBrowser drives the console in Debian's headless Chromium with
+// playwright-core (e2e/console/drive.mjs, installed by
+// scripts/ensure-clients.sh): sign in, open a group and a message, replay
+// the group, see it gone; then a user without read on the parking queue
+// is refused. The broker must then hold the group's messages in their
+// origin queue and no longer in the parking queue. With
+// REBOUND_CONSOLE_SCREENSHOTS=1 it saves a screenshot of each page into
+// docs/console/.
+func TestBrowser(t *testing.T) {
+	required := os.Getenv("CI") != "" || brokertest.Required()
+	chromium := "/usr/bin/chromium"
+	script, err := filepath.Abs("../../e2e/console/drive.mjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, need := range []string{chromium, filepath.Join(filepath.Dir(script), "node_modules", "playwright-core")} {
+		if _, err := os.Stat(need); err != nil {
+			if required {
+				t.Fatalf("%s is missing: run scripts/ensure-clients.sh", need)
+			}
+			t.Skipf("%s is missing (scripts/ensure-clients.sh installs it)", need)
+		}
+	}
+	e := newEnv(t, nil)
+	timeouts, _, _ := e.seedThree(time.Now())
+	e.seedDelayed()
+	outsider, outsiderPassword := e.user(".*", ".*", "^"+e.App+"$")
+	vars := []string{
+		"CONSOLE_URL=" + e.http.URL, "CONSOLE_USER=guest", "CONSOLE_PASSWORD=guest",
+		"CONSOLE_OUTSIDER=" + outsider, "CONSOLE_OUTSIDER_PASSWORD=" + outsiderPassword,
+		"CONSOLE_GROUP=" + timeouts, "CONSOLE_COUNT=3", "CHROMIUM=" + chromium,
+	}
+	if os.Getenv("REBOUND_CONSOLE_SCREENSHOTS") == "1" {
+		dir, err := filepath.Abs("../../docs/console")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		vars = append(vars, "CONSOLE_SCREENSHOTS="+dir)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", script)
+	cmd.Env = append(os.Environ(), vars...)
+	out, err := cmd.CombinedOutput()
+	t.Logf("drive.mjs:\n%s", out)
+	if err != nil {
+		t.Fatalf("the browser run failed: %v", err)
+	}
+	if !strings.Contains(string(out), "step: a user without permission refused") {
+		t.Fatal("the browser run did not reach its last step")
+	}
+	e.WaitQueueLen(e.App, 3, 10*time.Second)
+	e.WaitQueueLen(e.router.Topology.ParkingQueue, 2, 10*time.Second)
+}

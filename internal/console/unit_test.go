@@ -1,0 +1,152 @@
+package console
+
+import (
+	"bytes"
+	"compress/gzip"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/rebound-mq/rebound/internal/parking"
+)
+
+func TestThrottle(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name     string
+		failures []time.Duration // after t0
+		success  bool            // a success after them
+		at       time.Duration
+		want     time.Duration
+	}{
+		{"no failure", nil, false, 0, 0},
+		{"fewer than the limit", []time.Duration{0, time.Second}, false, 2 * time.Second, 0},
+		{"at the limit: wait for the oldest to age out", []time.Duration{0, time.Minute, 2 * time.Minute}, false, 3 * time.Minute, 12 * time.Minute},
+		{"past the window", []time.Duration{0, time.Minute, 2 * time.Minute}, false, 15 * time.Minute, 0},
+		{"one aged out", []time.Duration{0, time.Minute, 2 * time.Minute, 3 * time.Minute}, false, 15*time.Minute + time.Second, 59 * time.Second},
+		{"a success forgets", []time.Duration{0, time.Minute, 2 * time.Minute}, true, 3 * time.Minute, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			th := newThrottle(3, 15*time.Minute)
+			for _, f := range tt.failures {
+				th.failed("k", t0.Add(f))
+			}
+			if tt.success {
+				th.succeeded("k")
+			}
+			if got := th.wait("k", t0.Add(tt.at)); got != tt.want {
+				t.Errorf("wait %s, want %s", got, tt.want)
+			}
+			if got := th.wait("other", t0.Add(tt.at)); got != 0 {
+				t.Errorf("another key waits %s", got)
+			}
+		})
+	}
+}
+
+func TestThrottleHoldsAtMostMaxKeys(t *testing.T) {
+	th := newThrottle(3, time.Hour)
+	th.maxKeys = 10
+	t0 := time.Now()
+	for i := range 100 {
+		th.failed(strings.Repeat("k", i+1), t0.Add(time.Duration(i)*time.Second))
+	}
+	if n := len(th.failures); n > 10 {
+		t.Errorf("%d keys kept, want at most 10", n)
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	now := time.Date(2026, 11, 27, 3, 30, 0, 0, time.UTC)
+	msg := func(group, origin, reason, err string, ago time.Duration) parking.Message {
+		return parking.Message{Group: group, Origin: origin, Reason: reason, Error: err, Reported: err, ParkedAt: now.Add(-ago),
+			Delivery: amqp.Delivery{MessageId: group + origin}}
+	}
+	rows, kept := summarize([]parking.Message{
+		msg("aaa", "orders", "max-retries", "timeout 1", 10*time.Minute),
+		msg("bbb", "billing", "non-retryable", "schema", 30*time.Hour),
+		msg("aaa", "orders", "max-duration", "timeout 2", 90*time.Minute),
+		msg("aaa", "orders", "max-retries", "timeout 3", 90*time.Minute),
+	}, now)
+	if len(rows) != 2 || rows[0].ID != "aaa" || rows[0].Count != 3 || rows[1].ID != "bbb" {
+		t.Fatalf("rows %+v", rows)
+	}
+	a := rows[0]
+	if a.Origin != "orders" || a.Reason != "max-retries" || a.OtherReasons != 1 || a.Error != "timeout 1" {
+		t.Errorf("row aaa %+v", a)
+	}
+	if !a.First.Equal(now.Add(-90*time.Minute)) || !a.Last.Equal(now.Add(-10*time.Minute)) {
+		t.Errorf("first %s last %s", a.First, a.Last)
+	}
+	if a.Hours[sparkHours-1] != 1 || a.Hours[sparkHours-2] != 2 {
+		t.Errorf("hours %v: want 1 in the last hour, 2 in the one before", a.Hours)
+	}
+	if sum(rows[1].Hours) != 0 {
+		t.Errorf("a message parked 30 h ago counts in the last 24 h: %v", rows[1].Hours)
+	}
+	if len(kept["aaa"]) != 3 {
+		t.Errorf("%d messages kept for aaa", len(kept["aaa"]))
+	}
+}
+
+func sum(xs []int) (n int) {
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
+
+func TestSparkline(t *testing.T) {
+	got := string(sparkline([]int{0, 2, 4}))
+	for _, piece := range []string{`<svg class="spark"`, `<rect x="4" y="10" width="3" height="10"><title>2</title>`, `<rect x="8" y="0" width="3" height="20"><title>4</title>`} {
+		if !strings.Contains(got, piece) {
+			t.Errorf("sparkline lacks %s:\n%s", piece, got)
+		}
+	}
+	if strings.Contains(got, `x="0"`) {
+		t.Errorf("an empty hour has a bar:\n%s", got)
+	}
+	if got := string(sparkline(make([]int, 24))); strings.Contains(got, "<rect") {
+		t.Errorf("no parks, bars drawn: %s", got)
+	}
+}
+
+func TestPreview(t *testing.T) {
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = zw.Write([]byte("hello, compressed"))
+	_ = zw.Close()
+	long := strings.Repeat("é", previewLimit) // two bytes each: cut inside a rune
+	tests := []struct {
+		name, body, contentType, encoding string
+		kind, text                        string
+		truncated                         bool
+	}{
+		{"json indented", `{"a":[1,2]}`, "application/json; charset=utf-8", "", "json", "{\n  \"a\": [\n    1,\n    2\n  ]\n}", false},
+		{"json that is not", `{"a":`, "application/json", "", "text", `{"a":`, false},
+		{"vendor json", `{"a":1}`, "application/vnd.acme+json", "", "json", "{\n  \"a\": 1\n}", false},
+		{"text", "plain words", "", "", "text", "plain words", false},
+		{"binary", "\x00\x01\x02", "application/octet-stream", "", "binary", "00000000  00 01 02", false},
+		{"gzip", gz.String(), "text/plain", "gzip", "text", "hello, compressed", false},
+		{"long text cut on a rune", long, "text/plain", "", "text", strings.Repeat("é", previewLimit/2), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := preview([]byte(tt.body), tt.contentType, tt.encoding)
+			if p.Kind != tt.kind || !strings.HasPrefix(p.Text, tt.text) || p.Truncated != tt.truncated || p.Bytes != len(tt.body) {
+				t.Errorf("preview = %+v", p)
+			}
+		})
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	for d, want := range map[time.Duration]string{time.Second: "1", 1500 * time.Millisecond: "2", 14*time.Minute + time.Millisecond: "841"} {
+		if got := retryAfter(d); got != want {
+			t.Errorf("retryAfter(%s) = %s, want %s", d, got, want)
+		}
+	}
+}
