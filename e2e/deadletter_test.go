@@ -13,6 +13,7 @@ import (
 
 	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/internal/brokertest"
+	"github.com/rebound-mq/rebound/internal/delayqueue"
 	"github.com/rebound-mq/rebound/internal/topology"
 )
 
@@ -146,9 +147,9 @@ func (e *testEnv) crashingConsumer(queue string) {
 }
 
 // TestInboxDeliveryLimitParksInsteadOfDropping: a message rebound keeps in
-// flight (its copy refused by the broker: its origin queue and, by a
-// policy of max-length 0, the delay queues it would wait in for the
-// origin, so that it never leaves the inbox) while rebound is killed again
+// flight (its copy refused by the broker: its origin queue and the delay
+// queues it would wait in for the origin, see refuseWaits, so that it
+// never leaves the inbox) while rebound is killed again
 // and again counts one delivery per kill that finds it in rebound's hands.
 // Not every kill does: rebound requeues the refused delivery (basic.nack),
 // and a kill between that nack and the redelivery finds the message in
@@ -225,13 +226,7 @@ func inboxDeliveryLimit(t *testing.T, variant string) {
 		t.Cleanup(func() { _, _ = e.Broker.Ctl(context.Background(), nil, "-q", "clear_policy", "-p", e.vhost(), name) })
 	}
 
-	// The delay queues refuse every copy too (quorum delay queues overflow
-	// reject-publish): the copy that would wait there for the origin is
-	// refused, and the delivery stays the same message in the inbox.
-	full := e.Prefix + "delay-full"
-	e.Broker.MustCtl(t, "-q", "set_policy", "-p", e.vhost(), "--apply-to", "queues", "--priority", "30", full,
-		"^"+strings.ReplaceAll(topo.DelayQueuePrefix, ".", `\.`)+`\d+$`, `{"max-length":0}`)
-	t.Cleanup(func() { _, _ = e.Broker.Ctl(context.Background(), nil, "-q", "clear_policy", "-p", e.vhost(), full) })
+	e.refuseWaits(topo)
 
 	p := e.startBinary()
 	if variant == "earlier-rebound-with-policy" && !strings.Contains(p.logs.String(), "was declared by an earlier rebound without") {
@@ -279,6 +274,60 @@ func inboxDeliveryLimit(t *testing.T, variant string) {
 	e.logAccount(1, 0, 0, 0, "-", kills)
 	if reason := firstDeathReason(parked[0]); reason != "delivery_limit" {
 		t.Errorf("x-death reason %q, want delivery_limit", reason)
+	}
+}
+
+// refuseWaits makes every delay queue in which rebound has a copy wait
+// for its refusing origin (250 ms doubled up to 30 s,
+// docs/origin-refused.md) refuse every copy, so that the delivery stays
+// the same message in the inbox. A policy of max-length 0 is not enough
+// alone: a quorum queue refuses a message only once it holds more than
+// its limit, so it takes one. Each queue is therefore given fillers until
+// it refuses one; a filler dead-letters, when it expires, to e.App, which
+// refuses it too, and it stays in the queue's at-least-once dead-letter
+// state, where it counts against the limit (probed on 3.10 and 4.3).
+func (e *testEnv) refuseWaits(topo topology.Topology) {
+	t := e.t
+	t.Helper()
+	full := e.Prefix + "delay-full"
+	e.Broker.MustCtl(t, "-q", "set_policy", "-p", e.vhost(), "--apply-to", "queues", "--priority", "30", full,
+		"^"+strings.ReplaceAll(topo.DelayQueuePrefix, ".", `\.`)+`\d+$`, `{"max-length":0}`)
+	t.Cleanup(func() { _, _ = e.Broker.Ctl(context.Background(), nil, "-q", "clear_policy", "-p", e.vhost(), full) })
+
+	delays, err := delayqueue.New(e.Conn, topo, nil, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer delays.Close()
+	ch, err := e.Conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	const first, longest = 250 * time.Millisecond, 30 * time.Second
+	for wait := first; ; wait = min(2*wait, longest) {
+		used, err := delays.Ensure(wait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exchange := topo.DelayExchangeFor(used).Name
+		refused := func() bool {
+			c, err := ch.PublishWithDeferredConfirm(exchange, e.App, true, false,
+				amqp.Publishing{MessageId: "filler", DeliveryMode: amqp.Persistent})
+			if err != nil {
+				t.Fatalf("publish a filler into %s: %v", exchange, err)
+			}
+			return !c.Wait()
+		}
+		if !brokertest.Await(time.Minute, refused) {
+			t.Fatalf("delay queue of %s still takes copies after a minute of fillers", used)
+		}
+		if wait == longest {
+			return
+		}
 	}
 }
 
