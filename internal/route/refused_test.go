@@ -87,10 +87,11 @@ func TestReturnAndRefuse(t *testing.T) {
 	if dest != topology.Direct("orders") || msg.Headers[n.RetryCount] != int64(2) || msg.Headers[headers.Attempt] != "a.1" {
 		t.Errorf("returning copy to %+v with count %v, attempt %v; want straight to orders, count 2, attempt a.1", dest, msg.Headers[n.RetryCount], msg.Headers[headers.Attempt])
 	}
-	for _, h := range []string{headers.XDeath, n.DueAt} {
-		if v, ok := msg.Headers[h]; ok {
-			t.Errorf("returning copy carries %s = %v", h, v)
-		}
+	if v, ok := msg.Headers[headers.XDeath]; ok {
+		t.Errorf("returning copy carries %s = %v", headers.XDeath, v)
+	}
+	if v := msg.Headers[n.DueAt]; v != now.UnixMilli() {
+		t.Errorf("returning copy carries %s = %v, want %d: when its delay ended", n.DueAt, v, now.UnixMilli())
 	}
 	if gone := r.Return(s, o, false); gone.Decision.Reason != policy.UnknownOrigin {
 		t.Errorf("a copy whose origin is gone: %+v, want parked unknown-origin", gone.Decision)

@@ -201,7 +201,8 @@ func (r Router) Budget(rt Route, s headers.State, now time.Time, cal *calendar.C
 //     rebound when the delay ends (Topology.Delayed); the copy says when
 //     that is;
 //   - a returning copy (rt.Returning): straight to its origin, its
-//     headers as they were but the broker's; one whose origin refuses it
+//     headers as they were but the broker's (its due time kept, when
+//     readable); one whose origin refuses it
 //     (rt.Refused) into a delay queue again, counted as a retry only when
 //     the policy has no duration budget (policy.Policy.Refused).
 //
@@ -227,7 +228,9 @@ func (r Router) Plan(d amqp.Delivery, s headers.State, rt Route, now time.Time) 
 	case !decision.Retry:
 		return topology.Direct(r.Topology.ParkingQueue), copyOf(d, r.Codec.Park(d.Headers, s, decision.Reason, now))
 	case rt.Returning && decision.Delay == 0:
-		dest, msg := r.Flush(d, s.Origin)
+		// Its delay did end: the copy keeps saying when, for the
+		// application (the retry rate budget's promise is counted from it).
+		dest, msg := topology.Direct(s.Origin), copyOf(d, r.Codec.Moved(d.Headers, s.DueAt))
 		if rt.Attempt != "" {
 			headers.MarkAttempt(msg.Headers, rt.Attempt)
 		}
