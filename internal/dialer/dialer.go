@@ -166,9 +166,11 @@ func dialOne(ctx context.Context, rawURL string, tlsConfig *tls.Config, properti
 		}
 	}
 	return amqp.DialConfig(rawURL, amqp.Config{
-		Heartbeat:       10 * time.Second,
-		Locale:          "en_US",
-		TLSClientConfig: tlsConfig,
+		Heartbeat: 10 * time.Second,
+		Locale:    "en_US",
+		// A copy: amqp091-go writes the URL's host into the config's
+		// ServerName, and the sidecar and its holder dial at once.
+		TLSClientConfig: tlsConfig.Clone(),
 		Properties:      properties,
 		SASL:            sasl,
 		Dial: func(network, addr string) (net.Conn, error) {
