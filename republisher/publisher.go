@@ -98,6 +98,11 @@ type pending struct {
 	sent     time.Time
 	returned bool
 	done     func(Outcome, time.Duration)
+	// confirm is the broker's word on this publish alone. NotifyPublish
+	// is not: amqp091-go reports a nack that came before a multiple ack
+	// covering it (a full classic origin refuses at once, a quorum delay
+	// queue confirms later) as an ack.
+	confirm *amqp.DeferredConfirmation
 }
 
 // Publisher publishes on one channel in confirm mode. Publish may be called
@@ -209,12 +214,16 @@ func (p *Publisher) Publish(ctx context.Context, dest topology.Destination, msg 
 	p.mu.Lock()
 	p.pending[seq] = entry
 	p.mu.Unlock()
-	if err := p.ch.PublishWithContext(ctx, dest.Exchange, dest.RoutingKey, true, false, msg); err != nil {
+	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, dest.Exchange, dest.RoutingKey, true, false, msg)
+	if err != nil {
 		p.mu.Lock()
 		delete(p.pending, seq)
 		p.mu.Unlock()
 		return fmt.Errorf("publish to %q with routing key %q: %w", dest.Exchange, dest.RoutingKey, err)
 	}
+	p.mu.Lock()
+	entry.confirm = dc
+	p.mu.Unlock()
 	return nil
 }
 
@@ -324,13 +333,28 @@ func (p *Publisher) resolve(c amqp.Confirmation) {
 	p.mu.Lock()
 	e, ok := p.pending[c.DeliveryTag]
 	delete(p.pending, c.DeliveryTag)
+	var dc *amqp.DeferredConfirmation
+	if ok {
+		dc = e.confirm
+	}
 	p.mu.Unlock()
 	if !ok {
 		return
 	}
+	acked := c.Ack
+	if dc != nil {
+		select {
+		case <-dc.Done():
+			acked = dc.Acked()
+		default:
+			// amqp091-go settles the deferred confirmation before it
+			// notifies: not done means not confirmed this way.
+			acked = false
+		}
+	}
 	outcome := Confirmed
 	switch {
-	case !c.Ack:
+	case !acked:
 		outcome = Nacked
 	case e.returned:
 		outcome = Returned
