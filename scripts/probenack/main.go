@@ -1,3 +1,13 @@
+//go:build ignore
+
+// Command probenack shows amqp091-go v1.16.0 reporting, through
+// NotifyPublish, a nacked publish as acked: a publish to a full queue
+// (x-max-length 1, reject-publish) between two publishes to a quorum
+// queue is nacked at once, and the quorum queue's later multiple ack
+// marks it acked. Its DeferredConfirmation says nack, which is why
+// republisher takes each copy's outcome from it. Against RabbitMQ 4.3:
+//
+//	go run scripts/probenack/main.go
 package main
 
 import (
