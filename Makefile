@@ -37,7 +37,7 @@ test: brokers clients lint alerts
 	  echo "=== RabbitMQ $$b: go test ./..."; \
 	  REBOUND_TEST_BROKER=$$b go test $(GO_TEST_FLAGS) ./... || exit 1; \
 	  echo "=== RabbitMQ $$b: tests that disturb the whole broker"; \
-	  REBOUND_TEST_BROKER=$$b go test $(GO_TEST_FLAGS) -tags chaos -run '$(CHAOS_TESTS)' -v ./e2e/ | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+\S+_test.go:.*(broker:|ACCOUNT|FAIL))' ; \
+	  REBOUND_TEST_BROKER=$$b go test $(GO_TEST_FLAGS) -tags chaos -run '$(CHAOS_TESTS)' -v ./e2e/ | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+\S+_test.go:.*(broker:|ACCOUNT|CENSUS|not parked|FAIL))' ; \
 	  test $${PIPESTATUS[0]} -eq 0 || exit 1; \
 	  echo "=== RabbitMQ $$b: cluster tests"; \
 	  ( trap './scripts/cluster.sh -b '$$b' stop' EXIT; ./scripts/cluster.sh -b $$b start && \

@@ -157,6 +157,7 @@ func (e *testEnv) accountRecovered(n, operatorLost int, faults []recovery, timeo
 		}
 		e.t.Errorf("%d ids not parked (operator loss allowance %d), first %v; app queue holds %d, inbox %d",
 			len(missing), operatorLost, missing[:min(len(missing), 20)], e.QueueLenOr(e.App, -1), e.QueueLenOr(e.Vars["REBOUND_INBOX_QUEUE"], -1))
+		e.logCensus()
 	}
 	return duplicates
 }
@@ -346,4 +347,27 @@ func feedUntil(moving <-chan time.Time, canary func() error, logf func(format st
 		}
 	}()
 	return out
+}
+
+// logCensus logs, one CENSUS line per queue of the test's prefix, what
+// the broker holds there, the copies a quorum queue holds for
+// dead-lettering included (messages_dlx, which no consumer sees): where
+// missing ones wait, in the output CI keeps (the Makefile filters the
+// disruptive tests' output).
+func (e *testEnv) logCensus() {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := e.Broker.Ctl(ctx, nil, "eval", fmt.Sprintf(`[io:format("~ts ~w~n", [element(4, amqqueue:get_name(Q)),
+		catch rabbit_amqqueue:info(Q, [type, messages, messages_ready, messages_unacknowledged] ++ [messages_dlx || amqqueue:get_type(Q) =:= rabbit_quorum_queue])])
+		|| Q <- rabbit_amqqueue:list(), binary:match(element(4, amqqueue:get_name(Q)), <<%q>>) =/= nomatch], ok.`, e.Prefix))
+	if err != nil {
+		e.t.Logf("CENSUS unavailable: %v", err)
+		return
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if line != "ok" {
+			e.t.Logf("CENSUS %s", line)
+		}
+	}
 }
