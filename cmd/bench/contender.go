@@ -34,14 +34,13 @@ type contender struct {
 
 // The contenders of the throughput runs. The first of a suite is its
 // baseline: the tables give every other one's rate over its rate in the
-// same round.
+// same round. tracedC exports a process and a publish span per message
+// over OTLP/HTTP to a sink in this process that discards them (traceSink).
 var (
 	reboundC = contender{Name: "rebound", Kind: kindRebound}
-	// tracedC exports a process and a publish span per message over
-	// OTLP/HTTP to a sink in this process that discards them (traceSink).
-	tracedC = contender{Name: "rebound, traced", Kind: kindRebound, Env: []string{"OTEL_TRACES_EXPORTER=otlp"}}
-	relayC  = contender{Name: "relay", Kind: kindRelay}
-	shovelC = contender{Name: "shovel", Kind: kindShovel}
+	tracedC  = contender{Name: "rebound, traced", Kind: kindRebound, Env: []string{"OTEL_TRACES_EXPORTER=otlp"}}
+	relayC   = contender{Name: "relay", Kind: kindRelay}
+	shovelC  = contender{Name: "shovel", Kind: kindShovel}
 )
 
 // throughputContenders are the contenders of the throughput runs, in
@@ -50,8 +49,9 @@ func throughputContenders() []contender { return []contender{reboundC, tracedC, 
 
 // spreadContenders are rebound with one delay queue, with k bound, and
 // with its n copies spread as the default policy spreads them at each of
-// digits.
-func spreadContenders(k, n int, digits []int) ([]contender, error) {
+// digits; where the broker can hold (4.3), spread again over quorum delay
+// queues and into the one hold queue (copies stay there: no holder runs).
+func spreadContenders(k, n int, digits []int, canHold bool) ([]contender, error) {
 	cs := []contender{reboundC}
 	if k > 1 {
 		cs = append(cs, contender{Name: fmt.Sprintf("rebound, %d delay queues bound", k), Kind: kindRebound, Bound: k})
@@ -62,12 +62,15 @@ func spreadContenders(k, n int, digits []int) ([]contender, error) {
 			return nil, err
 		}
 		cs = append(cs, contender{Name: spreadName(d), Kind: kindRebound, Spread: sp})
+		if canHold {
+			cs = append(cs, contender{Name: spreadName(d) + ", quorum", Kind: kindRebound, Spread: sp, Env: []string{"REBOUND_QUEUE_TYPE=quorum"}},
+				contender{Name: spreadName(d) + ", hold", Kind: kindRebound, Spread: sp, Env: []string{"REBOUND_QUEUE_TYPE=quorum", "REBOUND_DELAY_MODE=hold"}})
+		}
 	}
 	return cs, nil
 }
 
-// spreadName names the run whose copies are spread as the default policy
-// spreads them at digits.
+// spreadName names a run whose copies are spread as at digits.
 func spreadName(digits int) string {
 	return fmt.Sprintf("rebound, default policy's delays, %d digit%s", digits, map[bool]string{true: "s"}[digits > 1])
 }

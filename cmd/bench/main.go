@@ -220,7 +220,7 @@ func measureBroker(ctx context.Context, bt *brokertest.Broker, o options, stdout
 	if o.spread > 0 {
 		// One mode: the spread costs the broker, whose core the pinned
 		// runs set apart.
-		cs, err := spreadContenders(o.spread, o.n, o.digits)
+		cs, err := spreadContenders(o.spread, o.n, o.digits, topology.VersionAtLeast(res.Version, 4, 3))
 		if err != nil {
 			return res, err
 		}

@@ -90,9 +90,8 @@ func threads(pid int) ([]int, error) {
 }
 
 // pinProcess pins every thread of pid to cpu and returns what restores
-// each thread's mask as it was; a thread started meanwhile (it inherits
-// the pinned mask) gets the process's main thread's. A thread that ended
-// meanwhile is no error.
+// each thread's mask (a thread started meanwhile gets the main thread's;
+// one that ended is no error).
 func pinProcess(pid, cpu int) (restore func() error, err error) {
 	tids, err := threads(pid)
 	if err != nil {
@@ -168,8 +167,7 @@ func pin(brokerPID int) (*pinned, error) {
 	return &pinned{restoreBroker: rb, restoreSelf: rs, maxProcs: runtime.GOMAXPROCS(1)}, nil
 }
 
-// unpin puts both processes back as they were. It may be called on a nil
-// *pinned, and more than once.
+// unpin puts both processes back as they were, on a nil *pinned too, and again.
 func (p *pinned) unpin() error {
 	if p == nil || p.restoreBroker == nil {
 		return nil

@@ -27,8 +27,7 @@ type writer struct{ strings.Builder }
 
 func (w *writer) p(format string, a ...any) { fmt.Fprintf(&w.Builder, format, a...) }
 
-// us formats a duration in microseconds, one decimal.
-func us(d time.Duration) string { return fmt.Sprintf("%.1f", micros(d)) }
+func us(d time.Duration) string { return fmt.Sprintf("%.1f", micros(d)) } // in µs, one decimal
 
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -85,7 +86,7 @@ func TestRunsTableNotesOddRuns(t *testing.T) {
 
 // A spread contender says how many delay queues its copies went to.
 func TestSpreadContenders(t *testing.T) {
-	cs, err := spreadContenders(300, 2000, []int{2, 1})
+	cs, err := spreadContenders(300, 2000, []int{2, 1}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,13 @@ func TestSpreadContenders(t *testing.T) {
 	if got := into(cs[3]); !strings.Contains(got, " delay queues, the busiest with ") {
 		t.Errorf("spread run copies into %q", got)
 	}
-	if cs, _ := spreadContenders(0, 2000, nil); len(cs) != 1 {
+	if cs, _ := spreadContenders(0, 2000, nil, true); len(cs) != 1 {
 		t.Errorf("without a bound run or digits: %d contenders, want rebound alone", len(cs))
+	}
+	// Where the broker can hold, each spread runs over quorum delay
+	// queues and into the hold queue too.
+	cs, _ = spreadContenders(0, 2000, []int{1}, true)
+	if len(cs) != 4 || !slices.Contains(cs[2].Env, "REBOUND_QUEUE_TYPE=quorum") || !slices.Contains(cs[3].Env, "REBOUND_DELAY_MODE=hold") || cs[3].Spread == nil {
+		t.Errorf("spread contenders of a broker that can hold: %+v", cs)
 	}
 }

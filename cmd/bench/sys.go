@@ -13,9 +13,8 @@ import (
 	"time"
 )
 
-// clockTick is the unit of utime and stime in /proc/<pid>/stat and of the
-// counters in /proc/stat (USER_HZ). It is 100 on every Linux bench runs on;
-// reading it needs cgo (sysconf).
+// clockTick is USER_HZ, the unit of /proc's CPU counters: 100 on every
+// Linux bench runs on (reading it needs cgo).
 const clockTick = 10 * time.Millisecond
 
 // cpu is a snapshot of CPU time spent so far.
@@ -88,8 +87,7 @@ func (c cpu) sub(o cpu) cpu {
 	return d
 }
 
-// others is the CPU time of the machine used by neither this process nor
-// the broker.
+// others is the machine's CPU time used by neither process.
 func (c cpu) others() time.Duration { return max(c.machine-c.self-c.broker, 0) }
 
 // machineCPU returns the time all CPUs together have been busy since boot
@@ -116,8 +114,7 @@ func machineCPU() (time.Duration, error) {
 	return time.Duration(busy) * clockTick, nil
 }
 
-// statCPU returns utime+stime from a /proc stat file (a process's or a
-// thread's).
+// statCPU returns utime+stime from a process's or thread's /proc stat.
 func statCPU(path string) (time.Duration, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -136,9 +133,8 @@ func statCPU(path string) (time.Duration, error) {
 	return time.Duration(utime+stime) * clockTick, nil
 }
 
-// startTime is field 22 of /proc/<pid>/stat, the process's start time
-// since boot: with the pid, it tells a process apart from a later one that
-// reuses its pid. "" when the process is gone.
+// startTime is field 22 of /proc/<pid>/stat, which with the pid tells a
+// process from a later one reusing it; "" when the process is gone.
 func startTime(pid int) string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {

@@ -173,6 +173,7 @@ func prepare(ctx context.Context, b *broker, c contender, prefix string, n int) 
 	topo := topology.Topology{
 		InboxQueue: prefix + "inbox", DeadLetterExchange: prefix + "dlx", DelayExchange: prefix + "delay",
 		DelayQueuePrefix: prefix + "delay.", ParkingQueue: prefix + "parked",
+		Quorum: slices.Contains(c.Env, "REBOUND_QUEUE_TYPE=quorum"), Hold: slices.Contains(c.Env, "REBOUND_DELAY_MODE=hold"),
 	}
 	settings := reboundSettings{Delay: retryDelay, Env: c.Env}
 	delays := []time.Duration{retryDelay}
@@ -198,12 +199,15 @@ func prepare(ctx context.Context, b *broker, c contender, prefix string, n int) 
 		q, b := topo.DelayQueue(d)
 		queues, exchanges = append(queues, q.Name), append(exchanges, b.Exchange)
 	}
-	// The copies wait in the delay queues of their delays, where they
-	// are counted (a delay mode that holds them elsewhere counts them
-	// there).
+	// The copies wait in the delay queues of their delays, or in the hold
+	// queue, where they are counted.
 	for _, d := range delays {
 		q, _ := topo.DelayQueue(d)
 		s.dests = append(s.dests, q.Name)
+	}
+	if topo.Hold {
+		s.dests, bound = []string{topo.HoldQueue().Name}, nil
+		queues, exchanges = append(queues, topo.HoldQueue().Name, topo.HoldCommandsQueue().Name), append(exchanges, topo.HoldExchange().Name)
 	}
 	if err := b.declare(app, nil); err != nil {
 		return s, cleanup, err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rebound-mq/rebound/internal/brokertest"
+	"github.com/rebound-mq/rebound/internal/topology"
 )
 
 // testBroker is bench's view of the test matrix's broker, in a virtual
@@ -34,7 +35,7 @@ func TestEveryContenderMovesEveryMessage(t *testing.T) {
 	if err := b.ensureShovel(ctx, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	spread, err := spreadContenders(5, n, []int{1})
+	spread, err := spreadContenders(5, n, []int{1}, topology.VersionAtLeast(b.version(), 4, 3))
 	if err != nil {
 		t.Fatal(err)
 	}
