@@ -23,12 +23,12 @@ type Waiting struct {
 	NoDueTime int
 	// Due counts the copies by when they are due, in the windows of
 	// DueWindows; a copy past the last window counts in the last.
-	Due [len(DueWindows)]int
+	Due [len(dueWindows)]int
 }
 
-// DueWindows are the windows Survey counts due times in: due within a
+// dueWindows are the windows Survey counts due times in: due within a
 // minute, ten minutes, an hour, a day, and later.
-var DueWindows = [...]time.Duration{time.Minute, 10 * time.Minute, time.Hour, 24 * time.Hour, 1<<63 - 1}
+var dueWindows = [...]time.Duration{time.Minute, 10 * time.Minute, time.Hour, 24 * time.Hour, 1<<63 - 1}
 
 // Survey is what Survey found: the copies waiting per origin queue.
 type Survey struct {
@@ -109,8 +109,8 @@ func (w *Waiting) add(due, now time.Time) {
 		w.Latest = due
 	}
 	in := due.Sub(now)
-	for i, window := range DueWindows {
-		if in <= window || i == len(DueWindows)-1 {
+	for i, window := range dueWindows {
+		if in <= window || i == len(dueWindows)-1 {
 			w.Due[i]++
 			return
 		}
