@@ -132,8 +132,8 @@ func (c OutageConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Latency returns the dependency's latency while it holds n calls.
-func (c OutageConfig) Latency(n int) time.Duration {
+// latencyDuration returns the dependency's latency while it holds n calls.
+func (c OutageConfig) latencyDuration(n int) time.Duration {
 	return toDuration(c.latency(n))
 }
 
