@@ -33,23 +33,23 @@ import (
 // Prefix starts the name of every variable rebound reads.
 const Prefix = "REBOUND_"
 
-// QueueType is the type of the queues rebound declares.
-type QueueType string
+// queueType is the type of the queues rebound declares.
+type queueType string
 
 // Queue types.
 const (
-	Classic QueueType = "classic"
-	Quorum  QueueType = "quorum"
+	classic queueType = "classic"
+	quorum  queueType = "quorum"
 )
 
-// DelayMode is how rebound holds a copy until its delay ends.
-type DelayMode string
+// delayMode is how rebound holds a copy until its delay ends.
+type delayMode string
 
 // Delay modes: a TTL queue per distinct delay, or one quorum hold queue
 // (RabbitMQ 4.3+) whose copies a holder returns with a delivery time.
 const (
-	DelayQueues DelayMode = "queues"
-	DelayHold   DelayMode = "hold"
+	delayQueues delayMode = "queues"
+	DelayHold   delayMode = "hold"
 )
 
 // Config is rebound's whole configuration. Field tags name the variable
@@ -66,7 +66,7 @@ type Config struct {
 	DelayExchange      string    `env:"DELAY_EXCHANGE" envDefault:"rebound.delay"`
 	DelayQueuePrefix   string    `env:"DELAY_QUEUE_PREFIX" envDefault:"rebound.delay."`
 	ParkingQueue       string    `env:"PARKING_QUEUE" envDefault:"rebound.parked"`
-	QueueType          QueueType `env:"QUEUE_TYPE" envDefault:"classic"`
+	QueueType          queueType `env:"QUEUE_TYPE" envDefault:"classic"`
 	// EventsExchange is the topic exchange a JSON event is published to on
 	// every park; "" publishes none.
 	EventsExchange string `env:"EVENTS_EXCHANGE"`
@@ -91,13 +91,13 @@ type Config struct {
 	// DelayMode chooses delay queues or the hold queue; HoldSlice is the
 	// longest a copy is held before it comes back to a holder, where
 	// flush and cancel can reach it.
-	DelayMode DelayMode     `env:"DELAY_MODE" envDefault:"queues"`
+	DelayMode delayMode     `env:"DELAY_MODE" envDefault:"queues"`
 	HoldSlice time.Duration `env:"HOLD_SLICE" envDefault:"5m"`
 
 	// Prefetch is the most unacked inbox deliveries; the window follows the
 	// sizes seen to keep their bytes within InflightBytes.
 	Prefetch       int           `env:"PREFETCH" envDefault:"1024"`
-	InflightBytes  ByteSize      `env:"INFLIGHT_BYTES" envDefault:"64MiB"`
+	InflightBytes  byteSize      `env:"INFLIGHT_BYTES" envDefault:"64MiB"`
 	DelayQueueIdle time.Duration `env:"DELAY_QUEUE_IDLE" envDefault:"15m"`
 	ConfirmTimeout time.Duration `env:"CONFIRM_TIMEOUT" envDefault:"30s"`
 	ShutdownGrace  time.Duration `env:"SHUTDOWN_GRACE" envDefault:"20s"`
@@ -134,28 +134,28 @@ type Config struct {
 
 	// Named holds the policies REBOUND_POLICIES lists, in its order, each
 	// read from its REBOUND_POLICY_<NAME>_* variables.
-	Named []NamedPolicy `env:"-"`
+	Named []namedPolicy `env:"-"`
 	// Warnings name the REBOUND_ variables rebound does not read, each
 	// with the nearest one it does: for the log at start and `rebound
 	// config check`.
 	Warnings []string `env:"-"`
 }
 
-// FieldError is one invalid variable: its full name, the value found and
+// fieldError is one invalid variable: its full name, the value found and
 // what is allowed.
-type FieldError struct {
+type fieldError struct {
 	Variable string
 	Value    string
 	Allowed  string
 }
 
-func (e FieldError) Error() string {
+func (e fieldError) Error() string {
 	return fmt.Sprintf("%s=%q: %s", e.Variable, e.Value, e.Allowed)
 }
 
 // Error lists every problem found in one configuration.
 type Error struct {
-	Problems []FieldError
+	Problems []fieldError
 }
 
 func (e *Error) Error() string {
@@ -176,22 +176,22 @@ func (e *Error) Error() string {
 func Load(environ []string) (Config, error) {
 	vars := env.ToMap(environ)
 	var c Config
-	var problems []FieldError
+	var problems []fieldError
 	failed := map[string]bool{} // variables that did not parse: skip their checks
 	err := parseEnv(&c, vars, func(pe env.ParseError) {
 		name := Prefix + fieldVariable[Config](pe.Name)
 		failed[name] = true
-		problems = append(problems, FieldError{Variable: name, Value: vars[name], Allowed: allowedForType(pe.Type)})
+		problems = append(problems, fieldError{Variable: name, Value: vars[name], Allowed: allowedForType(pe.Type)})
 	}, func(e error) {
-		problems = append(problems, FieldError{Variable: "?", Value: "", Allowed: e.Error()})
+		problems = append(problems, fieldError{Variable: "?", Value: "", Allowed: e.Error()})
 	})
 	if err != nil {
-		return c, &Error{Problems: []FieldError{{Variable: Prefix + "*", Allowed: err.Error()}}}
+		return c, &Error{Problems: []fieldError{{Variable: Prefix + "*", Allowed: err.Error()}}}
 	}
 	if c.AMQPURLFile != "" {
 		b, err := os.ReadFile(c.AMQPURLFile)
 		if err != nil {
-			problems = append(problems, FieldError{Variable: Prefix + "AMQP_URL_FILE", Value: c.AMQPURLFile, Allowed: "a readable file holding the broker URL: " + err.Error()})
+			problems = append(problems, fieldError{Variable: Prefix + "AMQP_URL_FILE", Value: c.AMQPURLFile, Allowed: "a readable file holding the broker URL: " + err.Error()})
 		} else {
 			c.AMQPURL = strings.TrimSpace(string(b))
 		}
@@ -247,7 +247,7 @@ func allowedForType(t reflect.Type) string {
 		return "a whole number"
 	case reflect.TypeFor[float64]():
 		return "a number"
-	case reflect.TypeFor[ByteSize]():
+	case reflect.TypeFor[byteSize]():
 		return "a size: a whole number of bytes with an optional unit, B, KiB, MiB, GiB, KB, MB or GB, such as 64MiB"
 	}
 	return "a value of type " + t.String()
@@ -257,11 +257,11 @@ func allowedForType(t reflect.Type) string {
 // failed holds the variables (full names) that did not parse: their zero
 // values are not what the operator wrote, so no rule reports on them or
 // judges another variable against them.
-func (c Config) validate(failed map[string]bool) []FieldError {
-	var ps []FieldError
+func (c Config) validate(failed map[string]bool) []fieldError {
+	var ps []fieldError
 	add := func(variable string, value any, allowed string) {
 		if !failed[Prefix+variable] {
-			ps = append(ps, FieldError{Variable: Prefix + variable, Value: fmt.Sprint(value), Allowed: allowed})
+			ps = append(ps, fieldError{Variable: Prefix + variable, Value: fmt.Sprint(value), Allowed: allowed})
 		}
 	}
 	oneOf := func(variable string, value string, allowed []string) {
@@ -269,8 +269,8 @@ func (c Config) validate(failed map[string]bool) []FieldError {
 			add(variable, value, "one of "+strings.Join(allowed, ", "))
 		}
 	}
-	oneOf("QUEUE_TYPE", string(c.QueueType), []string{string(Classic), string(Quorum)})
-	oneOf("DELAY_MODE", string(c.DelayMode), []string{string(DelayQueues), string(DelayHold)})
+	oneOf("QUEUE_TYPE", string(c.QueueType), []string{string(classic), string(quorum)})
+	oneOf("DELAY_MODE", string(c.DelayMode), []string{string(delayQueues), string(DelayHold)})
 	oneOf("LOG_LEVEL", c.LogLevel, []string{"debug", "info", "warn", "error"})
 	oneOf("LOG_FORMAT", c.LogFormat, []string{"json", "console"})
 
@@ -302,7 +302,7 @@ func (c Config) validate(failed map[string]bool) []FieldError {
 	}
 
 	for _, p := range c.PolicyConfig.validate(Prefix, failed) {
-		ps = append(ps, p.FieldError)
+		ps = append(ps, p.fieldError)
 	}
 	if c.DelayDigits < 1 || c.DelayDigits > 3 {
 		add("DELAY_DIGITS", c.DelayDigits, "1, 2 or 3 significant digits of milliseconds a delay keeps (fewer: fewer delay queues, coarser delays)")
@@ -371,7 +371,7 @@ func (c Config) validate(failed map[string]bool) []FieldError {
 		seen[name] = variable
 	}
 	// Map iteration above is unordered; keep reports stable for people and tests.
-	slices.SortStableFunc(ps, func(a, b FieldError) int { return strings.Compare(a.Variable, b.Variable) })
+	slices.SortStableFunc(ps, func(a, b fieldError) int { return strings.Compare(a.Variable, b.Variable) })
 	return ps
 }
 
@@ -459,7 +459,7 @@ func (c Config) Topology() topology.Topology {
 		DelayExchange:      c.DelayExchange,
 		DelayQueuePrefix:   c.DelayQueuePrefix,
 		ParkingQueue:       c.ParkingQueue,
-		Quorum:             c.QueueType == Quorum,
+		Quorum:             c.QueueType == quorum,
 		Hold:               c.DelayMode == DelayHold,
 	}
 	if c.OriginQueues != "" {
@@ -478,7 +478,7 @@ func (c Config) Router() route.Router {
 // Policy returns the default policy: REBOUND_BACKOFF and the rest, with
 // REBOUND_DELAY_DIGITS.
 func (c Config) Policy() policy.Policy {
-	p := c.PolicyConfig.Policy()
+	p := c.PolicyConfig.policy()
 	p.DelayDigits = c.DelayDigits
 	return p
 }
@@ -489,7 +489,7 @@ func (c Config) Policy() policy.Policy {
 func (c Config) PolicySet() policy.Set {
 	named := make([]policy.Named, len(c.Named))
 	for i, p := range c.Named {
-		named[i] = policy.Named{Name: p.Name, Queues: regexp.MustCompile(p.Queues), Policy: p.Policy()}
+		named[i] = policy.Named{Name: p.Name, Queues: regexp.MustCompile(p.Queues), Policy: p.policy()}
 		named[i].DelayDigits = c.DelayDigits
 	}
 	return policy.NewSet(c.Policy(), named...)
@@ -539,7 +539,7 @@ func (c Config) ConsoleTLS() (*tls.Config, error) {
 }
 
 func tlsError(variable, path, problem string) error {
-	return &Error{Problems: []FieldError{{
+	return &Error{Problems: []fieldError{{
 		Variable: Prefix + variable, Value: path, Allowed: "a readable PEM file (" + problem + ")",
 	}}}
 }

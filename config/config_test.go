@@ -29,7 +29,7 @@ func TestLoadDefaults(t *testing.T) {
 		DelayExchange:      "rebound.delay",
 		DelayQueuePrefix:   "rebound.delay.",
 		ParkingQueue:       "rebound.parked",
-		QueueType:          Classic,
+		QueueType:          classic,
 		PolicyConfig: PolicyConfig{
 			Backoff:          policy.Exponential,
 			MinDelay:         time.Second,
@@ -70,7 +70,7 @@ func TestLoadDefaults(t *testing.T) {
 		HeaderPolicy:           "x-retry-policy",
 		HeaderDueAt:            "x-retry-due-at",
 		DelayDigits:            2,
-		DelayMode:              DelayQueues,
+		DelayMode:              delayQueues,
 		HoldSlice:              5 * time.Minute,
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -101,7 +101,7 @@ func TestLoadValues(t *testing.T) {
 	if c.Policy() != want {
 		t.Errorf("Policy() = %+v, want %+v", c.Policy(), want)
 	}
-	if c.AMQPURL != "amqps://app:pw@broker.internal:5671/orders" || c.QueueType != Quorum || c.Prefetch != 32 || c.headerNames().Error != "x-app-error" {
+	if c.AMQPURL != "amqps://app:pw@broker.internal:5671/orders" || c.QueueType != quorum || c.Prefetch != 32 || c.headerNames().Error != "x-app-error" {
 		t.Errorf("Load = %+v", c)
 	}
 }

@@ -9,10 +9,10 @@ import (
 	"strings"
 )
 
-// File is a configuration read from a file, for `rebound config check
+// file is a configuration read from a file, for `rebound config check
 // --env-file`: the variables, in Load's KEY=VALUE form, and what about the
 // file's text deserves a warning.
-type File struct {
+type file struct {
 	Environ []string
 	Notes   []string
 }
@@ -26,7 +26,7 @@ var envName = regexp.MustCompile(`^[-._a-zA-Z][-._a-zA-Z0-9]*$`)
 // `kubectl kustomize`, whose ConfigMap's data is taken). Which one is
 // told by the text: a line starting "apiVersion:" or "kind:" makes it
 // YAML.
-func ReadFile(data []byte) (File, error) {
+func ReadFile(data []byte) (file, error) {
 	for line := range strings.Lines(string(data)) {
 		if strings.HasPrefix(line, "apiVersion:") || strings.HasPrefix(line, "kind:") {
 			return readConfigMaps(data)
@@ -43,8 +43,8 @@ func ReadFile(data []byte) (File, error) {
 // removed). Blank lines and lines starting with "#" are skipped. A value
 // in quotes is read with its quotes, as the sidecar would read it, and
 // noted: a shell or docker compose would have removed them.
-func readEnvFile(data []byte) (File, error) {
-	var f File
+func readEnvFile(data []byte) (file, error) {
+	var f file
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimLeft(sc.Text(), " \t")
@@ -56,7 +56,7 @@ func readEnvFile(data []byte) (File, error) {
 		}
 		key, value, _ := strings.Cut(line, "=")
 		if !envName.MatchString(key) {
-			return File{}, fmt.Errorf("read env file: line %d: %q is not a variable name (KEY=VALUE, no spaces or export)", n, key)
+			return file{}, fmt.Errorf("read env file: line %d: %q is not a variable name (KEY=VALUE, no spaces or export)", n, key)
 		}
 		if len(value) >= 2 && (value[0] == '"' || value[0] == '\'') && value[len(value)-1] == value[0] {
 			f.Notes = append(f.Notes, fmt.Sprintf("line %d: %s's value is in quotes, which kustomize and kubectl keep: rebound reads %s with them", n, key, value))
@@ -67,7 +67,7 @@ func readEnvFile(data []byte) (File, error) {
 		f.Environ = append(f.Environ, key+"="+value)
 	}
 	if err := sc.Err(); err != nil {
-		return File{}, fmt.Errorf("read env file: %w", err)
+		return file{}, fmt.Errorf("read env file: %w", err)
 	}
 	return f, nil
 }
@@ -84,8 +84,8 @@ var (
 // a ConfigMap's data (one "key: value" a line, the value plain, single-
 // or double-quoted), not every YAML: a block scalar (| or >) is an error,
 // as is a second ConfigMap that sets a variable the first did otherwise.
-func readConfigMaps(data []byte) (File, error) {
-	var f File
+func readConfigMaps(data []byte) (file, error) {
+	var f file
 	seen := map[string]string{}
 	found := false
 	for i, doc := range documentSeparator.Split(string(data), -1) {
@@ -94,7 +94,7 @@ func readConfigMaps(data []byte) (File, error) {
 		}
 		vars, err := configMapData(doc)
 		if err != nil {
-			return File{}, fmt.Errorf("read ConfigMap (document %d): %w", i+1, err)
+			return file{}, fmt.Errorf("read ConfigMap (document %d): %w", i+1, err)
 		}
 		if !hasReboundVariable(vars) {
 			continue
@@ -102,7 +102,7 @@ func readConfigMaps(data []byte) (File, error) {
 		found = true
 		for _, kv := range vars {
 			if old, ok := seen[kv[0]]; ok && old != kv[1] {
-				return File{}, fmt.Errorf("read ConfigMaps: %s is %q in one and %q in another", kv[0], old, kv[1])
+				return file{}, fmt.Errorf("read ConfigMaps: %s is %q in one and %q in another", kv[0], old, kv[1])
 			}
 			if _, ok := seen[kv[0]]; !ok {
 				f.Environ = append(f.Environ, kv[0]+"="+kv[1])
@@ -111,7 +111,7 @@ func readConfigMaps(data []byte) (File, error) {
 		}
 	}
 	if !found {
-		return File{}, fmt.Errorf("read ConfigMap: no ConfigMap with %s variables in its data", Prefix)
+		return file{}, fmt.Errorf("read ConfigMap: no ConfigMap with %s variables in its data", Prefix)
 	}
 	return f, nil
 }

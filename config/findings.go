@@ -12,12 +12,12 @@ import (
 // what its author meant, for `rebound config check`: the sidecar starts
 // with it, and the message it affects is parked or decided by another
 // policy than the one written for it.
-type Finding struct {
+type finding struct {
 	Policy string // the policy it concerns
 	Text   string
 }
 
-func (f Finding) String() string { return "policy " + f.Policy + ": " + f.Text }
+func (f finding) String() string { return "policy " + f.Policy + ": " + f.Text }
 
 // Findings judges the named policies against the allowlist and against
 // each other: a policy whose QUEUES matches no queue REBOUND_ORIGIN_QUEUES
@@ -32,20 +32,20 @@ func (f Finding) String() string { return "policy " + f.Policy + ": " + f.Text }
 // allowed queue" can be wrong when the overlap needs a name the samples
 // do not build, and "shadowed" is said when every sampled name of the
 // later policy matches the earlier one (or their patterns are the same).
-func (c Config) Findings() []Finding {
-	var out []Finding
+func (c Config) Findings() []finding {
+	var out []finding
 	allow, err := regexp.Compile(c.OriginQueues)
 	if c.OriginQueues == "" || err != nil {
 		allow = nil
 	}
-	var earlier []NamedPolicy
+	var earlier []namedPolicy
 	for _, n := range c.Named {
 		q, err := regexp.Compile(n.Queues)
 		if err != nil {
 			continue // Load reported it
 		}
 		if allow != nil && !Overlap(q, allow) {
-			out = append(out, Finding{Policy: n.Name, Text: fmt.Sprintf(
+			out = append(out, finding{Policy: n.Name, Text: fmt.Sprintf(
 				"QUEUES %s matches no queue REBOUND_ORIGIN_QUEUES %s allows (judged on sampled names): a message from its queues is parked origin-not-allowed, never retried",
 				n.Queues, c.OriginQueues)})
 		}
@@ -55,7 +55,7 @@ func (c Config) Findings() []Finding {
 				continue
 			}
 			if e.Queues == n.Queues || Covers(eq, q) {
-				out = append(out, Finding{Policy: n.Name, Text: fmt.Sprintf(
+				out = append(out, finding{Policy: n.Name, Text: fmt.Sprintf(
 					"shadowed by %s, listed before it in REBOUND_POLICIES: every queue %s matches, %s matches too (judged on sampled names), so %s never decides",
 					e.Name, n.Queues, e.Queues, n.Name)})
 				break
@@ -99,7 +99,7 @@ func Covers(earlier, later *regexp.Regexp) bool {
 // name) and run together where one's end is the other's start
 // ("orders." and ".dead" make "orders.dead").
 func candidates(a, b *regexp.Regexp) []string {
-	as, bs := withPrefix(a, Samples(a)), withPrefix(b, Samples(b))
+	as, bs := withPrefix(a, samples(a)), withPrefix(b, samples(b))
 	out := slices.Concat(as, bs)
 	for _, x := range as {
 		for _, y := range bs {
@@ -132,12 +132,12 @@ func runTogether(x, y string) []string {
 // sampleLimit bounds the names built from one expression.
 const sampleLimit = 48
 
-// Samples returns names the expression matches, built from its syntax:
+// samples returns names the expression matches, built from its syntax:
 // every branch of an alternation, a repetition zero times and once (its
 // least count and one more when it has one), a few characters of each
 // class. Not every name it builds need match (a \b or an anchor in the
 // middle can refuse it); the callers test each.
-func Samples(re *regexp.Regexp) []string {
+func samples(re *regexp.Regexp) []string {
 	tree, err := syntax.Parse(re.String(), syntax.Perl)
 	if err != nil {
 		return nil

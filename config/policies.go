@@ -34,8 +34,8 @@ type PolicyConfig struct {
 	RetryRate        float64         `env:"RETRY_RATE" envDefault:"0"`
 }
 
-// Policy returns the retry policy pc describes.
-func (pc PolicyConfig) Policy() policy.Policy {
+// policy returns the retry policy pc describes.
+func (pc PolicyConfig) policy() policy.Policy {
 	return policy.Policy{
 		Backoff:          pc.Backoff,
 		MinDelay:         pc.MinDelay,
@@ -52,8 +52,8 @@ func (pc PolicyConfig) Policy() policy.Policy {
 	}
 }
 
-// NamedPolicy is one policy of REBOUND_POLICIES.
-type NamedPolicy struct {
+// namedPolicy is one policy of REBOUND_POLICIES.
+type namedPolicy struct {
 	Name string
 	// Queues is REBOUND_POLICY_<NAME>_QUEUES: a regular expression of the
 	// origin queues the policy serves, unanchored.
@@ -91,12 +91,12 @@ var policyName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,39}$`)
 // problem, each naming the variable, the value and what is allowed. A
 // field a named policy leaves unset inherits the default policy's value,
 // and a problem only inherited is the default policy's, reported once.
-func loadPolicies(vars map[string]string, listed string, failed map[string]bool) ([]NamedPolicy, []FieldError) {
-	var problems []FieldError
+func loadPolicies(vars map[string]string, listed string, failed map[string]bool) ([]namedPolicy, []fieldError) {
+	var problems []fieldError
 	add := func(variable, value, allowed string) {
-		problems = append(problems, FieldError{Variable: variable, Value: value, Allowed: allowed})
+		problems = append(problems, fieldError{Variable: variable, Value: value, Allowed: allowed})
 	}
-	var named []NamedPolicy
+	var named []namedPolicy
 	seen := map[string]bool{}
 	for _, name := range strings.Split(listed, ",") {
 		name = strings.TrimSpace(name)
@@ -124,17 +124,17 @@ func loadPolicies(vars map[string]string, listed string, failed map[string]bool)
 
 // loadPolicy reads the variables of the policy name: its QUEUES, and each
 // field, inherited from the default policy when unset.
-func loadPolicy(vars map[string]string, name string, defFailed map[string]bool) (NamedPolicy, []FieldError) {
+func loadPolicy(vars map[string]string, name string, defFailed map[string]bool) (namedPolicy, []fieldError) {
 	prefix := PolicyVariable(name)
-	p := NamedPolicy{Name: name, Queues: vars[prefix+"QUEUES"]}
-	var problems []FieldError
+	p := namedPolicy{Name: name, Queues: vars[prefix+"QUEUES"]}
+	var problems []fieldError
 	switch queues, set := vars[prefix+"QUEUES"]; {
 	case !set || strings.TrimSpace(queues) == "":
-		problems = append(problems, FieldError{Variable: prefix + "QUEUES", Value: queues,
+		problems = append(problems, fieldError{Variable: prefix + "QUEUES", Value: queues,
 			Allowed: "a regular expression of the origin queues policy " + name + " serves, such as ^" + name + `\. (required for every name in REBOUND_POLICIES)`})
 	default:
 		if _, err := regexp.Compile(queues); err != nil {
-			problems = append(problems, FieldError{Variable: prefix + "QUEUES", Value: queues,
+			problems = append(problems, fieldError{Variable: prefix + "QUEUES", Value: queues,
 				Allowed: "a regular expression (Go's RE2 syntax) of the origin queues policy " + name + " serves (" + err.Error() + ")"})
 		}
 	}
@@ -152,13 +152,13 @@ func loadPolicy(vars map[string]string, name string, defFailed map[string]bool) 
 	}
 	failed := map[string]bool{}
 	badOther := func(e error) {
-		problems = append(problems, FieldError{Variable: prefix + "*", Allowed: e.Error()})
+		problems = append(problems, fieldError{Variable: prefix + "*", Allowed: e.Error()})
 	}
 	err := parseEnv(&p.PolicyConfig, merged, func(pe env.ParseError) {
 		field := fieldVariable[PolicyConfig](pe.Name)
 		failed[prefix+field] = true
 		if own[field] {
-			problems = append(problems, FieldError{Variable: prefix + field, Value: vars[prefix+field], Allowed: allowedForType(pe.Type)})
+			problems = append(problems, fieldError{Variable: prefix + field, Value: vars[prefix+field], Allowed: allowedForType(pe.Type)})
 		}
 	}, badOther)
 	if err != nil {
@@ -174,7 +174,7 @@ func loadPolicy(vars map[string]string, name string, defFailed map[string]bool) 
 	// policy's, reported for it.
 	for _, fe := range p.validate(prefix, failed) {
 		if slices.ContainsFunc(fe.involves, func(field string) bool { return own[field] }) {
-			problems = append(problems, fe.FieldError)
+			problems = append(problems, fe.fieldError)
 		}
 	}
 	return p, problems
@@ -184,7 +184,7 @@ func loadPolicy(vars map[string]string, name string, defFailed map[string]bool) 
 // policy reads: a name missing from REBOUND_POLICIES, or a field that does
 // not exist. Either is usually a typo, and ignoring it would apply a
 // policy other than the one meant.
-func strayPolicyVariables(vars map[string]string, named []NamedPolicy) []FieldError {
+func strayPolicyVariables(vars map[string]string, named []namedPolicy) []fieldError {
 	known := map[string]bool{}
 	for _, p := range named {
 		prefix := PolicyVariable(p.Name)
@@ -194,7 +194,7 @@ func strayPolicyVariables(vars map[string]string, named []NamedPolicy) []FieldEr
 		}
 	}
 	fields := append([]string{"QUEUES"}, policyFields()...)
-	var problems []FieldError
+	var problems []fieldError
 	for _, variable := range slices.Sorted(maps.Keys(vars)) {
 		rest, ok := strings.CutPrefix(variable, Prefix+"POLICY_")
 		if !ok || known[variable] {
@@ -221,7 +221,7 @@ func strayPolicyVariables(vars map[string]string, named []NamedPolicy) []FieldEr
 			allowed += fmt.Sprintf(" (no policy %q is listed: REBOUND_POLICIES names the policies, as lowercase names with '-' for '_')",
 				strings.ReplaceAll(strings.ToLower(name), "_", "-"))
 		}
-		problems = append(problems, FieldError{Variable: variable, Value: vars[variable], Allowed: allowed})
+		problems = append(problems, fieldError{Variable: variable, Value: vars[variable], Allowed: allowed})
 	}
 	return problems
 }
@@ -229,7 +229,7 @@ func strayPolicyVariables(vars map[string]string, named []NamedPolicy) []FieldEr
 // policyProblem is a problem with a policy's values, with the fields it
 // involves: a named policy reports it only when one of them is its own.
 type policyProblem struct {
-	FieldError
+	fieldError
 	involves []string
 }
 
@@ -241,7 +241,7 @@ func (pc PolicyConfig) validate(prefix string, failed map[string]bool) []policyP
 	var ps []policyProblem
 	add := func(field string, value any, allowed string, others ...string) {
 		if !failed[prefix+field] {
-			ps = append(ps, policyProblem{FieldError{Variable: prefix + field, Value: fmt.Sprint(value), Allowed: allowed}, append(others, field)})
+			ps = append(ps, policyProblem{fieldError{Variable: prefix + field, Value: fmt.Sprint(value), Allowed: allowed}, append(others, field)})
 		}
 	}
 	parsed := func(fields ...string) bool {

@@ -206,22 +206,22 @@ func FuzzPolicyVariables(f *testing.F) {
 func TestByteSize(t *testing.T) {
 	for _, tc := range []struct {
 		text string
-		want ByteSize
+		want byteSize
 		ok   bool
 	}{
 		{"64MiB", 64 << 20, true}, {"64 MiB", 64 << 20, true}, {"1048576", 1 << 20, true}, {"512KiB", 512 << 10, true},
 		{"2GiB", 2 << 30, true}, {"10KB", 10_000, true}, {"3MB", 3_000_000, true}, {"1GB", 1e9, true}, {"700B", 700, true},
 		{"", 0, false}, {"MiB", 0, false}, {"1.5MiB", 0, false}, {"5TB", 0, false}, {"9999999999GiB", 0, false}, {"lots", 0, false},
 	} {
-		var b ByteSize
+		var b byteSize
 		err := b.UnmarshalText([]byte(tc.text))
 		if (err == nil) != tc.ok || (tc.ok && b != tc.want) {
 			t.Errorf("%q: %v, %v; want %v (ok %v)", tc.text, b, err, tc.want, tc.ok)
 		}
 	}
-	for b, want := range map[ByteSize]string{64 << 20: "64MiB", 1 << 30: "1GiB", 1536: "1536B" /* not a whole KiB */, 2048: "2KiB", 0: "0B", -5 << 20: "-5MiB"} {
+	for b, want := range map[byteSize]string{64 << 20: "64MiB", 1 << 30: "1GiB", 1536: "1536B" /* not a whole KiB */, 2048: "2KiB", 0: "0B", -5 << 20: "-5MiB"} {
 		if got := b.String(); got != want {
-			t.Errorf("ByteSize(%d).String() = %s, want %s", int64(b), got, want)
+			t.Errorf("byteSize(%d).String() = %s, want %s", int64(b), got, want)
 		}
 	}
 }

@@ -7,10 +7,10 @@ import (
 	"strings"
 )
 
-// ByteSize is a number of bytes, written as a whole number with an
+// byteSize is a number of bytes, written as a whole number with an
 // optional unit: B, KiB, MiB, GiB (powers of 1024) or KB, MB, GB (powers
 // of 1000), as in 64MiB or 1048576.
-type ByteSize int64
+type byteSize int64
 
 var byteUnits = []struct {
 	suffix string
@@ -20,8 +20,8 @@ var byteUnits = []struct {
 	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1},
 }
 
-// UnmarshalText reads a size as ByteSize describes it.
-func (b *ByteSize) UnmarshalText(text []byte) error {
+// UnmarshalText reads a size as byteSize describes it.
+func (b *byteSize) UnmarshalText(text []byte) error {
 	s := strings.TrimSpace(string(text))
 	scale := int64(1)
 	for _, u := range byteUnits {
@@ -34,12 +34,12 @@ func (b *ByteSize) UnmarshalText(text []byte) error {
 	if err != nil || n > math.MaxInt64/scale {
 		return fmt.Errorf("not a size: %q", string(text))
 	}
-	*b = ByteSize(n * scale)
+	*b = byteSize(n * scale)
 	return nil
 }
 
 // String writes the size in the largest binary unit that divides it.
-func (b ByteSize) String() string {
+func (b byteSize) String() string {
 	for _, u := range []struct {
 		suffix string
 		scale  int64

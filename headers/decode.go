@@ -189,12 +189,12 @@ func (d *decoding) lastDelay(name string, v any) time.Duration {
 }
 
 // errorRetry reads the retry count an error was reported at, or
-// ReplayedError.
+// replayedError.
 func (d *decoding) errorRetry(name string, v any) (int, bool) {
 	n, why := integer(v)
 	switch {
 	case why != "":
-	case n < ReplayedError:
+	case n < replayedError:
 		why = "below -1"
 	case n > MaxRetryCount:
 		why = "above " + strconv.Itoa(MaxRetryCount)
@@ -208,7 +208,7 @@ func (d *decoding) errorRetry(name string, v any) (int, bool) {
 // retryAfter reads the least delay a consumer asks for: milliseconds in
 // any number form, or a time (an AMQP timestamp or an RFC 3339 string)
 // that becomes the delay from now, rounded up to the millisecond, 0 once
-// it has passed. A negative delay, or one longer than MaxRetryAfter, is
+// it has passed. A negative delay, or one longer than maxRetryAfter, is
 // reported and ignored.
 func (d *decoding) retryAfter(name string, v any) (time.Duration, bool) {
 	var after time.Duration
@@ -250,8 +250,8 @@ func milliseconds(v any) (time.Duration, string) {
 		return 0, why
 	case ms < 0:
 		return 0, "negative"
-	case ms > MaxRetryAfter.Milliseconds():
-		return 0, "above " + MaxRetryAfter.String()
+	case ms > maxRetryAfter.Milliseconds():
+		return 0, "above " + maxRetryAfter.String()
 	}
 	return time.Duration(ms) * time.Millisecond, ""
 }
@@ -262,8 +262,8 @@ func (d *decoding) until(t time.Time) (time.Duration, string) {
 	switch {
 	case after <= 0:
 		return 0, ""
-	case after > MaxRetryAfter:
-		return 0, "more than " + MaxRetryAfter.String() + " ahead"
+	case after > maxRetryAfter:
+		return 0, "more than " + maxRetryAfter.String() + " ahead"
 	}
 	return (after + time.Millisecond - 1).Truncate(time.Millisecond), ""
 }

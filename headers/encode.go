@@ -99,7 +99,7 @@ func (c Codec) Park(h amqp.Table, s State, reason policy.Reason, at time.Time) a
 // The message starts over as a new task: its retry budget is measured from
 // now, its next failure is its first, and the policy of its origin decides
 // it then, whatever policy parked it. x-retry-error is the application's
-// and is kept, stamped ReplayedError: reported in the task's earlier life,
+// and is kept, stamped replayedError: reported in the task's earlier life,
 // so a failure after the replay that reports none is not filed under it.
 // The group, the one attempt's word and a redirection's record are
 // removed.
@@ -113,7 +113,7 @@ func (c Codec) Replay(h amqp.Table, origin string, now time.Time) amqp.Table {
 	}
 	c.dropAttempt(out)
 	if Text(out[n.Error]) != "" {
-		out[n.ErrorRetry] = int64(ReplayedError)
+		out[n.ErrorRetry] = int64(replayedError)
 	}
 	out[n.TaskStartedAt] = now.UnixMilli()
 	putString(out, n.OriginQueue, origin)

@@ -346,7 +346,7 @@ func TestReplay(t *testing.T) {
 		}
 	}
 	got, problems := c.Decode(out, time.Time{}, later, nil)
-	want := State{Origin: "orders", Error: "payment gateway timeout", ErrorRetry: ReplayedError, ErrorStamped: true}
+	want := State{Origin: "orders", Error: "payment gateway timeout", ErrorRetry: replayedError, ErrorStamped: true}
 	want.StartedAt = later
 	if got != want || len(problems) != 0 {
 		t.Errorf("replayed state = %+v (%v), want %+v", got, problems, want)

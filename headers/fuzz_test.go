@@ -204,10 +204,10 @@ func FuzzDecode(f *testing.F) {
 		if s.StartedAt.UnixMilli() < minTimeMs || s.StartedAt.After(testNow().Add(c.MaxFutureSkew)) {
 			t.Errorf("StartedAt = %v", s.StartedAt)
 		}
-		if s.RetryAfter < 0 || s.RetryAfter > MaxRetryAfter || s.RetryAfter%time.Millisecond != 0 || (s.RetryAfterInvalid && s.RetryAfter != 0) {
+		if s.RetryAfter < 0 || s.RetryAfter > maxRetryAfter || s.RetryAfter%time.Millisecond != 0 || (s.RetryAfterInvalid && s.RetryAfter != 0) {
 			t.Errorf("RetryAfter = %v, invalid %v", s.RetryAfter, s.RetryAfterInvalid)
 		}
-		if s.ErrorStamped && (s.ErrorRetry < ReplayedError || s.ErrorRetry > MaxRetryCount) {
+		if s.ErrorStamped && (s.ErrorRetry < replayedError || s.ErrorRetry > MaxRetryCount) {
 			t.Errorf("ErrorRetry = %d", s.ErrorRetry)
 		}
 	})
@@ -282,7 +282,7 @@ func FuzzRoundTrip(f *testing.F) {
 		replayed := State{Origin: origin}
 		replayed.StartedAt = now
 		if s.Error != "" {
-			replayed.Error, replayed.ErrorRetry, replayed.ErrorStamped = s.Error, ReplayedError, true
+			replayed.Error, replayed.ErrorRetry, replayed.ErrorStamped = s.Error, replayedError, true
 		}
 		if got := decodeCopy("Replay", c.Replay(parkedOut, origin, now)); got != replayed {
 			t.Errorf("Replay read back as %+v, want %+v", got, replayed)

@@ -160,10 +160,10 @@ const (
 	MaxLastDelay = 30 * 24 * time.Hour
 	// maxQueueName is the AMQP limit on a queue name (a short string).
 	maxQueueName = 255
-	// MaxRetryAfter is the longest delay a consumer may ask for: the
+	// maxRetryAfter is the longest delay a consumer may ask for: the
 	// longest delay rebound queues. A longer one is not a Retry-After a
 	// dependency meant.
-	MaxRetryAfter = MaxLastDelay
+	maxRetryAfter = MaxLastDelay
 	// defaultMaxFutureSkew is how far in the future a task start may be:
 	// room for clock skew between producers, the broker and rebound.
 	defaultMaxFutureSkew = 5 * time.Minute
@@ -215,7 +215,7 @@ type State struct {
 	// failure just reported can carry: rebound never writes it on a copy.
 	Error, OptError string
 	// ErrorRetry is the retry count at which Error was reported
-	// (x-retry-error-retry), or ReplayedError for an error reported before
+	// (x-retry-error-retry), or replayedError for an error reported before
 	// the message was replayed; ErrorStamped says the header was there and
 	// readable.
 	ErrorRetry   int
@@ -239,10 +239,10 @@ type State struct {
 	ErrorCurrent bool
 }
 
-// ReplayedError is the value of the error's stamp (State.ErrorRetry)
+// replayedError is the value of the error's stamp (State.ErrorRetry)
 // that says it was reported before `rebound parked replay` started the
 // task over.
-const ReplayedError = -1
+const replayedError = -1
 
 // Problem is one header that could not be read and was treated as absent.
 type Problem struct {

@@ -35,8 +35,8 @@ func TestDecodeRetryAfter(t *testing.T) {
 		{"the header wins, unreadable", amqp.Table{"x-retry-after": "soon", "x-opt-retry-after": int64(30000)}, 0, true},
 		{"negative", amqp.Table{"x-retry-after": int64(-1)}, 0, true},
 		{"a fraction", amqp.Table{"x-retry-after": 0.5}, 0, true},
-		{"too long", amqp.Table{"x-retry-after": MaxRetryAfter.Milliseconds() + 1}, 0, true},
-		{"too far ahead", amqp.Table{"x-retry-after": now.Add(MaxRetryAfter + time.Hour).Format(time.RFC3339)}, 0, true},
+		{"too long", amqp.Table{"x-retry-after": maxRetryAfter.Milliseconds() + 1}, 0, true},
+		{"too far ahead", amqp.Table{"x-retry-after": now.Add(maxRetryAfter + time.Hour).Format(time.RFC3339)}, 0, true},
 		{"a word", amqp.Table{"x-retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0, true},
 		{"huge text", amqp.Table{"x-retry-after": string(make([]byte, 10000))}, 0, true},
 		{"a table", amqp.Table{"x-retry-after": amqp.Table{}}, 0, true},
@@ -69,7 +69,7 @@ func TestDecodeConsumerWord(t *testing.T) {
 		{name: "annotation", h: amqp.Table{"x-opt-retry-error": "TimeoutError: db down"}, opt: "TimeoutError: db down"},
 		{name: "both", h: amqp.Table{"x-retry-error": "old", "x-opt-retry-error": "new"}, err: "old", opt: "new"},
 		{name: "stamped", h: amqp.Table{"x-retry-error": "e", "x-retry-error-retry": int64(3)}, err: "e", stamp: 3, stamped: true},
-		{name: "replayed", h: amqp.Table{"x-retry-error": "e", "x-retry-error-retry": "-1"}, err: "e", stamp: ReplayedError, stamped: true},
+		{name: "replayed", h: amqp.Table{"x-retry-error": "e", "x-retry-error-retry": "-1"}, err: "e", stamp: replayedError, stamped: true},
 		{name: "bad stamp", h: amqp.Table{"x-retry-error": "e", "x-retry-error-retry": int64(-7)}, err: "e", problems: 1},
 		{name: "permanent annotation", h: amqp.Table{"x-opt-retry-non-retryable": true}, nonRetryable: true},
 		{name: "the header wins", h: amqp.Table{"x-retry-non-retryable": false, "x-opt-retry-non-retryable": true}},
@@ -134,7 +134,7 @@ func TestOneAttemptsWord(t *testing.T) {
 		t.Error("the writers changed the delivery's table")
 	}
 	out := c.Redirect(c.Park(h, s, "max-retries", now), "orders", "orders.repair", now)
-	if out["x-retry-redirected-from"] != "orders" || out["x-retry-origin-queue"] != "orders.repair" || out["x-retry-error-retry"] != int64(ReplayedError) ||
+	if out["x-retry-redirected-from"] != "orders" || out["x-retry-origin-queue"] != "orders.repair" || out["x-retry-error-retry"] != int64(replayedError) ||
 		out["x-retry-group"] != nil {
 		t.Errorf("Redirect = %v", out)
 	}

@@ -42,7 +42,7 @@ func (p Policy) curve(n int) float64 {
 	i := n - max(p.ImmediateRetries, 0)
 	m, top := float64(p.MinDelay), float64(p.MaxDelay)
 	switch p.Backoff {
-	case Linear, Arithmetic, Geometric:
+	case linear, arithmetic, Geometric:
 		span := p.MaxRetries - p.ImmediateRetries - 1
 		switch {
 		case span <= 0:
@@ -54,9 +54,9 @@ func (p Policy) curve(n int) float64 {
 		}
 		t := float64(i) / float64(span)
 		switch p.Backoff {
-		case Linear:
+		case linear:
 			return m + (top-m)*t
-		case Arithmetic:
+		case arithmetic:
 			return m + (top-m)*t*t
 		}
 		// Pow(top/m, t) without Pow's special cases: half the time.
@@ -96,17 +96,17 @@ func (p Policy) jitter(x float64, last time.Duration, r Rand) time.Duration {
 	case EqualJitter:
 		half := x / 2
 		x = half + r.Float64()*half
-	case BoundedJitter:
+	case boundedJitter:
 		lo := float64(p.MinDelay) / 2
 		x = lo + r.Float64()*(x-lo)
-	case DecorrelatedJitter:
+	case decorrelatedJitter:
 		lo, hi := p.decorrelated(last)
 		x = lo + r.Float64()*(hi-lo)
 	case ProportionalJitter:
 		x *= 1 + p.JitterFactor*(2*r.Float64()-1)
 	case GaussianJitter:
 		x *= 1 + p.JitterFactor*r.NormFloat64()
-	case AdditiveJitter:
+	case additiveJitter:
 		x += r.Float64() * float64(p.JitterMax)
 	}
 	return toDuration(x, p.MaxDelay)
@@ -147,15 +147,15 @@ func (p Policy) Range(n int, last time.Duration) (lo, hi time.Duration) {
 		a = 0
 	case EqualJitter:
 		a = d / 2
-	case BoundedJitter:
+	case boundedJitter:
 		a = float64(p.MinDelay) / 2
-	case DecorrelatedJitter:
+	case decorrelatedJitter:
 		a, b = p.decorrelated(last)
 	case ProportionalJitter:
 		a, b = d*(1-p.JitterFactor), d*(1+p.JitterFactor)
 	case GaussianJitter:
 		a, b = d*(1-3*p.JitterFactor), d*(1+3*p.JitterFactor)
-	case AdditiveJitter:
+	case additiveJitter:
 		b = d + float64(p.JitterMax)
 	}
 	return toDuration(a, p.MaxDelay), toDuration(b, p.MaxDelay)

@@ -18,19 +18,19 @@ type Backoff string
 // ImmediateRetries); see Policy.Nominal for the formulas.
 const (
 	Constant    Backoff = "constant"
-	Linear      Backoff = "linear"
-	Arithmetic  Backoff = "arithmetic"
+	linear      Backoff = "linear"
+	arithmetic  Backoff = "arithmetic"
 	Geometric   Backoff = "geometric"
 	Exponential Backoff = "exponential"
 )
 
 // Backoffs lists every shape, in the order documentation shows them.
-var Backoffs = []Backoff{Constant, Linear, Arithmetic, Geometric, Exponential}
+var Backoffs = []Backoff{Constant, linear, arithmetic, Geometric, Exponential}
 
 // Fitted reports whether the shape is fitted from MinDelay to MaxDelay over
 // the delayed retries, and so needs MaxRetries - ImmediateRetries >= 2.
 func (b Backoff) Fitted() bool {
-	return b == Linear || b == Arithmetic || b == Geometric
+	return b == linear || b == arithmetic || b == Geometric
 }
 
 // Jitter names how randomness is applied to the nominal delay.
@@ -54,15 +54,15 @@ const (
 	NoJitter           Jitter = "none"
 	FullJitter         Jitter = "full"
 	EqualJitter        Jitter = "equal"
-	BoundedJitter      Jitter = "bounded"
-	DecorrelatedJitter Jitter = "decorrelated"
+	boundedJitter      Jitter = "bounded"
+	decorrelatedJitter Jitter = "decorrelated"
 	ProportionalJitter Jitter = "proportional"
 	GaussianJitter     Jitter = "gaussian"
-	AdditiveJitter     Jitter = "additive"
+	additiveJitter     Jitter = "additive"
 )
 
 // Jitters lists every jitter mode.
-var Jitters = []Jitter{NoJitter, FullJitter, EqualJitter, BoundedJitter, DecorrelatedJitter, ProportionalJitter, GaussianJitter, AdditiveJitter}
+var Jitters = []Jitter{NoJitter, FullJitter, EqualJitter, boundedJitter, decorrelatedJitter, ProportionalJitter, GaussianJitter, additiveJitter}
 
 // Deadline names what happens when the next delay would end past the
 // duration budget.

@@ -76,9 +76,9 @@ func TestNominal(t *testing.T) {
 	}{
 		{"constant", with(func(p *Policy) { p.Backoff, p.MinDelay = Constant, 2*time.Second }),
 			map[int]time.Duration{0: 2 * time.Second, 1: 2 * time.Second, 9: 2 * time.Second, 1000: 2 * time.Second}},
-		{"linear 1s..10s over 10", with(func(p *Policy) { p.Backoff, p.MaxDelay = Linear, 10*time.Second }),
+		{"linear 1s..10s over 10", with(func(p *Policy) { p.Backoff, p.MaxDelay = linear, 10*time.Second }),
 			map[int]time.Duration{0: 1 * time.Second, 1: 2 * time.Second, 4: 5 * time.Second, 8: 9 * time.Second, 9: 10 * time.Second, 50: 10 * time.Second}},
-		{"arithmetic 1s..10s over 4", with(func(p *Policy) { p.Backoff, p.MaxDelay, p.MaxRetries = Arithmetic, 10*time.Second, 4 }),
+		{"arithmetic 1s..10s over 4", with(func(p *Policy) { p.Backoff, p.MaxDelay, p.MaxRetries = arithmetic, 10*time.Second, 4 }),
 			map[int]time.Duration{0: 1 * time.Second, 1: 2 * time.Second, 2: 5 * time.Second, 3: 10 * time.Second}},
 		{"geometric 1s..8s over 4", with(func(p *Policy) { p.Backoff, p.MaxDelay, p.MaxRetries = Geometric, 8*time.Second, 4 }),
 			map[int]time.Duration{0: 1 * time.Second, 1: 2 * time.Second, 2: 4 * time.Second, 3: 8 * time.Second}},
@@ -89,7 +89,7 @@ func TestNominal(t *testing.T) {
 		{"exponential multiplier just above 1", with(func(p *Policy) { p.Multiplier = 1.5 }),
 			map[int]time.Duration{0: time.Second, 1: 1500 * time.Millisecond, 2: 2250 * time.Millisecond}},
 		{"immediate retries shift the curve", with(func(p *Policy) {
-			p.Backoff, p.MaxDelay, p.ImmediateRetries, p.MaxRetries = Linear, 10*time.Second, 2, 12
+			p.Backoff, p.MaxDelay, p.ImmediateRetries, p.MaxRetries = linear, 10*time.Second, 2, 12
 		}),
 			map[int]time.Duration{0: 0, 1: 0, 2: 1 * time.Second, 3: 2 * time.Second, 11: 10 * time.Second}},
 		{"immediate retries then exponential", with(func(p *Policy) { p.ImmediateRetries = 3 }),
@@ -128,20 +128,20 @@ func TestDecideJitter(t *testing.T) {
 		{"full rounds", FullJitter, 2, 0, []float64{0.3}, nil, 1200 * time.Millisecond}, // 1.2s
 		{"equal", EqualJitter, 2, 0, []float64{0.5}, nil, 3 * time.Second},
 		{"equal at 0", EqualJitter, 2, 0, []float64{0}, nil, 2 * time.Second},
-		{"bounded", BoundedJitter, 2, 0, []float64{0.5}, nil, 2300 * time.Millisecond},                                   // 0.5 + 0.5·3.5 = 2.25s
-		{"bounded at 0", BoundedJitter, 2, 0, []float64{0}, nil, 500 * time.Millisecond},                                 // m/2
-		{"decorrelated first", DecorrelatedJitter, 2, 0, []float64{0.5}, nil, 2 * time.Second},                           // [1s, 3s]
-		{"decorrelated grows", DecorrelatedJitter, 2, 10 * time.Second, []float64{0.5}, nil, 16 * time.Second},           // [1s, 30s]: 15.5s
-		{"decorrelated ignores the curve", DecorrelatedJitter, 9, 2 * time.Second, []float64{0.8}, nil, 5 * time.Second}, // [1s, 6s]
-		{"decorrelated capped at max", DecorrelatedJitter, 2, 40 * time.Minute, []float64{0.5}, nil, 30 * time.Minute},   // [1s, 1h]: 1800.5s
-		{"decorrelated short last", DecorrelatedJitter, 2, 100 * time.Millisecond, []float64{0.5}, nil, time.Second},     // [1s, 1s]
+		{"bounded", boundedJitter, 2, 0, []float64{0.5}, nil, 2300 * time.Millisecond},                                   // 0.5 + 0.5·3.5 = 2.25s
+		{"bounded at 0", boundedJitter, 2, 0, []float64{0}, nil, 500 * time.Millisecond},                                 // m/2
+		{"decorrelated first", decorrelatedJitter, 2, 0, []float64{0.5}, nil, 2 * time.Second},                           // [1s, 3s]
+		{"decorrelated grows", decorrelatedJitter, 2, 10 * time.Second, []float64{0.5}, nil, 16 * time.Second},           // [1s, 30s]: 15.5s
+		{"decorrelated ignores the curve", decorrelatedJitter, 9, 2 * time.Second, []float64{0.8}, nil, 5 * time.Second}, // [1s, 6s]
+		{"decorrelated capped at max", decorrelatedJitter, 2, 40 * time.Minute, []float64{0.5}, nil, 30 * time.Minute},   // [1s, 1h]: 1800.5s
+		{"decorrelated short last", decorrelatedJitter, 2, 100 * time.Millisecond, []float64{0.5}, nil, time.Second},     // [1s, 1s]
 		{"proportional low", ProportionalJitter, 2, 0, []float64{0}, nil, 2 * time.Second},
 		{"proportional high", ProportionalJitter, 2, 0, []float64{0.75}, nil, 5 * time.Second},
 		{"gaussian", GaussianJitter, 2, 0, nil, []float64{1}, 6 * time.Second},
 		{"gaussian clamped at 0", GaussianJitter, 2, 0, nil, []float64{-3}, 0},
 		{"gaussian clamped at max", GaussianJitter, 2, 0, nil, []float64{10000}, time.Hour},
-		{"additive", AdditiveJitter, 2, 0, []float64{0.5}, nil, 4500 * time.Millisecond},
-		{"additive clamped at max", AdditiveJitter, 20, 0, []float64{0.5}, nil, time.Hour},
+		{"additive", additiveJitter, 2, 0, []float64{0.5}, nil, 4500 * time.Millisecond},
+		{"additive clamped at max", additiveJitter, 20, 0, []float64{0.5}, nil, time.Hour},
 		{"full at max", FullJitter, 20, 0, []float64{0.5}, nil, 30 * time.Minute},
 	}
 	for _, tt := range tests {
@@ -174,11 +174,11 @@ func TestJitterRaw(t *testing.T) {
 	}{
 		{FullJitter, 0, 0.3, 0, 1200 * time.Millisecond},
 		{EqualJitter, 0, 0.25, 0, 2500 * time.Millisecond},
-		{BoundedJitter, 0, 0.5, 0, 2250 * time.Millisecond},
-		{DecorrelatedJitter, 10 * time.Second, 0.5, 0, 15500 * time.Millisecond},
+		{boundedJitter, 0, 0.5, 0, 2250 * time.Millisecond},
+		{decorrelatedJitter, 10 * time.Second, 0.5, 0, 15500 * time.Millisecond},
 		{ProportionalJitter, 0, 0.25, 0, 3 * time.Second},
 		{GaussianJitter, 0, 0, -0.5, 3 * time.Second},
-		{AdditiveJitter, 0, 0.123, 0, 4123 * time.Millisecond},
+		{additiveJitter, 0, 0.123, 0, 4123 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.jitter), func(t *testing.T) {
@@ -341,14 +341,14 @@ func TestRange(t *testing.T) {
 		{NoJitter, 2, 0, 4 * time.Second, 4 * time.Second},
 		{FullJitter, 2, 0, 0, 4 * time.Second},
 		{EqualJitter, 2, 0, 2 * time.Second, 4 * time.Second},
-		{BoundedJitter, 2, 0, 500 * time.Millisecond, 4 * time.Second},
-		{DecorrelatedJitter, 2, 0, time.Second, 3 * time.Second},
-		{DecorrelatedJitter, 2, 3 * time.Second, time.Second, 9 * time.Second},
-		{DecorrelatedJitter, 2, time.Hour, time.Second, time.Hour},
+		{boundedJitter, 2, 0, 500 * time.Millisecond, 4 * time.Second},
+		{decorrelatedJitter, 2, 0, time.Second, 3 * time.Second},
+		{decorrelatedJitter, 2, 3 * time.Second, time.Second, 9 * time.Second},
+		{decorrelatedJitter, 2, time.Hour, time.Second, time.Hour},
 		{ProportionalJitter, 2, 0, 3 * time.Second, 5 * time.Second},
 		{GaussianJitter, 2, 0, time.Second, 7 * time.Second}, // ±3σ
-		{AdditiveJitter, 2, 0, 4 * time.Second, 7 * time.Second},
-		{AdditiveJitter, 20, 0, time.Hour, time.Hour},
+		{additiveJitter, 2, 0, 4 * time.Second, 7 * time.Second},
+		{additiveJitter, 20, 0, time.Hour, time.Hour},
 		{ProportionalJitter, 20, 0, 45 * time.Minute, time.Hour},
 	}
 	for _, tt := range tests {
@@ -358,7 +358,7 @@ func TestRange(t *testing.T) {
 		}
 	}
 	p.ImmediateRetries = 1
-	p.Jitter = AdditiveJitter
+	p.Jitter = additiveJitter
 	if lo, hi := p.Range(0, 0); lo != 0 || hi != 0 {
 		t.Errorf("immediate retry: Range = [%v, %v], want [0s, 0s]", lo, hi)
 	}
@@ -411,7 +411,7 @@ func TestScheduleBudget(t *testing.T) {
 	}
 
 	p.Deadline = Strict
-	p.Jitter = DecorrelatedJitter
+	p.Jitter = decorrelatedJitter
 	steps, stop = p.Schedule(1000)
 	if len(steps) != 3 || stop.Reason != MaxDuration {
 		t.Fatalf("strict: %d steps, stop %+v; want 3, max-duration", len(steps), stop)
@@ -461,7 +461,7 @@ func TestDecideDrawnIsUnrounded(t *testing.T) {
 // 5 from 5 ms was 1300 ms where the formula says 1215 ms.
 func TestDecorrelatedDoesNotCompoundRounding(t *testing.T) {
 	start := time.Unix(1_700_000_000, 0)
-	p := Policy{Backoff: Constant, MinDelay: 5 * time.Millisecond, MaxDelay: 2 * time.Second, Jitter: DecorrelatedJitter}
+	p := Policy{Backoff: Constant, MinDelay: 5 * time.Millisecond, MaxDelay: 2 * time.Second, Jitter: decorrelatedJitter}
 	top := fixed{u: 0.999999999}
 	var last time.Duration
 	formula := 5 * time.Millisecond

@@ -226,11 +226,11 @@ func TestJitterStatistics(t *testing.T) {
 		{jitter: NoJitter, mean: d, lo: d, hi: d},
 		{jitter: FullJitter},
 		{jitter: EqualJitter},
-		{jitter: BoundedJitter},
-		{jitter: DecorrelatedJitter},
+		{jitter: boundedJitter},
+		{jitter: decorrelatedJitter},
 		{jitter: ProportionalJitter},
 		{jitter: GaussianJitter, mean: d, sd: 0.2 * d, gaussian: true},
-		{jitter: AdditiveJitter},
+		{jitter: additiveJitter},
 	}
 	tests[1].mean, tests[1].sd, tests[1].lo, tests[1].hi = uniform(0, d)
 	tests[2].mean, tests[2].sd, tests[2].lo, tests[2].hi = uniform(d/2, d)

@@ -90,13 +90,13 @@ func TestTrueLayerRetryPolicies(t *testing.T) {
 		if lo, hi := p.Range(n, 0); lo != 0 || hi != want {
 			t.Errorf("full, retry %d: [%v, %v], want [0s, %v]", n+1, lo, hi, want)
 		}
-		p.Jitter = BoundedJitter
+		p.Jitter = boundedJitter
 		if lo, hi := p.Range(n, 0); lo != 500*time.Millisecond || hi != want {
 			t.Errorf("bounded, retry %d: [%v, %v], want [500ms, %v]", n+1, lo, hi, want)
 		}
 	}
 	// Bounded, U = 0.5 at retry 4 (8s): 0.5s + 0.5·7.5s = 4.25s, queued as 4.3s.
-	p.Jitter = BoundedJitter
+	p.Jitter = boundedJitter
 	r := &script{t: t, u: []float64{0.5}}
 	if got := p.Decide(State{Retries: 3, StartedAt: start}, start, r).rounded(); got != (Decision{Retry: true, Delay: 4300 * time.Millisecond}) {
 		t.Errorf("bounded retry 4, U=0.5: %+v, want 4.3s", got)
@@ -115,8 +115,8 @@ func TestSNSZaqarCurves(t *testing.T) {
 		Jitter: NoJitter, MaxRetries: 10, MaxDuration: 24 * time.Hour, Deadline: Clamp,
 	}
 	curves := map[Backoff]func(t float64) float64{
-		Linear:     func(t float64) float64 { return 5 + 255*t },
-		Arithmetic: func(t float64) float64 { return 5 + 255*t*t },
+		linear:     func(t float64) float64 { return 5 + 255*t },
+		arithmetic: func(t float64) float64 { return 5 + 255*t*t },
 		Geometric:  func(t float64) float64 { return 5 * math.Pow(52, t) },
 	}
 	for shape, f := range curves {
@@ -143,7 +143,7 @@ func TestSNSZaqarCurves(t *testing.T) {
 		})
 	}
 	// Midpoints by hand: a third of the way (retry 4).
-	for shape, want := range map[Backoff]time.Duration{Linear: 90 * time.Second, Arithmetic: sec(5 + 255.0/9), Geometric: sec(5 * math.Cbrt(52))} {
+	for shape, want := range map[Backoff]time.Duration{linear: 90 * time.Second, arithmetic: sec(5 + 255.0/9), Geometric: sec(5 * math.Cbrt(52))} {
 		p := base
 		p.Backoff = shape
 		if got := p.Nominal(3); got < want-1 || got > want+1 {
@@ -180,7 +180,7 @@ func TestGoogleDrive(t *testing.T) {
 	// milliseconds, for 5 retries.
 	p := Policy{
 		Backoff: Exponential, MinDelay: time.Second, MaxDelay: time.Hour, Multiplier: 2,
-		Jitter: AdditiveJitter, JitterMax: time.Second, MaxRetries: 5, MaxDuration: 24 * time.Hour, Deadline: Clamp,
+		Jitter: additiveJitter, JitterMax: time.Second, MaxRetries: 5, MaxDuration: 24 * time.Hour, Deadline: Clamp,
 	}
 	for n, want := range []time.Duration{1, 2, 4, 8, 16} {
 		want *= time.Second

@@ -20,7 +20,7 @@ type Named struct {
 	// serves every origin no other policy selects.
 	Queues *regexp.Regexp
 	Policy
-	// Fingerprint is Policy.Fingerprint, computed once by NewSet.
+	// Fingerprint is Policy.fingerprint, computed once by NewSet.
 	Fingerprint string
 }
 
@@ -41,10 +41,10 @@ type Set struct {
 func NewSet(def Policy, named ...Named) Set {
 	s := Set{named: make([]*Named, 0, len(named)+1)}
 	for _, n := range named {
-		n.Fingerprint = n.Policy.Fingerprint()
+		n.Fingerprint = n.Policy.fingerprint()
 		s.named = append(s.named, &n)
 	}
-	s.named = append(s.named, &Named{Name: DefaultName, Policy: def, Fingerprint: def.Fingerprint()})
+	s.named = append(s.named, &Named{Name: DefaultName, Policy: def, Fingerprint: def.fingerprint()})
 	return s
 }
 
@@ -100,12 +100,12 @@ func (s Set) Conflict(label string, chosen *Named) string {
 	return "names the chosen policy with another fingerprint than this replica's (" + chosen.Fingerprint + ")"
 }
 
-// Fingerprint returns 8 hex digits of a hash of p's parameters: equal for
+// fingerprint returns 8 hex digits of a hash of p's parameters: equal for
 // equal parameters on every replica, in every run and every version of
 // rebound that has these parameters. A parameter added later is left out
 // of the hash while it has its zero value, so that adding one does not
 // change the fingerprints of policies that do not use it.
-func (p Policy) Fingerprint() string {
+func (p Policy) fingerprint() string {
 	var b strings.Builder
 	field := func(name, value string) {
 		b.WriteString(name)

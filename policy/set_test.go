@@ -33,7 +33,7 @@ func TestFingerprintIsStable(t *testing.T) {
 		{"more retries", defaultWith(func(p *Policy) { p.MaxRetries = 20 }), "ad8d5eef"},
 		{"two delay digits spelt out", defaultWith(func(p *Policy) { p.DelayDigits = 2 }), "75dc41b8"},
 	} {
-		if got := tc.p.Fingerprint(); got != tc.want {
+		if got := tc.p.fingerprint(); got != tc.want {
 			t.Errorf("%s: fingerprint %s, want %s (fingerprints must not change across versions)", tc.name, got, tc.want)
 		}
 	}
@@ -57,19 +57,19 @@ func TestFingerprintTellsParametersApart(t *testing.T) {
 		"retry rate":    func(p *Policy) { p.RetryRate = 0.5 },
 		"delay digits":  func(p *Policy) { p.DelayDigits = 3 },
 	}
-	seen := map[string]string{defaultPolicy.Fingerprint(): "the default"}
+	seen := map[string]string{defaultPolicy.fingerprint(): "the default"}
 	for name, change := range changes {
 		p := defaultPolicy
 		change(&p)
-		fp := p.Fingerprint()
+		fp := p.fingerprint()
 		if other, ok := seen[fp]; ok {
 			t.Errorf("changing the %s gives %s's fingerprint %s", name, other, fp)
 		}
 		seen[fp] = name
 		q := defaultPolicy
 		change(&q)
-		if q.Fingerprint() != fp {
-			t.Errorf("%s: equal parameters, fingerprints %s and %s", name, fp, q.Fingerprint())
+		if q.fingerprint() != fp {
+			t.Errorf("%s: equal parameters, fingerprints %s and %s", name, fp, q.fingerprint())
 		}
 	}
 }
@@ -90,7 +90,7 @@ func TestSet(t *testing.T) {
 	if len(s.All()) != 3 || s.All()[2] != s.Default() || s.Default().Policy != defaultPolicy {
 		t.Errorf("All = %v: want payments, all, then the default", s.All())
 	}
-	if p, ok := s.Lookup("payments"); !ok || p.Label() != "payments:"+payments.Policy.Fingerprint() {
+	if p, ok := s.Lookup("payments"); !ok || p.Label() != "payments:"+payments.Policy.fingerprint() {
 		t.Errorf("Lookup(payments) = %v, %v", p, ok)
 	}
 	if _, ok := s.Lookup("orders"); ok {
@@ -138,7 +138,7 @@ func TestSummary(t *testing.T) {
 			"exponential 1s to 1h ×2, full jitter, at most 40/s per origin: 1 retry over 1s (1s), then parked max-retries"},
 		{defaultWith(func(p *Policy) { p.MaxRetries, p.MinDelay, p.MaxDelay = 0, 10*time.Millisecond, 10*time.Millisecond }),
 			"exponential 10ms to 10ms ×2, full jitter: more than 1000 retries, the first 1000 over 10s (10ms, 10ms, 10ms, …, 10ms)"},
-		{defaultWith(func(p *Policy) { p.Backoff, p.MaxRetries = Linear, 4 }),
+		{defaultWith(func(p *Policy) { p.Backoff, p.MaxRetries = linear, 4 }),
 			"linear 1s to 1h, full jitter: 4 retries over 2h0m1s (1s, 20m, 40m, 1h), then parked max-retries"},
 	} {
 		if got := tc.p.Summary(); got != tc.want {

@@ -97,10 +97,6 @@ func (m *Mover) PublishThrough(pub *amqp.Connection) { m.pubConn = pub }
 // named for operation; a nil tr records none.
 func (m *Mover) Trace(tr trace.Tracer, operation string) { m.tracer, m.op = tr, operation }
 
-// Remaining is how many of the messages the queue held at the first read
-// are still to read: what a caller that stops early leaves unread.
-func (m *Mover) Remaining() int { return max(m.remaining, 0) }
-
 // Next returns the next message, or false once the messages the queue
 // held at the first read have been read, the queue is empty or ctx is
 // done.

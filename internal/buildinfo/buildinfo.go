@@ -21,16 +21,16 @@ import (
 // Stamped at build time with -ldflags -X; empty when not.
 var version, revision string
 
-// Info is what is known of the running build.
-type Info struct {
+// info is what is known of the running build.
+type info struct {
 	Version   string // "1.4.0", "v1.4.1-0.20261124...", or "dev"
 	Revision  string // VCS revision, up to 12 characters, "+dirty" when modified; "unknown" when not recorded
 	GoVersion string // "go1.26.8"
 }
 
 // Read returns the running build's information.
-func Read() Info {
-	i := Info{Version: version, Revision: revision, GoVersion: runtime.Version()}
+func Read() info {
+	i := info{Version: version, Revision: revision, GoVersion: runtime.Version()}
 	bi, ok := debug.ReadBuildInfo()
 	if ok {
 		if i.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
@@ -73,14 +73,14 @@ func vcsRevision(settings []debug.BuildSetting) string {
 
 // String is the one-line form `rebound version` prints:
 // "rebound 1.4.0 (revision abc1234def56, go1.26.8)".
-func (i Info) String() string {
+func (i info) String() string {
 	return "rebound " + i.Version + " (revision " + i.Revision + ", " + i.GoVersion + ")"
 }
 
 // ConnectionName is what rebound's connections show on the broker (the
 // management UI's connection name): "rebound 1.4.0 on <host>", host being
 // the pod's name in Kubernetes; role is appended by the dialer.
-func (i Info) ConnectionName(host string) string {
+func (i info) ConnectionName(host string) string {
 	name := "rebound " + i.Version
 	if host = strings.TrimSpace(host); host != "" {
 		name += " on " + host

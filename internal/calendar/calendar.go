@@ -89,8 +89,8 @@ func New() *Calendar {
 	return &Calendar{origins: map[string]*origin{}}
 }
 
-// Origins reports how many origin queues the calendar holds.
-func (c *Calendar) Origins() int {
+// originCount reports how many origin queues the calendar holds.
+func (c *Calendar) originCount() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.origins)

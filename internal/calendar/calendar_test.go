@@ -310,7 +310,7 @@ func TestOriginsAreBounded(t *testing.T) {
 		c.reserve(fmt.Sprintf("q%d", i), t0, time.Second, 0, Share{Rate: 1, Replicas: 1}, up2)
 		c.reserve("hot", t0, time.Second+time.Duration(i)*time.Second, 0, Share{Rate: 1, Replicas: 1}, up2)
 	}
-	if n := c.Origins(); n != MaxOrigins {
+	if n := c.originCount(); n != MaxOrigins {
 		t.Errorf("%d origins held, want at most %d", n, MaxOrigins)
 	}
 	if _, ok := c.origins["hot"]; !ok {

@@ -37,11 +37,11 @@ func checkGroupBy(by string) error {
 	return nil
 }
 
-// GroupJSON is one row of `parked groups --format json`. Its field names
+// groupJSON is one row of `parked groups --format json`. Its field names
 // are public interface. Origin, reason and policy are the most common
 // values among the row's messages; the maps count every value ("-" for
 // unknown).
-type GroupJSON struct {
+type groupJSON struct {
 	Key        string         `json:"key"` // the group id, or the origin, reason, policy or normalised error
 	Count      int            `json:"count"`
 	Origin     string         `json:"origin"`
@@ -61,7 +61,7 @@ type GroupsJSON struct {
 	By      string      `json:"group_by"`
 	Scanned int         `json:"scanned"`
 	Matched int         `json:"matched"`
-	Groups  []GroupJSON `json:"groups"`
+	Groups  []groupJSON `json:"groups"`
 	Limited bool        `json:"limited"`
 	Unread  int         `json:"unread"`
 }
@@ -108,12 +108,12 @@ func parkedGroups(ctx context.Context, in invocation, f parking.Filter, by parki
 	if err != nil {
 		return fmt.Errorf("read %s: %w", q.Name(), err)
 	}
-	doc := GroupsJSON{By: string(by), Scanned: l.Scanned, Matched: l.Matched, Groups: []GroupJSON{}, Limited: l.Limited, Unread: l.Unread}
+	doc := GroupsJSON{By: string(by), Scanned: l.Scanned, Matched: l.Matched, Groups: []groupJSON{}, Limited: l.Limited, Unread: l.Unread}
 	for _, g := range l.Groups {
 		origin, _ := parking.Most(g.Origins)
 		reason, _ := parking.Most(g.Reasons)
 		policy, _ := parking.Most(g.Policies)
-		j := GroupJSON{Key: g.Key, Count: g.Count, Origin: origin, Reason: reason, Policy: policy, Error: g.Error,
+		j := groupJSON{Key: g.Key, Count: g.Count, Origin: origin, Reason: reason, Policy: policy, Error: g.Error,
 			Origins: dashed(g.Origins), Reasons: dashed(g.Reasons), Policies: dashed(g.Policies), GroupCount: len(g.Groups)}
 		if !g.First.IsZero() {
 			first, last := g.First, g.Last

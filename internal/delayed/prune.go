@@ -71,8 +71,8 @@ func (dp Deployment) ReadLeases(ctx context.Context) (l Leases, err error) {
 	}
 }
 
-// Pruned is a delay queue Prune found, and what it did with it.
-type Pruned struct {
+// pruned is a delay queue Prune found, and what it did with it.
+type pruned struct {
 	Queue
 	Deleted bool   // deleted with its exchange (dry run: would be)
 	Why     string // why it was kept; "" when deleted
@@ -86,13 +86,13 @@ const (
 	whyRedeclared = "a replica declared it again while it was being deleted"
 )
 
-// PruneResult is what Prune did.
-type PruneResult struct {
+// pruneResult is what Prune did.
+type pruneResult struct {
 	Leases Leases
 	// InboxConsumers is the inbox's consumer count: rebound's running
 	// replicas, each of which publishes a lease.
 	InboxConsumers int
-	Queues         []Pruned // every delay queue found, shortest first
+	Queues         []pruned // every delay queue found, shortest first
 	// ExchangesTried counts the delay exchanges Prune deleted if unused
 	// because their queue was gone (a replica's sweep deletes the queue
 	// and leaves the exchange); a missing one costs nothing, and the
@@ -117,7 +117,7 @@ var ErrUnleased = errors.New("more replicas consume the inbox than have publishe
 // can be in it: RabbitMQ refuses an if-empty (or if-unused) delete of a
 // quorum queue, with a connection error, so Prune checks and closes the
 // way in first (see deleteQueue).
-func (dp Deployment) Prune(ctx context.Context, delays []time.Duration, dryRun bool) (res PruneResult, err error) {
+func (dp Deployment) Prune(ctx context.Context, delays []time.Duration, dryRun bool) (res pruneResult, err error) {
 	unlock, err := dp.lock(ctx)
 	if err != nil {
 		return res, err
@@ -140,7 +140,7 @@ func (dp Deployment) Prune(ctx context.Context, delays []time.Duration, dryRun b
 	present := map[time.Duration]bool{}
 	for _, q := range found {
 		present[q.Delay] = true
-		pr := Pruned{Queue: q}
+		pr := pruned{Queue: q}
 		switch {
 		case res.Leases.Queues[q.Name]:
 			pr.Why = WhyLeased

@@ -67,7 +67,7 @@ func TestPruneDeletesOnlyEmptyUnusedDelayQueues(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := map[string]string{e.delayQueue(time.Second): "", holds: whyMessages, leased: WhyLeased, read: whyConsumers}
-		check := func(what string, res PruneResult) {
+		check := func(what string, res pruneResult) {
 			t.Helper()
 			got := map[string]string{}
 			for _, q := range res.Queues {

@@ -11,8 +11,8 @@ import (
 	"github.com/rebound-mq/rebound/republisher"
 )
 
-// Waiting is what waits in the delay queues for one origin queue.
-type Waiting struct {
+// originWaiting is what waits in the delay queues for one origin queue.
+type originWaiting struct {
 	Origin string // the queue the copies go back to (route.Router.WaitingOrigin)
 	Count  int
 	// Earliest and Latest are the first and last due times
@@ -23,18 +23,18 @@ type Waiting struct {
 	NoDueTime int
 	// Due counts the copies by when they are due, in the windows of
 	// DueWindows; a copy past the last window counts in the last.
-	Due [len(DueWindows)]int
+	Due [len(dueWindows)]int
 }
 
-// DueWindows are the windows Survey counts due times in: due within a
+// dueWindows are the windows Survey counts due times in: due within a
 // minute, ten minutes, an hour, a day, and later.
-var DueWindows = [...]time.Duration{time.Minute, 10 * time.Minute, time.Hour, 24 * time.Hour, 1<<63 - 1}
+var dueWindows = [...]time.Duration{time.Minute, 10 * time.Minute, time.Hour, 24 * time.Hour, 1<<63 - 1}
 
 // Survey is what Survey found: the copies waiting per origin queue.
 type Survey struct {
-	Queues  int       // delay queues read
-	Read    int       // copies read
-	Origins []Waiting // most copies first, then by origin
+	Queues  int             // delay queues read
+	Read    int             // copies read
+	Origins []originWaiting // most copies first, then by origin
 }
 
 // Survey reads every copy waiting in queues (as Find returned them) once,
@@ -48,7 +48,7 @@ func (dp Deployment) Survey(ctx context.Context, queues []Queue, now time.Time) 
 		return s, err
 	}
 	defer func() { err = errors.Join(err, unlock()) }()
-	by := map[string]*Waiting{}
+	by := map[string]*originWaiting{}
 	for _, q := range queues {
 		if ctx.Err() != nil {
 			break
@@ -61,14 +61,14 @@ func (dp Deployment) Survey(ctx context.Context, queues []Queue, now time.Time) 
 	for _, w := range by {
 		s.Origins = append(s.Origins, *w)
 	}
-	slices.SortFunc(s.Origins, func(a, b Waiting) int {
+	slices.SortFunc(s.Origins, func(a, b originWaiting) int {
 		return cmp.Or(b.Count-a.Count, strings.Compare(a.Origin, b.Origin))
 	})
 	return s, ctx.Err()
 }
 
 // surveyQueue is Survey on one delay queue.
-func (dp Deployment) surveyQueue(ctx context.Context, q Queue, now time.Time, by map[string]*Waiting, s *Survey) (err error) {
+func (dp Deployment) surveyQueue(ctx context.Context, q Queue, now time.Time, by map[string]*originWaiting, s *Survey) (err error) {
 	m, err := republisher.OpenMover(dp.Conn, dp.Router.Topology, q.Name, 1, time.Second)
 	if errors.Is(err, republisher.ErrNoQueue) {
 		return nil // deleted since it was found: nothing waited in it
@@ -88,7 +88,7 @@ func (dp Deployment) surveyQueue(ctx context.Context, q Queue, now time.Time, by
 		origin := dp.Router.WaitingOrigin(d, st)
 		w := by[origin]
 		if w == nil {
-			w = &Waiting{Origin: origin}
+			w = &originWaiting{Origin: origin}
 			by[origin] = w
 		}
 		w.add(st.DueAt, now)
@@ -96,7 +96,7 @@ func (dp Deployment) surveyQueue(ctx context.Context, q Queue, now time.Time, by
 }
 
 // add counts one copy due at due (zero: unknown) as of now.
-func (w *Waiting) add(due, now time.Time) {
+func (w *originWaiting) add(due, now time.Time) {
 	w.Count++
 	if due.IsZero() {
 		w.NoDueTime++
@@ -109,8 +109,8 @@ func (w *Waiting) add(due, now time.Time) {
 		w.Latest = due
 	}
 	in := due.Sub(now)
-	for i, window := range DueWindows {
-		if in <= window || i == len(DueWindows)-1 {
+	for i, window := range dueWindows {
+		if in <= window || i == len(dueWindows)-1 {
 			w.Due[i]++
 			return
 		}

@@ -20,9 +20,9 @@ import (
 // when it carries no application error.
 const Retry = "retry"
 
-// MaxNormalized is how many bytes of a normalised error count: errors that
+// maxNormalized is how many bytes of a normalised error count: errors that
 // differ only past it are one group.
-const MaxNormalized = 500
+const maxNormalized = 500
 
 // maxInput is how much of an error Normalize reads. An error header may be
 // as long as a producer makes it; what lies past this cannot change the
@@ -31,8 +31,8 @@ const MaxNormalized = 500
 // let one header cost a replica milliseconds.
 const maxInput = 8 << 10
 
-// Len is the number of hex digits of a group id.
-const Len = 12
+// idLen is the number of hex digits of a group id.
+const idLen = 12
 
 // Of returns the group of a failure of a message from origin (the queue it
 // goes back to, "" when unknown) whose application error is err ("" for
@@ -51,12 +51,12 @@ func Of(origin, err, reason string) string {
 		h.Write([]byte(reason))
 	}
 	var sum [sha256.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0])[:Len/2])
+	return hex.EncodeToString(h.Sum(sum[:0])[:idLen/2])
 }
 
 // Valid reports whether id is a group id as Of writes it.
 func Valid(id string) bool {
-	if len(id) != Len {
+	if len(id) != idLen {
 		return false
 	}
 	for i := 0; i < len(id); i++ {
@@ -69,12 +69,12 @@ func Valid(id string) bool {
 
 // Placeholders Normalize writes.
 const (
-	Quoted = "<q>"
-	Time   = "<time>"
-	UUID   = "<uuid>"
-	IP     = "<ip>"
-	Hex    = "<hex>"
-	Number = "<n>"
+	quotedPlaceholder = "<q>"
+	timePlaceholder   = "<time>"
+	uuidPlaceholder   = "<uuid>"
+	ipPlaceholder     = "<ip>"
+	hexPlaceholder    = "<hex>"
+	numberPlaceholder = "<n>"
 )
 
 // replacements, in the order they apply: quoted values first (a quoted
@@ -94,15 +94,15 @@ var replacements = []struct {
 	// of eight letters a to f is a word, and std::io a path.
 	digit bool
 }{
-	{re: regexp.MustCompile("\"[^\"]*\"|'[^']*'|`[^`]*`"), with: Quoted, need: "\"'`"},
-	{re: regexp.MustCompile(`\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?|\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b`), with: Time, need: "-:"},
-	{re: regexp.MustCompile(`\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b`), with: UUID, need: "-"},
-	{re: regexp.MustCompile(`\b\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?\b`), with: IP, need: "."},
-	{re: regexp.MustCompile(`\[?\b(?:[0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}\b\]?|\[?(?:\b[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{1,4}){0,6})?::(?:[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{1,4}){0,6}\b)?\]?(?::\d{1,5}\b)?`), with: IP, digit: true,
+	{re: regexp.MustCompile("\"[^\"]*\"|'[^']*'|`[^`]*`"), with: quotedPlaceholder, need: "\"'`"},
+	{re: regexp.MustCompile(`\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?|\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b`), with: timePlaceholder, need: "-:"},
+	{re: regexp.MustCompile(`\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b`), with: uuidPlaceholder, need: "-"},
+	{re: regexp.MustCompile(`\b\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?\b`), with: ipPlaceholder, need: "."},
+	{re: regexp.MustCompile(`\[?\b(?:[0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}\b\]?|\[?(?:\b[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{1,4}){0,6})?::(?:[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{1,4}){0,6}\b)?\]?(?::\d{1,5}\b)?`), with: ipPlaceholder, digit: true,
 		// An IPv6 address has 7 colons, or "::".
 		needs: func(text string) bool { return strings.Contains(text, "::") || strings.Count(text, ":") >= 7 }},
-	{re: regexp.MustCompile(`\b0[xX][0-9a-fA-F]+\b|\b[0-9a-fA-F]{8,}\b`), with: Hex, digit: true},
-	{re: regexp.MustCompile(`\d+(?:\.\d+)?`), with: Number},
+	{re: regexp.MustCompile(`\b0[xX][0-9a-fA-F]+\b|\b[0-9a-fA-F]{8,}\b`), with: hexPlaceholder, digit: true},
+	{re: regexp.MustCompile(`\d+(?:\.\d+)?`), with: numberPlaceholder},
 }
 
 // Normalize returns err with what varies between occurrences of one cause
@@ -133,7 +133,7 @@ func Normalize(err string) string {
 		err = r.re.ReplaceAllLiteralString(err, r.with)
 	}
 	err = strings.Join(strings.Fields(err), " ")
-	return cut(err, MaxNormalized)
+	return cut(err, maxNormalized)
 }
 
 // cut returns at most n bytes of s, ending on a character boundary.

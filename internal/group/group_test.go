@@ -40,13 +40,13 @@ func TestNormalize(t *testing.T) {
 }
 
 func TestNormalizeCuts(t *testing.T) {
-	long := strings.Repeat("é", MaxNormalized) // 2 bytes each
+	long := strings.Repeat("é", maxNormalized) // 2 bytes each
 	got := Normalize(long)
-	if len(got) > MaxNormalized || !utf8.ValidString(got) || len(got) < MaxNormalized-1 {
-		t.Errorf("Normalize of %d bytes = %d bytes, valid %v; want at most %d, cut on a character", len(long), len(got), utf8.ValidString(got), MaxNormalized)
+	if len(got) > maxNormalized || !utf8.ValidString(got) || len(got) < maxNormalized-1 {
+		t.Errorf("Normalize of %d bytes = %d bytes, valid %v; want at most %d, cut on a character", len(long), len(got), utf8.ValidString(got), maxNormalized)
 	}
 	// Errors that differ only past the cut are one group.
-	a, b := strings.Repeat("x", MaxNormalized)+" first", strings.Repeat("x", MaxNormalized)+" second"
+	a, b := strings.Repeat("x", maxNormalized)+" first", strings.Repeat("x", maxNormalized)+" second"
 	if Of("q", a, "max-retries") != Of("q", b, "max-retries") {
 		t.Error("errors differing past the cut are two groups")
 	}
@@ -105,7 +105,7 @@ func FuzzNormalize(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		n := Normalize(s)
-		if len(n) > MaxNormalized || !utf8.ValidString(n) {
+		if len(n) > maxNormalized || !utf8.ValidString(n) {
 			t.Fatalf("Normalize(%q) = %q: %d bytes, valid UTF-8 %v", s, n, len(n), utf8.ValidString(n))
 		}
 		if strings.Join(strings.Fields(n), " ") != n {

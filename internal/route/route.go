@@ -220,8 +220,8 @@ func (r Router) Budget(rt Route, s headers.State, now time.Time, cal *calendar.C
 func (r Router) Plan(d amqp.Delivery, s headers.State, rt Route, now time.Time) (topology.Destination, amqp.Publishing) {
 	s.Origin = rt.Origin.Queue
 	s.Policy = rt.Policy.Label()
-	s.Group = r.Group(s, s.Origin, rt.Decision)
-	if text, ok := r.Reported(s); ok {
+	s.Group = r.group(s, s.Origin, rt.Decision)
+	if text, ok := r.reported(s); ok {
 		s.Error, s.ErrorCurrent = text, true
 	}
 	switch decision := rt.Decision; {

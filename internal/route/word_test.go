@@ -45,7 +45,7 @@ func TestReported(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, _ := r.Codec.Decode(tc.h, time.Time{}, now, nil)
-			got, ok := r.Reported(s)
+			got, ok := r.reported(s)
 			if got != tc.want || ok != tc.ok {
 				t.Errorf("Reported = %q, %v; want %q, %v", got, ok, tc.want, tc.ok)
 			}
@@ -75,10 +75,10 @@ func TestRetryAfterOutcome(t *testing.T) {
 		want string
 	}{
 		{"none", headers.State{}, policy.Decision{Retry: true, Drawn: time.Second}, ""},
-		{"applied", headers.State{State: policy.State{RetryAfter: time.Second}}, policy.Decision{Retry: true, Drawn: time.Second}, RetryAfterApplied},
-		{"capped", headers.State{State: policy.State{RetryAfter: time.Hour}}, policy.Decision{Retry: true, Drawn: time.Minute}, RetryAfterCapped},
+		{"applied", headers.State{State: policy.State{RetryAfter: time.Second}}, policy.Decision{Retry: true, Drawn: time.Second}, retryAfterApplied},
+		{"capped", headers.State{State: policy.State{RetryAfter: time.Hour}}, policy.Decision{Retry: true, Drawn: time.Minute}, retryAfterCapped},
 		{"parked", headers.State{State: policy.State{RetryAfter: time.Hour}}, policy.Decision{Reason: policy.MaxRetries}, ""},
-		{"invalid", headers.State{RetryAfterInvalid: true}, policy.Decision{Retry: true}, RetryAfterInvalid},
+		{"invalid", headers.State{RetryAfterInvalid: true}, policy.Decision{Retry: true}, retryAfterInvalid},
 	} {
 		if got := RetryAfter(tc.s, tc.d); got != tc.want {
 			t.Errorf("%s: RetryAfter = %q, want %q", tc.name, got, tc.want)

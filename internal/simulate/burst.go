@@ -92,8 +92,8 @@ func (c BurstConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Failure is what a client knows when it hears that a request failed.
-type Failure struct {
+// failure is what a client knows when it hears that a request failed.
+type failure struct {
 	Attempts int // requests it has sent, the failed one included: 1 after the first failure
 	Elapsed  int // ticks from its first request to now
 	// LastDelay is the delay its strategy chose before the failed
@@ -110,7 +110,7 @@ type Failure struct {
 // only from r.
 type BurstStrategy struct {
 	Name  string
-	Delay func(f Failure, r *rand.Rand) (wait, chosen float64, giveUp bool)
+	Delay func(f failure, r *rand.Rand) (wait, chosen float64, giveUp bool)
 	// RetryRate is the retry rate budget Delay applies, for the summary;
 	// 0 for none.
 	RetryRate float64
@@ -132,9 +132,9 @@ func BurstStrategyNames() []string {
 	return []string{strategyNB, strategyCB, strategyURB, strategyEB, strategyREB, strategyPolicy}
 }
 
-// Backoffs holds the parameters of the burst strategies, in ticks, and the
+// backoffs holds the parameters of the burst strategies, in ticks, and the
 // rebound policy with the duration of one tick.
-type Backoffs struct {
+type backoffs struct {
 	Constant   float64       // CB waits this long (5)
 	UniformMax float64       // URB waits U(0, UniformMax) (5)
 	ExpCap     float64       // EB waits min(2^attempts, ExpCap), REB U(0, that) (30)
@@ -144,8 +144,8 @@ type Backoffs struct {
 
 // DefaultBackoffs returns the text's parameters with p and one second per
 // tick.
-func DefaultBackoffs(p policy.Policy) Backoffs {
-	return Backoffs{Constant: 5, UniformMax: 5, ExpCap: 30, Policy: p, Tick: time.Second}
+func DefaultBackoffs(p policy.Policy) backoffs {
+	return backoffs{Constant: 5, UniformMax: 5, ExpCap: 30, Policy: p, Tick: time.Second}
 }
 
 // Strategy returns the named strategy (see BurstStrategyNames).
@@ -155,28 +155,28 @@ func DefaultBackoffs(p policy.Policy) Backoffs {
 // which contradicts its results (EB's latencies are among the best, with a
 // 75th percentile better than REB's); 30 is read as a cap, as in every
 // other exponential backoff.
-func (b Backoffs) Strategy(name string) (BurstStrategy, error) {
+func (b backoffs) Strategy(name string) (BurstStrategy, error) {
 	switch name {
 	case strategyNB:
-		return BurstStrategy{Name: strategyNB, Delay: func(Failure, *rand.Rand) (float64, float64, bool) { return 0, 0, false }}, nil
+		return BurstStrategy{Name: strategyNB, Delay: func(failure, *rand.Rand) (float64, float64, bool) { return 0, 0, false }}, nil
 	case strategyCB:
 		d := b.Constant
-		return BurstStrategy{Name: strategyCB, Delay: func(Failure, *rand.Rand) (float64, float64, bool) { return d, d, false }}, nil
+		return BurstStrategy{Name: strategyCB, Delay: func(failure, *rand.Rand) (float64, float64, bool) { return d, d, false }}, nil
 	case strategyURB:
 		hi := b.UniformMax
-		return BurstStrategy{Name: strategyURB, Delay: func(_ Failure, r *rand.Rand) (float64, float64, bool) {
+		return BurstStrategy{Name: strategyURB, Delay: func(_ failure, r *rand.Rand) (float64, float64, bool) {
 			d := r.Float64() * hi
 			return d, d, false
 		}}, nil
 	case strategyEB:
 		limit := b.ExpCap
-		return BurstStrategy{Name: strategyEB, Delay: func(f Failure, _ *rand.Rand) (float64, float64, bool) {
+		return BurstStrategy{Name: strategyEB, Delay: func(f failure, _ *rand.Rand) (float64, float64, bool) {
 			d := math.Min(math.Exp2(float64(f.Attempts)), limit)
 			return d, d, false
 		}}, nil
 	case strategyREB:
 		limit := b.ExpCap
-		return BurstStrategy{Name: strategyREB, Delay: func(f Failure, r *rand.Rand) (float64, float64, bool) {
+		return BurstStrategy{Name: strategyREB, Delay: func(f failure, r *rand.Rand) (float64, float64, bool) {
 			d := r.Float64() * math.Min(math.Exp2(float64(f.Attempts)), limit)
 			return d, d, false
 		}}, nil
@@ -184,7 +184,7 @@ func (b Backoffs) Strategy(name string) (BurstStrategy, error) {
 		if b.Tick <= 0 {
 			return BurstStrategy{}, fmt.Errorf("strategy %s: tick %s: want a duration above 0", strategyPolicy, b.Tick)
 		}
-		return PolicyBackoff(b.Policy, b.Tick), nil
+		return policyBackoff(b.Policy, b.Tick), nil
 	}
 	return BurstStrategy{}, fmt.Errorf("unknown strategy %q: want one of %s", name, strings.Join(BurstStrategyNames(), ", "))
 }
@@ -193,7 +193,7 @@ func (b Backoffs) Strategy(name string) (BurstStrategy, error) {
 // at differences between times.
 func epoch() time.Time { return time.Unix(0, 0).UTC() }
 
-// PolicyBackoff turns a rebound policy into a burst strategy, one tick
+// policyBackoff turns a rebound policy into a burst strategy, one tick
 // being tick: each failure asks p.Decide, with the retries so far, the
 // client's first request as the task start and its last delay, for a delay
 // (as rebound would queue it) that becomes ticks; the delay as drawn is
@@ -205,10 +205,10 @@ func epoch() time.Time { return time.Unix(0, 0).UTC() }
 // retries of all the messages of one application queue do: a copy whose
 // second is full waits for one with room. Each strategy PolicyBackoff
 // returns keeps its own calendar: use it for one run.
-func PolicyBackoff(p policy.Policy, tick time.Duration) BurstStrategy {
+func policyBackoff(p policy.Policy, tick time.Duration) BurstStrategy {
 	perTick := float64(tick)
 	b := newBudget(p)
-	return BurstStrategy{Name: strategyPolicy, RetryRate: p.RetryRate, Delay: func(f Failure, r *rand.Rand) (float64, float64, bool) {
+	return BurstStrategy{Name: strategyPolicy, RetryRate: p.RetryRate, Delay: func(f failure, r *rand.Rand) (float64, float64, bool) {
 		s := policy.State{
 			Retries:   f.Attempts - 1,
 			StartedAt: epoch(),
@@ -224,16 +224,16 @@ func PolicyBackoff(p policy.Policy, tick time.Duration) BurstStrategy {
 	}}
 }
 
-// BurstTick is the service's view of one tick.
-type BurstTick struct {
+// burstTick is the service's view of one tick.
+type burstTick struct {
 	Queued   int // requests the service holds (outstanding) once this tick's arrivals are in
 	Received int // requests that arrived this tick
 	Rejected int // of which rejected because the service was full
 	First    int // of which first requests of their client
 }
 
-// ClientOutcome is one client's view of the run.
-type ClientOutcome struct {
+// clientOutcome is one client's view of the run.
+type clientOutcome struct {
 	Latency  int  // ticks from its first request to success; -1 if it never succeeded
 	Requests int  // requests it sent
 	GaveUp   bool // its strategy gave up (policy parked)
@@ -268,8 +268,8 @@ type BurstSummary struct {
 // by requests sent).
 type BurstResult struct {
 	Summary BurstSummary
-	Ticks   []BurstTick
-	Clients []ClientOutcome
+	Ticks   []burstTick
+	Clients []clientOutcome
 }
 
 // held is a request the service holds: whose, how much work is left, and
@@ -309,7 +309,7 @@ func Burst(c BurstConfig, s BurstStrategy) (BurstResult, error) {
 		due[first[i]] = append(due[first[i]], int32(i))
 	}
 
-	res := BurstResult{Ticks: make([]BurstTick, c.Ticks)}
+	res := BurstResult{Ticks: make([]burstTick, c.Ticks)}
 	sum := &res.Summary
 	sum.Strategy, sum.Clients, sum.RetryRate = s.Name, c.Clients, s.RetryRate
 	var queue []held
@@ -362,7 +362,7 @@ func Burst(c BurstConfig, s BurstStrategy) (BurstResult, error) {
 				latency[cl] = t + 1 - first[cl]
 				continue
 			}
-			d, chosen, stop := s.Delay(Failure{Attempts: attempts[cl], Elapsed: t + 1 - first[cl], LastDelay: last[cl]}, backoff)
+			d, chosen, stop := s.Delay(failure{Attempts: attempts[cl], Elapsed: t + 1 - first[cl], LastDelay: last[cl]}, backoff)
 			if stop {
 				gaveUp[cl] = true
 				continue
@@ -380,10 +380,10 @@ func Burst(c BurstConfig, s BurstStrategy) (BurstResult, error) {
 		queue = kept
 	}
 
-	res.Clients = make([]ClientOutcome, c.Clients)
+	res.Clients = make([]clientOutcome, c.Clients)
 	var done []int
 	for i := range res.Clients {
-		res.Clients[i] = ClientOutcome{Latency: latency[i], Requests: attempts[i], GaveUp: gaveUp[i]}
+		res.Clients[i] = clientOutcome{Latency: latency[i], Requests: attempts[i], GaveUp: gaveUp[i]}
 		sum.Requests += attempts[i]
 		if latency[i] >= 0 {
 			done = append(done, latency[i])
@@ -402,8 +402,8 @@ func Burst(c BurstConfig, s BurstStrategy) (BurstResult, error) {
 	sum.LatencyP90 = ptr(censoredPercentile(done, c.Clients, 0.90))
 	sum.LatencyP99 = ptr(censoredPercentile(done, c.Clients, 0.99))
 	sum.LatencyMax = ptr(censoredPercentile(done, c.Clients, 1))
-	sum.Aftershocks = Aftershocks(res.Ticks, c.ShockWindow, c.SendTicks)
-	slices.SortStableFunc(res.Clients, func(a, b ClientOutcome) int {
+	sum.Aftershocks = aftershocks(res.Ticks, c.ShockWindow, c.SendTicks)
+	slices.SortStableFunc(res.Clients, func(a, b clientOutcome) int {
 		switch {
 		case a.Latency < 0 && b.Latency < 0:
 			return a.Requests - b.Requests
@@ -417,7 +417,7 @@ func Burst(c BurstConfig, s BurstStrategy) (BurstResult, error) {
 	return res, nil
 }
 
-// Aftershocks measures how much retries come in waves ("aftershocks", as
+// aftershocks measures how much retries come in waves ("aftershocks", as
 // exponential backoff without jitter shows them after a spike): the index
 // of dispersion of the retries received per tick around their centred
 // moving average over window ticks, over the ticks [window, until) where
@@ -426,7 +426,7 @@ func Burst(c BurstConfig, s BurstStrategy) (BurstResult, error) {
 // into waves with a period near window give several times that; a
 // metronome (every client on the same constant delay) gives about 0. It is
 // 0 when no retry arrives in that span.
-func Aftershocks(ticks []BurstTick, window, until int) float64 {
+func aftershocks(ticks []burstTick, window, until int) float64 {
 	if window < 1 {
 		return 0
 	}

@@ -314,7 +314,7 @@ func TestBurstDeterministic(t *testing.T) {
 func TestBurstStrategies(t *testing.T) {
 	constant := policy.Policy{Backoff: policy.Constant, MinDelay: 2 * time.Second, MaxDelay: 2 * time.Second,
 		Jitter: policy.NoJitter, MaxRetries: 3, Deadline: policy.Clamp}
-	b := Backoffs{Constant: 5, UniformMax: 5, ExpCap: 30, Policy: constant, Tick: time.Second}
+	b := backoffs{Constant: 5, UniformMax: 5, ExpCap: 30, Policy: constant, Tick: time.Second}
 	r := rand.New(rand.NewPCG(1, 1))
 	tests := []struct {
 		strategy string
@@ -342,7 +342,7 @@ func TestBurstStrategies(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 100 {
-			d, chosen, giveUp := s.Delay(Failure{Attempts: tt.attempts, Elapsed: 10 * tt.attempts}, r)
+			d, chosen, giveUp := s.Delay(failure{Attempts: tt.attempts, Elapsed: 10 * tt.attempts}, r)
 			if chosen != d {
 				t.Errorf("%s: chose %v, waits %v: only the policy strategy chooses other than it waits", tt.strategy, chosen, d)
 			}
@@ -373,9 +373,9 @@ func TestPolicyBackoffIsDecide(t *testing.T) {
 		}
 		p.MaxDelay = p.MinDelay * time.Duration(1+r.IntN(100))
 		tick := time.Duration(1+r.IntN(2000)) * time.Millisecond
-		f := Failure{Attempts: 1 + r.IntN(15), Elapsed: r.IntN(5000), LastDelay: float64(r.IntN(50))}
+		f := failure{Attempts: 1 + r.IntN(15), Elapsed: r.IntN(5000), LastDelay: float64(r.IntN(50))}
 		seed := r.Uint64()
-		got, chosen, gotStop := PolicyBackoff(p, tick).Delay(f, rand.New(rand.NewPCG(seed, 0)))
+		got, chosen, gotStop := policyBackoff(p, tick).Delay(f, rand.New(rand.NewPCG(seed, 0)))
 		want := p.Decide(policy.State{Retries: f.Attempts - 1, StartedAt: epoch(), LastDelay: time.Duration(f.LastDelay * float64(tick))},
 			epoch().Add(time.Duration(f.Elapsed)*tick), rand.New(rand.NewPCG(seed, 0)))
 		if gotStop == want.Retry || (want.Retry && (got != float64(want.Delay)/float64(tick) || chosen != float64(want.Drawn)/float64(tick))) {
@@ -407,7 +407,7 @@ func TestBurstValidate(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), tt.field+" ") {
 			t.Errorf("%s: error %v, want one naming it", tt.field, err)
 		}
-		if _, err := Burst(c, BurstStrategy{Name: strategyNB, Delay: func(Failure, *rand.Rand) (float64, float64, bool) { return 0, 0, false }}); err == nil {
+		if _, err := Burst(c, BurstStrategy{Name: strategyNB, Delay: func(failure, *rand.Rand) (float64, float64, bool) { return 0, 0, false }}); err == nil {
 			t.Errorf("%s: Burst ran an invalid configuration", tt.field)
 		}
 	}
@@ -417,8 +417,8 @@ func TestBurstValidate(t *testing.T) {
 }
 
 func TestAftershocks(t *testing.T) {
-	series := func(f func(i int) int) []BurstTick {
-		ts := make([]BurstTick, 1000)
+	series := func(f func(i int) int) []burstTick {
+		ts := make([]burstTick, 1000)
 		for i := range ts {
 			ts[i].Received = f(i)
 		}
@@ -437,7 +437,7 @@ func TestAftershocks(t *testing.T) {
 	}
 	tests := []struct {
 		name   string
-		ticks  []BurstTick
+		ticks  []burstTick
 		lo, hi float64
 	}{
 		{"steady", series(func(int) int { return 7 }), 0, 0.001},
@@ -452,7 +452,7 @@ func TestAftershocks(t *testing.T) {
 		}), 10, math.Inf(1)},
 	}
 	for _, tt := range tests {
-		if got := Aftershocks(tt.ticks, 31, 1000); got < tt.lo || got > tt.hi {
+		if got := aftershocks(tt.ticks, 31, 1000); got < tt.lo || got > tt.hi {
 			t.Errorf("%s: index %.3f, want %v to %v", tt.name, got, tt.lo, tt.hi)
 		}
 	}

@@ -132,8 +132,8 @@ func (c OutageConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Latency returns the dependency's latency while it holds n calls.
-func (c OutageConfig) Latency(n int) time.Duration {
+// latencyDuration returns the dependency's latency while it holds n calls.
+func (c OutageConfig) latencyDuration(n int) time.Duration {
 	return toDuration(c.latency(n))
 }
 
@@ -194,8 +194,8 @@ func Immediate(p policy.Policy) policy.Policy {
 	return p
 }
 
-// OutageSecond is one second of the run, for plots.
-type OutageSecond struct {
+// outageSecond is one second of the run, for plots.
+type outageSecond struct {
 	Calls       int     // calls that reached the dependency (started while it ran)
 	Attempts    int     // calls the consumer made, those to the stopped dependency included
 	Concurrency int     // most calls the dependency held, abandoned ones included
@@ -245,7 +245,7 @@ type OutageSummary struct {
 // second.
 type OutageResult struct {
 	Summary  OutageSummary
-	Timeline []OutageSecond
+	Timeline []outageSecond
 }
 
 // message is one message's retry state, as its headers carry it.
@@ -292,7 +292,7 @@ func Outage(c OutageConfig, s OutageStrategy) (OutageResult, error) {
 		parked    = map[string]int{}
 		latencies []float64
 		next      = arrivals.ExpFloat64() / c.Rate // seconds
-		timeline  = make([]OutageSecond, (steps+perSecond-1)/perSecond)
+		timeline  = make([]outageSecond, (steps+perSecond-1)/perSecond)
 		emptied   bool // the application queue was empty at some step of this second
 		budget    = newBudget(s.Policy)
 		deferred  = map[calendar.Outcome]int{}

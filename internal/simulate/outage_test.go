@@ -101,7 +101,7 @@ func TestOutageFindings(t *testing.T) {
 // within the timeout: no consumer this small can push it over.
 func knee(c OutageConfig) int {
 	n := c.Limit
-	for c.Latency(n+1) < c.Timeout {
+	for c.latencyDuration(n+1) < c.Timeout {
 		n++
 	}
 	return n
@@ -320,7 +320,7 @@ func TestLatency(t *testing.T) {
 		{1_000_000, math.MaxInt64},    // saturates instead of overflowing
 	}
 	for _, tt := range tests {
-		if got := c.Latency(tt.n); got.Round(time.Millisecond) != tt.want {
+		if got := c.latencyDuration(tt.n); got.Round(time.Millisecond) != tt.want {
 			t.Errorf("Latency(%d) = %s, want %s", tt.n, got, tt.want)
 		}
 	}

@@ -255,7 +255,7 @@ func WriteBurstSVG(w io.Writer, c BurstConfig, runs []BurstResult) error {
 			ymin: 0.1, ymax: 1000, log: true,
 			title: fmt.Sprintf("%s: %d requests, %d rejected, aftershock index %.1f", s.Strategy, s.Requests, s.Rejected, s.Aftershocks)}
 		server.frame(&b)
-		series := func(f func(BurstTick) int) []float64 {
+		series := func(f func(burstTick) int) []float64 {
 			xs := make([]float64, len(r.Ticks))
 			for j, t := range r.Ticks {
 				xs[j] = float64(f(t))
@@ -263,13 +263,13 @@ func WriteBurstSVG(w io.Writer, c BurstConfig, runs []BurstResult) error {
 			return xs
 		}
 		for _, sr := range []struct {
-			f     func(BurstTick) int
+			f     func(burstTick) int
 			color string
 		}{
-			{func(t BurstTick) int { return t.Queued }, colQueued},
-			{func(t BurstTick) int { return t.Received }, colReceived},
-			{func(t BurstTick) int { return t.Rejected }, colRejected},
-			{func(t BurstTick) int { return t.First }, colFirst},
+			{func(t burstTick) int { return t.Queued }, colQueued},
+			{func(t burstTick) int { return t.Received }, colReceived},
+			{func(t burstTick) int { return t.Rejected }, colRejected},
+			{func(t burstTick) int { return t.First }, colFirst},
 		} {
 			pts, per := downsample(series(sr.f), plotPoints, false)
 			server.line(&b, pts, float64(per), sr.color, false)
@@ -335,7 +335,7 @@ func WriteOutageSVG(w io.Writer, c OutageConfig, runs []OutageResult) error {
 		if s.RecoveryS != nil {
 			status = fmt.Sprintf("recovered %s after resuming", policy.FormatDuration(time.Duration(*s.RecoveryS*float64(time.Second))))
 		}
-		series := func(f func(OutageSecond) float64) ([]float64, int) {
+		series := func(f func(outageSecond) float64) ([]float64, int) {
 			xs := make([]float64, len(r.Timeline))
 			for j, t := range r.Timeline {
 				xs[j] = f(t)
@@ -346,9 +346,9 @@ func WriteOutageSVG(w io.Writer, c OutageConfig, runs []OutageResult) error {
 			title: fmt.Sprintf("%s: peak %d calls/s", s.Strategy, s.PeakDependencyRPS)}
 		load.frame(&b)
 		load.band(&b, at, end, "")
-		pts, per := series(func(t OutageSecond) float64 { return float64(t.Attempts) })
+		pts, per := series(func(t outageSecond) float64 { return float64(t.Attempts) })
 		load.line(&b, pts, float64(per), colAttempts, false)
-		pts, per = series(func(t OutageSecond) float64 { return float64(t.Calls) })
+		pts, per = series(func(t outageSecond) float64 { return float64(t.Calls) })
 		load.line(&b, pts, float64(per), colCalls, false)
 
 		lat := panel{x: 385, y: y, w: 280, h: rowH - 45, xmax: horizon, xunit: "s", ymin: c.MinLatency.Seconds() / 2, ymax: latTop, log: true,
@@ -356,16 +356,16 @@ func WriteOutageSVG(w io.Writer, c OutageConfig, runs []OutageResult) error {
 		lat.frame(&b)
 		lat.band(&b, at, end, "")
 		lat.line(&b, []float64{c.Timeout.Seconds(), c.Timeout.Seconds()}, horizon, colTimeout, true)
-		pts, per = series(func(t OutageSecond) float64 { return t.Latency })
+		pts, per = series(func(t outageSecond) float64 { return t.Latency })
 		lat.line(&b, pts, float64(per), colLatency, false)
 
 		backlog := panel{x: 720, y: y, w: 280, h: rowH - 45, xmax: horizon, xunit: "s", ymin: 1, ymax: math.Pow(10, math.Ceil(math.Log10(peakBacklog))), log: true,
 			title: fmt.Sprintf("%s: peak %d delayed, %s", s.Strategy, s.PeakDelayed, plural(s.DelayQueues, "queue"))}
 		backlog.frame(&b)
 		backlog.band(&b, at, end, "")
-		pts, per = series(func(t OutageSecond) float64 { return float64(t.Delayed) })
+		pts, per = series(func(t outageSecond) float64 { return float64(t.Delayed) })
 		backlog.line(&b, pts, float64(per), colDelayed, false)
-		pts, per = series(func(t OutageSecond) float64 { return float64(t.Queued) })
+		pts, per = series(func(t outageSecond) float64 { return float64(t.Queued) })
 		backlog.line(&b, pts, float64(per), colQueued, false)
 	}
 	b.WriteString("</svg>\n")

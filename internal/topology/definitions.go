@@ -12,14 +12,14 @@ import (
 // only the parts rebound needs; RabbitMQ imports it into the virtual host
 // named in each entry.
 type Definitions struct {
-	Exchanges []ExchangeDefinition `json:"exchanges"`
-	Queues    []QueueDefinition    `json:"queues"`
-	Bindings  []BindingDefinition  `json:"bindings"`
-	Policies  []PolicyDefinition   `json:"policies"`
+	Exchanges []exchangeDefinition `json:"exchanges"`
+	Queues    []queueDefinition    `json:"queues"`
+	Bindings  []bindingDefinition  `json:"bindings"`
+	Policies  []policyDefinition   `json:"policies"`
 }
 
-// ExchangeDefinition is one exchange in a definitions document.
-type ExchangeDefinition struct {
+// exchangeDefinition is one exchange in a definitions document.
+type exchangeDefinition struct {
 	Name       string     `json:"name"`
 	VHost      string     `json:"vhost"`
 	Type       string     `json:"type"`
@@ -29,8 +29,8 @@ type ExchangeDefinition struct {
 	Arguments  amqp.Table `json:"arguments"`
 }
 
-// QueueDefinition is one queue in a definitions document.
-type QueueDefinition struct {
+// queueDefinition is one queue in a definitions document.
+type queueDefinition struct {
 	Name       string     `json:"name"`
 	VHost      string     `json:"vhost"`
 	Durable    bool       `json:"durable"`
@@ -38,8 +38,8 @@ type QueueDefinition struct {
 	Arguments  amqp.Table `json:"arguments"`
 }
 
-// BindingDefinition is one binding of a queue to an exchange.
-type BindingDefinition struct {
+// bindingDefinition is one binding of a queue to an exchange.
+type bindingDefinition struct {
 	Source          string     `json:"source"`
 	VHost           string     `json:"vhost"`
 	Destination     string     `json:"destination"`
@@ -48,8 +48,8 @@ type BindingDefinition struct {
 	Arguments       amqp.Table `json:"arguments"`
 }
 
-// PolicyDefinition is one policy in a definitions document.
-type PolicyDefinition struct {
+// policyDefinition is one policy in a definitions document.
+type policyDefinition struct {
 	VHost      string     `json:"vhost"`
 	Name       string     `json:"name"`
 	Pattern    string     `json:"pattern"`
@@ -67,21 +67,21 @@ type PolicyDefinition struct {
 // which are the operator's, and Policies for rebound's own.
 func (t Topology) Definitions(vhost string) Definitions {
 	defs := Definitions{
-		Exchanges: []ExchangeDefinition{},
-		Queues:    []QueueDefinition{},
-		Bindings:  []BindingDefinition{},
-		Policies:  []PolicyDefinition{},
+		Exchanges: []exchangeDefinition{},
+		Queues:    []queueDefinition{},
+		Bindings:  []bindingDefinition{},
+		Policies:  []policyDefinition{},
 	}
 	for _, e := range t.Exchanges() {
-		defs.Exchanges = append(defs.Exchanges, ExchangeDefinition{
+		defs.Exchanges = append(defs.Exchanges, exchangeDefinition{
 			Name: e.Name, VHost: vhost, Type: e.Kind, Durable: true, Arguments: amqp.Table{},
 		})
 	}
 	queue := func(q Queue) {
-		defs.Queues = append(defs.Queues, QueueDefinition{Name: q.Name, VHost: vhost, Durable: true, Arguments: nonNil(q.Args)})
+		defs.Queues = append(defs.Queues, queueDefinition{Name: q.Name, VHost: vhost, Durable: true, Arguments: nonNil(q.Args)})
 	}
 	binding := func(b Binding) {
-		defs.Bindings = append(defs.Bindings, BindingDefinition{
+		defs.Bindings = append(defs.Bindings, bindingDefinition{
 			Source: b.Exchange, VHost: vhost, Destination: b.Queue, DestinationType: "queue",
 			RoutingKey: b.Key, Arguments: nonNil(b.Args),
 		})
@@ -100,8 +100,8 @@ func (t Topology) Definitions(vhost string) Definitions {
 // the one setting application queues need to use rebound, without
 // redeclaring them with an x-dead-letter-exchange argument (an argument
 // set on the queue takes precedence over the policy).
-func (t Topology) DeadLetterPolicy(vhost, name, pattern string) PolicyDefinition {
-	return PolicyDefinition{
+func (t Topology) DeadLetterPolicy(vhost, name, pattern string) policyDefinition {
+	return policyDefinition{
 		VHost: vhost, Name: name, Pattern: pattern, ApplyTo: "queues",
 		Definition: amqp.Table{"dead-letter-exchange": t.DeadLetterExchange}, Priority: policyPriority,
 	}
@@ -121,8 +121,8 @@ const policyPriority = 10
 // queues do. It is a policy because declaring an existing queue again with
 // other arguments fails: the delay queues a deployment already has could
 // not be changed.
-func (t Topology) LazyDelayQueuePolicy(vhost, name string) PolicyDefinition {
-	return PolicyDefinition{
+func (t Topology) LazyDelayQueuePolicy(vhost, name string) policyDefinition {
+	return policyDefinition{
 		VHost: vhost, Name: name, Pattern: "^" + regexp.QuoteMeta(t.DelayQueuePrefix) + "[0-9]+$", ApplyTo: "queues",
 		Definition: amqp.Table{"queue-mode": "lazy"}, Priority: policyPriority,
 	}
@@ -145,12 +145,12 @@ const (
 //     cannot be added to an existing queue, policies can; an argument
 //     wins over a policy, so they change nothing for queues declared with
 //     them). RabbitMQ 3.x refuses a delivery limit of -1 in a policy.
-func (t Topology) Policies(vhost string) []PolicyDefinition {
+func (t Topology) Policies(vhost string) []policyDefinition {
 	if !t.Quorum {
-		return []PolicyDefinition{t.LazyDelayQueuePolicy(vhost, lazyDelayQueuePolicyName)}
+		return []policyDefinition{t.LazyDelayQueuePolicy(vhost, lazyDelayQueuePolicyName)}
 	}
 	queues := t.Queues()
-	policies := []PolicyDefinition{t.argumentPolicy(vhost, InboxDeadLetterPolicyName, queues[0])}
+	policies := []policyDefinition{t.argumentPolicy(vhost, InboxDeadLetterPolicyName, queues[0])}
 	if t.DeliveryLimits {
 		policies = append(policies, t.argumentPolicy(vhost, ParkingNoDeliveryLimitPolicyName, queues[1]))
 	}
@@ -159,14 +159,14 @@ func (t Topology) Policies(vhost string) []PolicyDefinition {
 
 // argumentPolicy is a policy for exactly queue q that sets what its
 // declaration's added arguments set.
-func (t Topology) argumentPolicy(vhost, name string, q Queue) PolicyDefinition {
+func (t Topology) argumentPolicy(vhost, name string, q Queue) policyDefinition {
 	def := amqp.Table{}
 	for _, arg := range addedArgs {
 		if v, ok := q.Args[arg]; ok {
 			def[strings.TrimPrefix(arg, "x-")] = v
 		}
 	}
-	return PolicyDefinition{
+	return policyDefinition{
 		VHost: vhost, Name: name, Pattern: "^" + regexp.QuoteMeta(q.Name) + "$", ApplyTo: "queues",
 		Definition: def, Priority: policyPriority,
 	}

@@ -13,19 +13,19 @@ import (
 // the max, below the min); a return without one, or with one already
 // past, waits the min; a return by a lost connection is not delayed.
 const (
-	// HoldRetryMin is the wait of a copy returned with no delivery time,
+	// holdRetryMin is the wait of a copy returned with no delivery time,
 	// or one already past by the broker's clock: it bounds how often a
 	// copy can come back when rebound's clock runs behind the broker's.
-	HoldRetryMin = 100 * time.Millisecond
-	// HoldRetryMax is the longest wait the broker gives a returned copy
+	holdRetryMin = 100 * time.Millisecond
+	// holdRetryMax is the longest wait the broker gives a returned copy
 	// without a delivery time; the holder always gives one.
-	HoldRetryMax = 5 * time.Second
-	// HoldDeliveryLimit is -1, no limit. A return with the modified
+	holdRetryMax = 5 * time.Second
+	// holdDeliveryLimit is -1, no limit. A return with the modified
 	// outcome is not counted (delivery-failed false: x-delivery-count
 	// stays absent), but a copy in flight when a holder's connection is
 	// lost is, and a copy past the limit would be dead-lettered home at
 	// once, before its time. Any finite limit is one crash loop away.
-	HoldDeliveryLimit = -1
+	holdDeliveryLimit = -1
 )
 
 // HoldQueue is the quorum queue that holds every delayed copy in hold
@@ -43,9 +43,9 @@ func HoldQueueArgs() amqp.Table {
 	return amqp.Table{
 		amqp.QueueTypeArg:        amqp.QueueTypeQuorum,
 		"x-delayed-retry-type":   "returned",
-		"x-delayed-retry-min":    HoldRetryMin.Milliseconds(),
-		"x-delayed-retry-max":    HoldRetryMax.Milliseconds(),
-		"x-delivery-limit":       int64(HoldDeliveryLimit),
+		"x-delayed-retry-min":    holdRetryMin.Milliseconds(),
+		"x-delayed-retry-max":    holdRetryMax.Milliseconds(),
+		"x-delivery-limit":       int64(holdDeliveryLimit),
 		"x-dead-letter-exchange": "",
 		"x-dead-letter-strategy": "at-least-once",
 		amqp.QueueOverflowArg:    amqp.QueueOverflowRejectPublish,

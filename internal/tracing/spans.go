@@ -37,11 +37,11 @@ type Decision struct {
 	Group        string
 }
 
-// Delivery holds the spans of one inbox delivery: a process span, child of
+// delivery holds the spans of one inbox delivery: a process span, child of
 // the producer's context, and the publish span of its copy. A nil
 // Delivery (no tracer: traces off) does nothing, and one whose span is not
 // recorded (not sampled) builds no attributes.
-type Delivery struct {
+type delivery struct {
 	ctx     context.Context
 	process trace.Span
 	publish trace.Span
@@ -50,7 +50,7 @@ type Delivery struct {
 
 // Start begins the process span of a delivery from inbox; with a nil tr,
 // it returns nil.
-func Start(tr trace.Tracer, inbox string, d amqp.Delivery) *Delivery {
+func Start(tr trace.Tracer, inbox string, d amqp.Delivery) *delivery {
 	if tr == nil {
 		return nil
 	}
@@ -62,11 +62,11 @@ func Start(tr trace.Tracer, inbox string, d amqp.Delivery) *Delivery {
 			semconv.MessagingMessageID(d.MessageId), semconv.MessagingMessageBodySize(len(d.Body)),
 			semconv.MessagingRabbitMQMessageDeliveryTag(int(d.DeliveryTag)))
 	}
-	return &Delivery{ctx: ctx, process: span}
+	return &delivery{ctx: ctx, process: span}
 }
 
 // Decided records the decision on the process span.
-func (t *Delivery) Decided(dec Decision) {
+func (t *delivery) Decided(dec Decision) {
 	if t == nil {
 		return
 	}
@@ -93,7 +93,7 @@ func (t *Delivery) Decided(dec Decision) {
 
 // Publishing begins the publish span of the copy, sent to exchange with
 // routingKey.
-func (t *Delivery) Publishing(tr trace.Tracer, exchange, routingKey string) {
+func (t *delivery) Publishing(tr trace.Tracer, exchange, routingKey string) {
 	if t == nil {
 		return
 	}
@@ -112,7 +112,7 @@ func (t *Delivery) Publishing(tr trace.Tracer, exchange, routingKey string) {
 // way it failed (outcome names it). A park sets an error status on the
 // process span: the message's retries are over. A copy that was not
 // confirmed sets one on both: the delivery goes back to the inbox.
-func (t *Delivery) End(confirmed bool, outcome string) {
+func (t *delivery) End(confirmed bool, outcome string) {
 	if t == nil {
 		return
 	}
