@@ -3,6 +3,7 @@ package republisher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -359,5 +360,53 @@ func TestPublisherReportsClosedChannel(t *testing.T) {
 	err := p.Publish(context.Background(), topology.Direct(e.origin), msg("late"), o.callback("late"))
 	if !errors.Is(err, amqp.ErrClosed) {
 		t.Errorf("Publish on a closed channel: %v, want amqp.ErrClosed", err)
+	}
+}
+
+// TestRefusedCopyIsNeverConfirmedByALaterAck: on one confirm channel, a
+// copy to a full origin (x-max-length 0, reject-publish) is nacked at
+// once, while the quorum delay queue copies on either side of it are
+// acked later, by one basic.ack with multiple=true that covers its tag.
+// amqp091-go v1.16.0's NotifyPublish then reports the nacked tag as acked
+// (confirms.Multiple); each publish's DeferredConfirmation keeps the nack.
+// A refused copy reported Confirmed has its inbox delivery acked: the
+// message is lost. Without the deferred confirmations most rounds show it
+// on 3.10 and 4.3 alike (scripts/probenack).
+func TestRefusedCopyIsNeverConfirmedByALaterAck(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, true)
+	p := e.publisher(16)
+	full := e.Prefix + "full"
+	e.Declare(full, amqp.Table{amqp.QueueMaxLenArg: int64(0), amqp.QueueOverflowArg: amqp.QueueOverflowRejectPublish})
+	delayed := e.topo.Delayed(10 * time.Minute)
+	const rounds = 30
+	misreported := 0
+	for r := range rounds {
+		o := newOutcomes()
+		ids := map[string]topology.Destination{}
+		for i, dest := range []topology.Destination{delayed, topology.Direct(full), delayed} {
+			id := fmt.Sprintf("%d-%d", r, i)
+			ids[id] = dest
+			if err := p.Publish(context.Background(), dest, msg(id), o.callback(id)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := o.wait(t, len(ids), 30*time.Second)
+		for id, dest := range ids {
+			want := Confirmed
+			if dest.RoutingKey == full {
+				want = Nacked
+			}
+			switch {
+			case got[id] == want:
+			case want == Nacked && got[id] == Confirmed:
+				misreported++
+			default:
+				t.Errorf("round %d, copy %s to %q/%q: %v, want %v", r, id, dest.Exchange, dest.RoutingKey, got[id], want)
+			}
+		}
+	}
+	if misreported > 0 {
+		t.Errorf("%d of %d copies the full queue refused were reported confirmed: their messages would be lost", misreported, rounds)
 	}
 }
