@@ -375,17 +375,23 @@ func TestPublisherReportsClosedChannel(t *testing.T) {
 func TestRefusedCopyIsNeverConfirmedByALaterAck(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, true)
-	p := e.publisher(16)
+	p := e.publisher(64)
 	full := e.Prefix + "full"
 	e.Declare(full, amqp.Table{amqp.QueueMaxLenArg: int64(0), amqp.QueueOverflowArg: amqp.QueueOverflowRejectPublish})
 	delayed := e.topo.Delayed(10 * time.Minute)
-	const rounds = 30
+	// Each round sends its copies in one burst, a refused one between
+	// every two delayed ones, and then waits for every outcome: the nacks
+	// come at once, the acks when the quorum queue has written a batch.
+	const rounds, refusedPerRound = 10, 10
 	misreported := 0
 	for r := range rounds {
 		o := newOutcomes()
 		ids := map[string]topology.Destination{}
-		for i, dest := range []topology.Destination{delayed, topology.Direct(full), delayed} {
-			id := fmt.Sprintf("%d-%d", r, i)
+		for i := range 2*refusedPerRound + 1 {
+			id, dest := fmt.Sprintf("%d-%d", r, i), delayed
+			if i%2 == 1 {
+				dest = topology.Direct(full)
+			}
 			ids[id] = dest
 			if err := p.Publish(context.Background(), dest, msg(id), o.callback(id)); err != nil {
 				t.Fatal(err)
@@ -407,6 +413,6 @@ func TestRefusedCopyIsNeverConfirmedByALaterAck(t *testing.T) {
 		}
 	}
 	if misreported > 0 {
-		t.Errorf("%d of %d copies the full queue refused were reported confirmed: their messages would be lost", misreported, rounds)
+		t.Errorf("%d of %d copies the full queue refused were reported confirmed: their messages would be lost", misreported, rounds*refusedPerRound)
 	}
 }
