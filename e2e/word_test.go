@@ -198,56 +198,65 @@ func TestRetryAfterUnreadableIsCounted(t *testing.T) {
 
 // TestConsumerWordOverAMQP10: on RabbitMQ 4, an AMQP 1.0 consumer fails a
 // delivery with the modified outcome and the guide's annotations
-// (docs/consumers/word10.py). From a quorum queue rebound reads them: the
-// error names the group and is kept as x-retry-error, the Retry-After is
-// the delay, and the annotations are gone from the copy. From a classic
-// queue the broker drops them: the copy has the policy's delay and the
-// origin's group (the guide says: use headers there).
+// (docs/consumers/word10.py with Qpid Proton, word10.go with go-amqp).
+// From a quorum queue rebound reads them: the error names the group and
+// is kept as x-retry-error, the Retry-After is the delay, and the
+// annotations are gone from the copy. From a classic queue the broker
+// drops them: the copy has the policy's delay and the origin's group (the
+// guide says: use headers there).
 func TestConsumerWordOverAMQP10(t *testing.T) {
 	b := brokertest.Require(t)
 	if !b.AtLeast(4, 0) {
 		t.Skipf("RabbitMQ %s: AMQP 1.0 is native from 4.0 on", b.Version())
 	}
-	requireClient(t, func() string {
-		if err := exec.Command(debianPython, "-c", "import proton").Run(); err != nil {
-			return "Debian's python3-qpid-proton for " + debianPython
-		}
-		return ""
-	}())
 	e := newTestEnv(t, map[string]string{"REBOUND_BACKOFF": "constant", "REBOUND_MIN_DELAY": "50ms", "REBOUND_MAX_DELAY": "10s", "REBOUND_MAX_RETRIES": "3"})
 	e.startInProcess()
 	quorum := e.Prefix + "quorum-app"
 	e.Declare(quorum, amqp.Table{"x-queue-type": "quorum", "x-dead-letter-exchange": e.Vars["REBOUND_DEAD_LETTER_EXCHANGE"]})
 	cause := "TimeoutError: db down after 3012 ms"
-	proton := snippetClient{name: "python-proton", command: func(ctx context.Context) *exec.Cmd {
-		cmd := exec.CommandContext(ctx, debianPython, "-c", wordProtonDriver)
-		cmd.Env = append(cmd.Env, "PYTHONDONTWRITEBYTECODE=1")
-		return cmd
-	}}
-	for _, tc := range []struct {
-		queue     string
-		heard     bool
-		wantDelay int64
-	}{
-		{quorum, true, 1500},
-		{e.App, false, 50},
+	for _, c := range []snippetClient{
+		{name: "python-proton", missing: func() string {
+			if err := exec.Command(debianPython, "-c", "import proton").Run(); err != nil {
+				return "Debian's python3-qpid-proton for " + debianPython
+			}
+			return ""
+		}, command: func(ctx context.Context) *exec.Cmd {
+			cmd := exec.CommandContext(ctx, debianPython, "-c", wordProtonDriver)
+			cmd.Env = append(cmd.Env, "PYTHONDONTWRITEBYTECODE=1")
+			return cmd
+		}},
+		{name: "go-amqp", missing: func() string { return "" },
+			command: func(ctx context.Context) *exec.Cmd { return exec.CommandContext(ctx, "go", "run", "word10.go") }},
 	} {
-		e.Publish(tc.queue, amqp.Publishing{MessageId: "m-" + tc.queue, Body: []byte("x")})
-		runSnippet(t, proton, "AMQP10_URL="+e.URL(), "APP_QUEUE="+tc.queue, "ERROR="+cause, "RETRY_AFTER_MS=1500")
-		d := e.Get(tc.queue, 30*time.Second)
-		if err := d.Ack(false); err != nil {
-			t.Fatal(err)
-		}
-		h := d.Headers
-		wantGroup, wantError := group.Of(tc.queue, "", group.Retry), any(nil)
-		if tc.heard {
-			wantGroup, wantError = group.Of(tc.queue, cause, ""), cause
-		}
-		if h["x-retry-group"] != wantGroup || h["x-retry-error"] != wantError || h["x-retry-last-delay-ms"] != tc.wantDelay ||
-			h["x-opt-retry-error"] != nil || h["x-opt-retry-after"] != nil {
-			t.Errorf("%s: group %v, error %v, last delay %v, annotations %v %v; want %s, %v, %d, none",
-				tc.queue, h["x-retry-group"], h["x-retry-error"], h["x-retry-last-delay-ms"], h["x-opt-retry-error"], h["x-opt-retry-after"],
-				wantGroup, wantError, tc.wantDelay)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			requireClient(t, c.missing())
+			for _, tc := range []struct {
+				queue     string
+				heard     bool
+				wantDelay int64
+			}{
+				{quorum, true, 1500},
+				{e.App, false, 50},
+			} {
+				id := c.name + "-" + tc.queue
+				e.Publish(tc.queue, amqp.Publishing{MessageId: id, Body: []byte("x")})
+				runSnippet(t, c, "AMQP10_URL="+e.URL(), "APP_QUEUE="+tc.queue, "ERROR="+cause, "RETRY_AFTER_MS=1500")
+				d := e.Get(tc.queue, 30*time.Second)
+				if err := d.Ack(false); err != nil {
+					t.Fatal(err)
+				}
+				h := d.Headers
+				wantGroup, wantError := group.Of(tc.queue, "", group.Retry), any(nil)
+				if tc.heard {
+					wantGroup, wantError = group.Of(tc.queue, cause, ""), cause
+				}
+				if d.MessageId != id || h["x-retry-group"] != wantGroup || h["x-retry-error"] != wantError || h["x-retry-last-delay-ms"] != tc.wantDelay ||
+					h["x-opt-retry-error"] != nil || h["x-opt-retry-after"] != nil {
+					t.Errorf("%s: message %s, group %v, error %v, last delay %v, annotations %v %v; want %s, %s, %v, %d, none",
+						tc.queue, d.MessageId, h["x-retry-group"], h["x-retry-error"], h["x-retry-last-delay-ms"], h["x-opt-retry-error"], h["x-opt-retry-after"],
+						id, wantGroup, wantError, tc.wantDelay)
+				}
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package republisher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -359,5 +360,59 @@ func TestPublisherReportsClosedChannel(t *testing.T) {
 	err := p.Publish(context.Background(), topology.Direct(e.origin), msg("late"), o.callback("late"))
 	if !errors.Is(err, amqp.ErrClosed) {
 		t.Errorf("Publish on a closed channel: %v, want amqp.ErrClosed", err)
+	}
+}
+
+// TestRefusedCopyIsNeverConfirmedByALaterAck: on one confirm channel, a
+// copy to a full origin (x-max-length 0, reject-publish) is nacked at
+// once, while the quorum delay queue copies on either side of it are
+// acked later, by one basic.ack with multiple=true that covers its tag.
+// amqp091-go v1.16.0's NotifyPublish then reports the nacked tag as acked
+// (confirms.Multiple); each publish's DeferredConfirmation keeps the nack.
+// A refused copy reported Confirmed has its inbox delivery acked: the
+// message is lost. Without the deferred confirmations most rounds show it
+// on 3.10 and 4.3 alike (scripts/probenack).
+func TestRefusedCopyIsNeverConfirmedByALaterAck(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, true)
+	p := e.publisher(64)
+	full := e.Prefix + "full"
+	e.Declare(full, amqp.Table{amqp.QueueMaxLenArg: int64(0), amqp.QueueOverflowArg: amqp.QueueOverflowRejectPublish})
+	delayed := e.topo.Delayed(10 * time.Minute)
+	// Each round sends its copies in one burst, a refused one between
+	// every two delayed ones, and then waits for every outcome: the nacks
+	// come at once, the acks when the quorum queue has written a batch.
+	const rounds, refusedPerRound = 10, 10
+	misreported := 0
+	for r := range rounds {
+		o := newOutcomes()
+		ids := map[string]topology.Destination{}
+		for i := range 2*refusedPerRound + 1 {
+			id, dest := fmt.Sprintf("%d-%d", r, i), delayed
+			if i%2 == 1 {
+				dest = topology.Direct(full)
+			}
+			ids[id] = dest
+			if err := p.Publish(context.Background(), dest, msg(id), o.callback(id)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := o.wait(t, len(ids), 30*time.Second)
+		for id, dest := range ids {
+			want := Confirmed
+			if dest.RoutingKey == full {
+				want = Nacked
+			}
+			switch {
+			case got[id] == want:
+			case want == Nacked && got[id] == Confirmed:
+				misreported++
+			default:
+				t.Errorf("round %d, copy %s to %q/%q: %v, want %v", r, id, dest.Exchange, dest.RoutingKey, got[id], want)
+			}
+		}
+	}
+	if misreported > 0 {
+		t.Errorf("%d of %d copies the full queue refused were reported confirmed: their messages would be lost", misreported, rounds*refusedPerRound)
 	}
 }

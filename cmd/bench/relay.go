@@ -43,16 +43,13 @@ func startRelay(ctx context.Context, url, src, dst string, prefetch int) (stop f
 		}
 		conns = append(conns, conn)
 	}
-	r := &relay{dst: dst, tags: map[uint64]uint64{}, confirmed: map[uint64]bool{}}
+	r := &relay{dst: dst}
 	if r.pub, err = conns[1].Channel(); err != nil {
 		return fail("open channel: %w", err)
 	}
 	if err := r.pub.Confirm(false); err != nil {
 		return fail("enable confirms: %w", err)
 	}
-	// At most prefetch copies are unconfirmed, so the loop, which also
-	// publishes, never leaves the library waiting on this buffer.
-	confirms := r.pub.NotifyPublish(make(chan amqp.Confirmation, prefetch+16))
 	if r.ch, err = conns[0].Channel(); err != nil {
 		return fail("open channel: %w", err)
 	}
@@ -65,7 +62,7 @@ func startRelay(ctx context.Context, url, src, dst string, prefetch int) (stop f
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- r.loop(runCtx, deliveries, confirms) }()
+	go func() { done <- r.loop(runCtx, deliveries) }()
 	return func() error {
 		cancel()
 		err := <-done
@@ -74,38 +71,32 @@ func startRelay(ctx context.Context, url, src, dst string, prefetch int) (stop f
 	}, nil
 }
 
-// relay is the running relay's state, owned by its loop.
+// relay is the running relay's state, owned by its loop. A copy's outcome
+// is its DeferredConfirmation: amqp091-go v1.16.0's NotifyPublish reports
+// a nack followed by a multiple ack covering its tag as an ack.
 type relay struct {
-	ch        *amqp.Channel // the consume channel, where acks go
-	pub       *amqp.Channel
-	dst       string
-	tags      map[uint64]uint64 // publish sequence number -> delivery tag
-	acked     uint64            // every delivery tag up to this one is acked
-	confirmed map[uint64]bool   // delivery tags confirmed, not yet acked
+	ch      *amqp.Channel // the consume channel, where acks go
+	pub     *amqp.Channel
+	dst     string
+	unacked []copied // in publish order, which is delivery order
 }
 
-func (r *relay) loop(ctx context.Context, deliveries <-chan amqp.Delivery, confirms <-chan amqp.Confirmation) error {
+// copied is a copy sent and the delivery it was made from.
+type copied struct {
+	tag uint64
+	dc  *amqp.DeferredConfirmation
+}
+
+func (r *relay) loop(ctx context.Context, deliveries <-chan amqp.Delivery) error {
 	for {
+		var oldest <-chan struct{} // nil, never ready, when none is pending
+		if len(r.unacked) > 0 {
+			oldest = r.unacked[0].dc.Done()
+		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case c, ok := <-confirms:
-			// Take every confirm that came meanwhile, then ack once.
-			for more := true; more; {
-				if !ok {
-					return errors.New("relay: confirms stopped")
-				}
-				if !c.Ack {
-					return fmt.Errorf("relay: broker nacked the copy of delivery %d", r.tags[c.DeliveryTag])
-				}
-				r.confirmed[r.tags[c.DeliveryTag]] = true
-				delete(r.tags, c.DeliveryTag)
-				select {
-				case c, ok = <-confirms:
-				default:
-					more = false
-				}
-			}
+		case <-oldest:
 			if err := r.ack(); err != nil {
 				return err
 			}
@@ -127,29 +118,38 @@ func (r *relay) publish(ctx context.Context, d amqp.Delivery) error {
 		Expiration: d.Expiration, MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type, UserId: d.UserId,
 		AppId: d.AppId, Body: d.Body,
 	}
-	r.tags[r.pub.GetNextPublishSeqNo()] = d.DeliveryTag
-	if err := r.pub.PublishWithContext(ctx, "", r.dst, false, false, msg); err != nil {
+	dc, err := r.pub.PublishWithDeferredConfirmWithContext(ctx, "", r.dst, false, false, msg)
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return fmt.Errorf("relay: publish: %w", err)
 	}
+	r.unacked = append(r.unacked, copied{d.DeliveryTag, dc})
 	return nil
 }
 
 // ack acks, with one multiple ack, every delivery whose copy and whose
 // predecessors' copies are confirmed.
 func (r *relay) ack() error {
-	upTo := r.acked
-	for r.confirmed[upTo+1] {
-		upTo++
-		delete(r.confirmed, upTo)
-	}
-	if upTo > r.acked {
-		if err := r.ch.Ack(upTo, true); err != nil {
-			return fmt.Errorf("relay: ack: %w", err)
+	n := 0
+	for ; n < len(r.unacked) && isDone(r.unacked[n].dc); n++ {
+		if c := r.unacked[n]; !c.dc.Acked() { // a nack, or the channel closed
+			return fmt.Errorf("relay: copy of delivery %d not confirmed (publish channel closed: %t)", c.tag, r.pub.IsClosed())
 		}
 	}
-	r.acked = upTo
+	if err := r.ch.Ack(r.unacked[n-1].tag, true); err != nil {
+		return fmt.Errorf("relay: ack: %w", err)
+	}
+	r.unacked = r.unacked[n:]
 	return nil
+}
+
+func isDone(dc *amqp.DeferredConfirmation) bool {
+	select {
+	case <-dc.Done():
+		return true
+	default:
+		return false
+	}
 }

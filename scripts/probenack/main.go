@@ -5,21 +5,27 @@
 // (x-max-length 1, reject-publish) between two publishes to a quorum
 // queue is nacked at once, and the quorum queue's later multiple ack
 // marks it acked. Its DeferredConfirmation says nack, which is why
-// republisher takes each copy's outcome from it. Against RabbitMQ 4.3:
+// republisher takes each copy's outcome from it. Against RabbitMQ 4.3, or
+// the broker whose URL is given:
 //
-//	go run scripts/probenack/main.go
+//	go run scripts/probenack/main.go [amqp://guest:guest@127.0.0.1:5672/]
 package main
 
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 func main() {
-	conn, err := amqp.Dial("amqp://guest:guest@127.0.0.1:5674/")
+	url := "amqp://guest:guest@127.0.0.1:5674/"
+	if len(os.Args) > 1 {
+		url = os.Args[1]
+	}
+	conn, err := amqp.Dial(url)
 	if err != nil {
 		panic(err)
 	}
