@@ -73,10 +73,23 @@ func clusterEnv(t *testing.T, nodes []*brokertest.Broker, overrides map[string]s
 // at-least-once dead-lettering) and, mid-run, stops the node rebound is
 // connected to, which also leads rebound's inbox, for longer than
 // rebound's first reconnect backoffs. rebound, given every node's URL,
-// must carry on from another node, and every id must be parked.
+// must carry on from another node, and every id must be parked. In hold
+// mode (RabbitMQ 4.3) the copies wait in the replicated hold queue, and
+// the holder's AMQP 1.0 connection moves to another node too.
 func TestClusterNodeStopped(t *testing.T) {
+	for _, mode := range []string{"queues", "hold"} {
+		t.Run(mode, func(t *testing.T) {
+			if mode == "hold" {
+				holdBroker(t)
+			}
+			clusterNodeStopped(t, mode)
+		})
+	}
+}
+
+func clusterNodeStopped(t *testing.T, delayMode string) {
 	nodes := cluster(t)
-	e := clusterEnv(t, nodes, with(fastLoop, "REBOUND_MIN_DELAY", "200ms", "REBOUND_QUEUE_TYPE", "quorum"))
+	e := clusterEnv(t, nodes, with(fastLoop, "REBOUND_MIN_DELAY", "200ms", "REBOUND_QUEUE_TYPE", "quorum", "REBOUND_DELAY_MODE", delayMode))
 	e.quorumApp()
 	e.startInProcess()
 
@@ -105,6 +118,9 @@ func TestClusterNodeStopped(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	delayQueue := e.Prefix + "delay.200"
+	if delayMode == "hold" {
+		delayQueue = e.Prefix + "delay.hold"
+	}
 	t.Logf("stopping %s: %d of %d parked; ready (not yet delivered): %d in the application queue, %d in the inbox, %d in the delay queue (led by %s)",
 		victim.Node, h.QueueLenOr(parking, -1), n, h.QueueLenOr(e.App, -1), h.QueueLenOr(inbox, -1), h.QueueLenOr(delayQueue, -1), queueLeader(t, h.Broker, delayQueue))
 	// Whatever happens below, leave the cluster whole for what comes next.
