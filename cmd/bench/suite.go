@@ -7,8 +7,7 @@ import (
 	"time"
 )
 
-// median returns the median of xs (the mean of the middle two for an even
-// count), 0 for none.
+// median returns the median of xs (mean of the middle two), 0 for none.
 func median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return 0
@@ -69,8 +68,7 @@ func (s *suite) cores(c string) (broker, self float64) {
 	return broker / wall, self / wall
 }
 
-// perMsg is the median over contender c's counted runs of f's CPU time
-// per message moved.
+// perMsg is the median of f's CPU time per message over c's counted runs.
 func (s *suite) perMsg(c string, f func(cpu) time.Duration) time.Duration {
 	var xs []float64
 	for _, t := range s.of(c) {
@@ -84,6 +82,8 @@ func into(c contender) string {
 	switch {
 	case c.Kind != kindRebound:
 		return "a queue"
+	case slices.Contains(c.Env, "REBOUND_DELAY_MODE=hold"):
+		return "the hold queue"
 	case c.Spread != nil:
 		return fmt.Sprintf("%d delay queues, the busiest with %.0f %% of the copies", len(c.Spread.Queues), c.Spread.Busiest*100)
 	case c.Bound > 1:

@@ -108,4 +108,7 @@ func TestSpreadContenders(t *testing.T) {
 	if len(cs) != 4 || !slices.Contains(cs[2].Env, "REBOUND_QUEUE_TYPE=quorum") || !slices.Contains(cs[3].Env, "REBOUND_DELAY_MODE=hold") || cs[3].Spread == nil {
 		t.Errorf("spread contenders of a broker that can hold: %+v", cs)
 	}
+	if got := into(cs[3]); got != "the hold queue" {
+		t.Errorf("hold run copies into %q", got)
+	}
 }
