@@ -288,7 +288,20 @@ func (ss *session) settle(ctx context.Context, msg *amqp10.Message) error {
 			h.m.Lateness.Observe(now.Sub(v.Due).Seconds())
 		}
 	case Park:
-		if err = ss.park.publish(ctx, msg, v, now); err != nil {
+		err = ss.park.publish(ctx, msg, v, now)
+		if errors.Is(err, errParkReturned) {
+			// The parking queue is missing: the copy is held again, not
+			// accepted, and parked when it comes back once the queue is.
+			h.m.ParkReturned.Inc()
+			until := now.Add(min(parkRetry, h.opt.Rules.Slice))
+			h.log.Warn("the parking queue did not take a held copy; held again", zap.Any("message_id", msg.Properties.MessageID),
+				zap.String("origin", v.Origin), zap.Time("until", until), zap.Error(err))
+			v.Action = Hold
+			err = ss.rcv.ModifyMessage(settleCtx, msg, &amqp10.ModifyMessageOptions{
+				Annotations: amqp10.Annotations{headers.XOptDeliveryTime: until.UnixMilli()}})
+			break
+		}
+		if err != nil {
 			return err // not settled: returned to the hold queue with the link
 		}
 		err = ss.rcv.AcceptMessage(settleCtx, msg)
@@ -300,18 +313,35 @@ func (ss *session) settle(ctx context.Context, msg *amqp10.Message) error {
 	return nil
 }
 
+// parkRetry is how long a copy the parking queue did not take (returned
+// unroutable: the queue is missing) is held before it is tried again; at
+// most a slice.
+const parkRetry = 10 * time.Second
+
+// errParkReturned says the broker returned a parked copy unroutable: the
+// parking queue is missing, and the copy was not parked.
+var errParkReturned = errors.New("returned unroutable")
+
 // parker publishes the copies a holder parks, over AMQP 0-9-1,
-// confirmed and mandatory, on a connection opened at the first.
+// confirmed and mandatory, on a connection opened at the first. Publishes
+// are one at a time, so a return received before a publish's ack is that
+// publish's: the broker sends a publish's basic.return before its
+// basic.ack, and amqp091-go's reader hands over the return before it
+// completes the confirm.
 type parker struct {
-	h    *Holder
-	conn *amqp.Connection
-	ch   *amqp.Channel
-	mu   sync.Mutex
+	h       *Holder
+	conn    *amqp.Connection
+	ch      *amqp.Channel
+	returns chan amqp.Return
+	mu      sync.Mutex
 }
 
 func (p *parker) publish(ctx context.Context, msg *amqp10.Message, v Verdict, now time.Time) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.ch != nil && p.ch.IsClosed() {
+		p.reset()
+	}
 	if p.ch == nil {
 		conn, err := p.h.opt.Dialer.Dial(ctx, "hold park")
 		if err != nil {
@@ -325,7 +355,9 @@ func (p *parker) publish(ctx context.Context, msg *amqp10.Message, v Verdict, no
 			conn.Close()
 			return fmt.Errorf("open the parking channel: %w", err)
 		}
-		p.conn, p.ch = conn, ch
+		// Buffered: the reader never waits on it, publishes being one at
+		// a time.
+		p.conn, p.ch, p.returns = conn, ch, ch.NotifyReturn(make(chan amqp.Return, 1))
 	}
 	topo := p.h.opt.Rules.Topology
 	pub := Parked(msg, p.h.opt.Rules.Codec.Names, v, now)
@@ -333,17 +365,37 @@ func (p *parker) publish(ctx context.Context, msg *amqp10.Message, v Verdict, no
 	defer cancel()
 	confirm, err := p.ch.PublishWithDeferredConfirmWithContext(confirmCtx, "", topo.ParkingQueue, true, false, pub)
 	if err != nil {
+		p.reset()
 		return fmt.Errorf("park a held copy: %w", err)
 	}
 	ok, err := confirm.WaitContext(confirmCtx)
 	if err != nil || !ok {
+		// A return that comes later would be taken for the next
+		// publish's: the channel goes with this one.
+		p.reset()
 		return fmt.Errorf("park a held copy: not confirmed (%v)", err)
+	}
+	select {
+	case r, returned := <-p.returns:
+		if returned {
+			return fmt.Errorf("park a held copy in %s: %w (%d %s)", topo.ParkingQueue, errParkReturned, r.ReplyCode, r.ReplyText)
+		}
+		p.reset() // closed with the channel, after the ack
+	default:
 	}
 	return nil
 }
 
-func (p *parker) close() {
+// reset closes the parking connection; the next publish opens another.
+func (p *parker) reset() {
 	if p.conn != nil {
 		p.conn.Close()
 	}
+	p.conn, p.ch, p.returns = nil, nil, nil
+}
+
+func (p *parker) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reset()
 }

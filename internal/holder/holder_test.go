@@ -330,3 +330,41 @@ func TestDrainLeftHoldQueue(t *testing.T) {
 		t.Errorf("released %v, want 10", got)
 	}
 }
+
+// TestHoldParkingQueueMissing: a copy the holder parks while the parking
+// queue is missing is returned unroutable by the broker; it is not
+// accepted (which would lose it) but held again, and parked, once, when
+// the queue is back.
+func TestHoldParkingQueueMissing(t *testing.T) {
+	e := newHoldEnv(t)
+	parking := e.rules.Topology.ParkingQueue
+	if _, err := e.Ch.QueueDelete(parking, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(t, e.rules.Topology.InboxQueue, 1, time.Now(), amqp.Table{"kind": "unknown-origin"})
+	m, _ := e.start(t)
+	if !brokertest.Await(60*time.Second, func() bool { return testutil.ToFloat64(m.ParkReturned) >= 2 }) {
+		t.Fatalf("returned parks %v, want the copy tried twice", testutil.ToFloat64(m.ParkReturned))
+	}
+	if got := testutil.ToFloat64(m.Settled.WithLabelValues("parked")); got != 0 {
+		t.Fatalf("%v copies counted parked with no parking queue", got)
+	}
+	hold := e.rules.Topology.HoldQueue().Name
+	if !brokertest.Await(30*time.Second, func() bool { return e.brokerMessages(t, hold) == 1 }) {
+		t.Fatalf("the hold queue keeps %d copies, want the one the parking queue did not take", e.brokerMessages(t, hold))
+	}
+	if _, err := declarer.Declare(e.Conn, e.rules.Topology); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitQueueLen(parking, 1, 60*time.Second)
+	if !brokertest.Await(30*time.Second, func() bool { return e.brokerMessages(t, hold) == 0 }) {
+		t.Fatalf("the hold queue keeps %d copies after the park", e.brokerMessages(t, hold))
+	}
+	p := e.Get(parking, 10*time.Second)
+	if p.Headers["x-retry-parked-reason"] != string(policy.UnknownOrigin) || p.Headers["kind"] != "unknown-origin" {
+		t.Errorf("parked copy %s: headers %v", p.MessageId, p.Headers)
+	}
+	if n := e.QueueLen(parking); n != 0 {
+		t.Errorf("%d more parked copies, want the copy parked once", n)
+	}
+}

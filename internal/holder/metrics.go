@@ -17,6 +17,9 @@ type Metrics struct {
 	Settled  *prometheus.CounterVec
 	Lateness prometheus.Histogram
 	Invalid  prometheus.Counter
+	// ParkReturned counts copies the parking queue did not take (returned
+	// unroutable: the queue is missing), held again instead.
+	ParkReturned prometheus.Counter
 
 	mu      sync.Mutex
 	buckets []heldBucket // oldest first, each a sixtieth of a slice
@@ -44,6 +47,10 @@ func NewMetrics(reg prometheus.Registerer, now func() time.Time, slice time.Dura
 			Name: "rebound_hold_invalid_copies_total",
 			Help: "Held copies whose routing key or due time could not be trusted (parked, clamped or released now).",
 		}),
+		ParkReturned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rebound_hold_park_returned_total",
+			Help: "Held copies the broker returned unroutable when they were parked (the parking queue is missing): held again, parked once the queue is back.",
+		}),
 	}
 	m.Held = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "rebound_held_messages",
@@ -52,7 +59,7 @@ func NewMetrics(reg prometheus.Registerer, now func() time.Time, slice time.Dura
 	for _, outcome := range []Action{Hold, Release, Park} {
 		m.Settled.WithLabelValues(outcome.String())
 	}
-	reg.MustRegister(m.Held, m.Settled, m.Lateness, m.Invalid)
+	reg.MustRegister(m.Held, m.Settled, m.Lateness, m.Invalid, m.ParkReturned)
 	return m
 }
 
