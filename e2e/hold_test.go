@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -54,7 +55,8 @@ func TestNoLossWhenReplicaKilledHold(t *testing.T) {
 // TestHoldLoopAndCommands: in hold mode a rejected message comes back
 // through the hold queue with its headers (and x-opt-delivery-time);
 // `rebound delayed` shows the hold queue; `delayed flush` sends a held
-// copy home within a slice and `delayed cancel` parks one, cancelled.
+// copy home within a slice and `delayed cancel` parks one, cancelled,
+// with its table and array headers.
 func TestHoldLoopAndCommands(t *testing.T) {
 	holdBroker(t)
 	e := newTestEnv(t, map[string]string{"REBOUND_DELAY_MODE": "hold", "REBOUND_HOLD_SLICE": "2s",
@@ -98,7 +100,8 @@ func TestHoldLoopAndCommands(t *testing.T) {
 	}
 	// The flush lasts two slices: the next copy entered the hold queue
 	// after it, which leaves it alone, and is cancelled.
-	e.Publish(e.App, amqp.Publishing{MessageId: "cancelled"})
+	nested := amqp.Table{"tenant": amqp.Table{"tags": []any{"a", "b"}}, "arr": []any{int64(1), amqp.Table{"k": "v"}}, "x-nested": amqp.Table{"k": "v"}}
+	e.Publish(e.App, amqp.Publishing{MessageId: "cancelled", Headers: nested})
 	e.Reject(e.App, 10*time.Second)
 	if !brokertest.Await(30*time.Second, func() bool { return e.heldAtLeast(2) }) {
 		t.Fatal("the second copy was not held")
@@ -109,6 +112,11 @@ func TestHoldLoopAndCommands(t *testing.T) {
 	parked := e.Get(e.Vars["REBOUND_PARKING_QUEUE"], 30*time.Second)
 	if parked.MessageId != "cancelled" || parked.Headers["x-retry-parked-reason"] != "cancelled" {
 		t.Fatalf("parked %s, reason %v; want cancelled, cancelled", parked.MessageId, parked.Headers["x-retry-parked-reason"])
+	}
+	for k, v := range nested {
+		if !reflect.DeepEqual(parked.Headers[k], v) {
+			t.Errorf("parked by a holder: header %s = %#v, want %#v", k, parked.Headers[k], v)
+		}
 	}
 }
 

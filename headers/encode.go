@@ -2,6 +2,7 @@ package headers
 
 import (
 	"maps"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -237,8 +238,8 @@ func (c Codec) putPolicy(out amqp.Table, label string) {
 	}
 }
 
-// strip deletes the headers the broker owns and the one rebound no longer
-// routes on. Writers call it before they add their own: the room the
+// strip deletes the headers the broker owns, the one rebound no longer
+// routes on, and HeldTables. Writers call it before they add their own: the room the
 // broker's headers leave in the clone then takes rebound's, so the map
 // does not grow (growing it made a copy cost 2.6 times the memory).
 func strip(out amqp.Table) {
@@ -246,6 +247,7 @@ func strip(out amqp.Table) {
 		delete(out, name)
 	}
 	delete(out, legacyDelayHeader)
+	delete(out, HeldTables) // one copy's, rewritten by the next when it needs one
 }
 
 // putNonRetryable rewrites the flag as an AMQP boolean when the message
@@ -304,4 +306,33 @@ const Attempt = "x-retry-attempt"
 // sent straight to its origin queue.
 func MarkAttempt(h amqp.Table, id string) {
 	h[Attempt] = id
+}
+
+// HeldTables is the header every copy bound for the hold queue carries:
+// a table of its headers whose values are tables or arrays and whose
+// names do not start with "x-", as they are (empty when it has none). RabbitMQ 4.3
+// leaves such headers out of the AMQP 1.0 view of a message (AMQP 1.0
+// application properties hold no maps or lists; x- headers become message
+// annotations, which do), and a holder that parks a copy rebuilds it from
+// that view: it puts them back from this header. A copy that goes home
+// from the hold queue keeps its headers anyway (the broker dead-letters
+// it as it is), and this one with them, until rebound's next copy of it
+// drops it. Not configurable: nothing but rebound reads it.
+const HeldTables = "x-retry-held-tables"
+
+// HoldTables writes HeldTables into h, the headers of a copy about to be
+// published to the hold queue: empty when h has no header that needs it,
+// so that a holder knows a copy whose AMQP 1.0 view is whole from one an
+// earlier rebound wrote.
+func HoldTables(h amqp.Table) {
+	held := amqp.Table{}
+	for k, v := range h {
+		switch v.(type) {
+		case amqp.Table, []any:
+			if !strings.HasPrefix(k, "x-") {
+				held[k] = v
+			}
+		}
+	}
+	h[HeldTables] = held
 }

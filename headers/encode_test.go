@@ -451,3 +451,42 @@ func TestMovedKeepsAllButTheBrokersHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestHoldTables: a copy bound for the hold queue carries its non-x table
+// and array headers once more in HeldTables, and only those; a copy with
+// none an empty one; every writer drops the one a copy came with, so it
+// never travels on stale.
+func TestHoldTables(t *testing.T) {
+	tenant := amqp.Table{"id": int32(7), "tags": []any{"a", int64(2)}}
+	for _, tc := range []struct {
+		name string
+		h    amqp.Table
+		want amqp.Table // HeldTables
+	}{
+		{"none", amqp.Table{"plain": "s", "n": int64(1)}, amqp.Table{}},
+		{"nil", nil, amqp.Table{}},
+		{"x- tables stay annotations", amqp.Table{"x-nested": amqp.Table{"a": "b"}, "x-arr": []any{int64(1)}}, amqp.Table{}},
+		{"table and array", amqp.Table{"tenant": tenant, "arr": []any{"x"}, "plain": "s", "x-arr": []any{int64(1)}},
+			amqp.Table{"tenant": tenant, "arr": []any{"x"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := amqp.Table{}
+			for k, v := range tc.h {
+				h[k] = v
+			}
+			HoldTables(h)
+			got, ok := h[HeldTables].(amqp.Table)
+			if !ok || fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("HeldTables = %v, want %v", got, tc.want)
+			}
+			c := NewCodec(DefaultNames())
+			s, _ := c.Decode(h, time.Time{}, time.Now(), nil)
+			if out := c.Retry(h, s, time.Second, time.Now()); out[HeldTables] != nil {
+				t.Errorf("Retry kept HeldTables %v", out[HeldTables])
+			}
+			if out := c.Park(h, s, policy.MaxRetries, time.Now()); out[HeldTables] != nil {
+				t.Errorf("Park kept HeldTables %v", out[HeldTables])
+			}
+		})
+	}
+}

@@ -209,7 +209,8 @@ func (r Router) Budget(rt Route, s headers.State, now time.Time, cal *calendar.C
 // In hold mode every retry, at once or later, goes through the hold
 // queue with its due time (now for one at once), and the holder sends it
 // back when it is due: rebound then never writes to an origin queue
-// itself.
+// itself. Such a copy carries its table and array headers twice
+// (headers.HoldTables), so that a holder can park it whole.
 //
 // The copy keeps the body, the properties (but expiration and user id)
 // and every application header; it carries the retry state rewritten,
@@ -240,7 +241,9 @@ func (r Router) Plan(d amqp.Delivery, s headers.State, rt Route, now time.Time) 
 	case rt.Returning:
 		return r.Topology.Delayed(decision.Delay), copyOf(d, r.Codec.Retry(d.Headers, s, s.LastDelay, now.Add(decision.Delay)))
 	case r.Topology.Hold:
-		return r.Topology.Held(s.Origin), copyOf(d, r.Codec.Retry(d.Headers, s, decision.Drawn, now.Add(decision.Delay)))
+		h := r.Codec.Retry(d.Headers, s, decision.Drawn, now.Add(decision.Delay))
+		headers.HoldTables(h)
+		return r.Topology.Held(s.Origin), copyOf(d, h)
 	case decision.Delay == 0:
 		h := r.Codec.Retry(d.Headers, s, 0, time.Time{})
 		if rt.Attempt != "" {
