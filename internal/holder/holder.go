@@ -41,9 +41,10 @@ type Options struct {
 
 // Holder consumes the hold queue. Build it with New, run it with Run.
 type Holder struct {
-	opt Options
-	log *zap.Logger
-	m   *Metrics
+	opt   Options
+	log   *zap.Logger
+	m     *Metrics
+	homes *homes // the origins' ways home, kept across sessions
 }
 
 // New returns a Holder with defaults filled in.
@@ -61,7 +62,7 @@ func New(opt Options) *Holder {
 		opt.Retry = policy.Policy{Backoff: policy.Exponential, MinDelay: time.Second, MaxDelay: 30 * time.Second,
 			Multiplier: 2, Jitter: policy.EqualJitter, Deadline: policy.Lenient}
 	}
-	return &Holder{opt: opt, log: opt.Logger, m: opt.Metrics}
+	return &Holder{opt: opt, log: opt.Logger, m: opt.Metrics, homes: newHomes()}
 }
 
 // Run holds copies until ctx is cancelled, reconnecting after each
@@ -283,34 +284,125 @@ func (ss *session) settle(ctx context.Context, msg *amqp10.Message) error {
 			h.m.held(now, h.opt.Rules.Slice)
 		}
 	case Release:
-		err = ss.rcv.RejectMessage(settleCtx, msg, nil)
-		if err == nil && !v.Due.IsZero() {
-			h.m.Lateness.Observe(now.Sub(v.Due).Seconds())
-		}
+		err = ss.release(ctx, settleCtx, msg, &v, now)
 	case Park:
-		err = ss.park.publish(ctx, msg, v, now)
-		if errors.Is(err, errParkReturned) {
-			// The parking queue is missing: the copy is held again, not
-			// accepted, and parked when it comes back once the queue is.
-			h.m.ParkReturned.Inc()
-			until := now.Add(min(parkRetry, h.opt.Rules.Slice))
-			h.log.Warn("the parking queue did not take a held copy; held again", zap.Any("message_id", msg.Properties.MessageID),
-				zap.String("origin", v.Origin), zap.Time("until", until), zap.Error(err))
-			v.Action = Hold
-			err = ss.rcv.ModifyMessage(settleCtx, msg, &amqp10.ModifyMessageOptions{
-				Annotations: amqp10.Annotations{headers.XOptDeliveryTime: until.UnixMilli()}})
-			break
-		}
-		if err != nil {
-			return err // not settled: returned to the hold queue with the link
-		}
-		err = ss.rcv.AcceptMessage(settleCtx, msg)
+		err = ss.parkCopy(ctx, settleCtx, msg, &v, now)
 	}
 	if err != nil {
 		return fmt.Errorf("settle a held copy (%s): %w", v.Action, err)
 	}
 	h.m.Settled.WithLabelValues(v.Action.String()).Inc()
 	return nil
+}
+
+// parkCopy parks msg as v says, then accepts it; a copy the parking
+// queue did not take is held again (v.Action becomes Hold). An error
+// other than a settlement's leaves msg unsettled: the session ends, and
+// the broker returns it to the hold queue with the link.
+func (ss *session) parkCopy(ctx, settleCtx context.Context, msg *amqp10.Message, v *Verdict, now time.Time) error {
+	h := ss.h
+	err := ss.park.publish(ctx, msg, *v, now)
+	if errors.Is(err, errParkReturned) {
+		// The parking queue is missing: the copy is held again, not
+		// accepted, and parked when it comes back once the queue is.
+		h.m.ParkReturned.Inc()
+		until := now.Add(min(parkRetry, h.opt.Rules.Slice))
+		h.log.Warn("the parking queue did not take a held copy; held again", zap.Any("message_id", msg.Properties.MessageID),
+			zap.String("origin", v.Origin), zap.Time("until", until), zap.Error(err))
+		v.Action = Hold
+		if err := ss.rcv.ModifyMessage(settleCtx, msg, &amqp10.ModifyMessageOptions{
+			Annotations: amqp10.Annotations{headers.XOptDeliveryTime: until.UnixMilli()}}); err != nil {
+			return err
+		}
+		h.m.held(now, h.opt.Rules.Slice)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return ss.rcv.AcceptMessage(settleCtx, msg)
+}
+
+// release sends msg, due, home the way the holder's homes choose
+// (release.go): published, dead-lettered, or held while its origin
+// refuses, and parked origin-refused once its policy's budget is spent.
+// v.Action says what was done.
+func (ss *session) release(ctx, settleCtx context.Context, msg *amqp10.Message, v *Verdict, now time.Time) error {
+	h := ss.h
+	w, until := h.homes.way(v.Origin, now)
+	if _, whole := msg.Annotations[headers.HeldTables]; !whole && w == wayPublish {
+		// Written by an earlier rebound: its AMQP 1.0 view may lack
+		// headers, which dead-lettering keeps.
+		w = wayDeadLetter
+	}
+	if w == wayPublish {
+		out, err := ss.park.send(ctx, v.Origin, rebuilt(msg))
+		switch {
+		case errors.Is(err, errNoWrite):
+			h.log.Warn("no write access to the default exchange: due copies go home by dead-lettering, and an origin's refusals are not seen",
+				zap.Error(err))
+			h.homes.forbidden()
+			w = wayDeadLetter
+		case err != nil:
+			return fmt.Errorf("send a held copy home to %s: %w", v.Origin, err)
+		case out == sendAccepted:
+			h.homes.accepted(v.Origin, now)
+			h.m.Released.WithLabelValues("published").Inc()
+			ss.observeLateness(*v, now)
+			return ss.rcv.AcceptMessage(settleCtx, msg)
+		case out == sendReturned:
+			// No such queue: parked, as the sidecar parks a copy whose
+			// origin does not exist.
+			v.Action, v.Reason = Park, policy.UnknownOrigin
+			h.log.Warn("the origin of a held copy does not exist; parked", zap.Any("message_id", msg.Properties.MessageID), zap.String("origin", v.Origin))
+			return ss.parkCopy(ctx, settleCtx, msg, v, now)
+		default: // nacked: the origin refuses
+			h.m.OriginRefused.Inc()
+			w, until = wayWait, now.Add(h.homes.refused(v.Origin, now))
+		}
+	}
+	if w == wayDeadLetter {
+		if err := ss.rcv.RejectMessage(settleCtx, msg, nil); err != nil {
+			return err
+		}
+		h.m.Released.WithLabelValues("dead-lettered").Inc()
+		ss.observeLateness(*v, now)
+		return nil
+	}
+	return ss.waitForOrigin(ctx, settleCtx, msg, v, now, until)
+}
+
+// waitForOrigin holds msg, due, whose origin refuses copies until until,
+// for that long, or parks it origin-refused once its policy's budget is
+// spent (policy.Policy.Refused). Without a duration budget each wait
+// counts as a retry: the copy's retry count is written up.
+func (ss *session) waitForOrigin(ctx, settleCtx context.Context, msg *amqp10.Message, v *Verdict, now, until time.Time) error {
+	h := ss.h
+	names := h.opt.Rules.Codec.Names
+	s, _ := h.opt.Rules.Codec.Decode(rebuilt(msg).Headers, time.Time{}, now, nil)
+	p := h.opt.Rules.Policies.For(v.Origin).Policy
+	d := p.Refused(s.State, now, until.Sub(now))
+	if !d.Retry {
+		v.Action, v.Reason = Park, policy.OriginRefused
+		return ss.parkCopy(ctx, settleCtx, msg, v, now)
+	}
+	v.Action = Hold
+	back := now.Add(min(d.Delay, h.opt.Rules.Slice))
+	annotations := amqp10.Annotations{headers.XOptDeliveryTime: back.UnixMilli()}
+	if p.MaxDuration <= 0 {
+		annotations[names.RetryCount] = int64(min(s.Retries+1, headers.MaxRetryCount))
+	}
+	if err := ss.rcv.ModifyMessage(settleCtx, msg, &amqp10.ModifyMessageOptions{Annotations: annotations}); err != nil {
+		return err
+	}
+	h.m.held(now, h.opt.Rules.Slice)
+	return nil
+}
+
+func (ss *session) observeLateness(v Verdict, now time.Time) {
+	if !v.Due.IsZero() {
+		ss.h.m.Lateness.Observe(now.Sub(v.Due).Seconds())
+	}
 }
 
 // parkRetry is how long a copy the parking queue did not take (returned
@@ -322,8 +414,9 @@ const parkRetry = 10 * time.Second
 // parking queue is missing, and the copy was not parked.
 var errParkReturned = errors.New("returned unroutable")
 
-// parker publishes the copies a holder parks, over AMQP 0-9-1,
-// confirmed and mandatory, on a connection opened at the first. Publishes
+// parker publishes the copies a holder parks, and those it sends home
+// itself (release.go), over AMQP 0-9-1, confirmed and mandatory, on a
+// connection opened at the first. Publishes
 // are one at a time, so a return received before a publish's ack is that
 // publish's: the broker sends a publish's basic.return before its
 // basic.ack, and amqp091-go's reader hands over the return before it
@@ -333,10 +426,41 @@ type parker struct {
 	conn    *amqp.Connection
 	ch      *amqp.Channel
 	returns chan amqp.Return
+	closed  chan *amqp.Error
 	mu      sync.Mutex
 }
 
 func (p *parker) publish(ctx context.Context, msg *amqp10.Message, v Verdict, now time.Time) error {
+	queue := p.h.opt.Rules.Topology.ParkingQueue
+	switch out, err := p.send(ctx, queue, Parked(msg, p.h.opt.Rules.Codec.Names, v, now)); {
+	case err != nil:
+		return fmt.Errorf("park a held copy: %w", err)
+	case out == sendReturned:
+		return fmt.Errorf("park a held copy in %s: %w", queue, errParkReturned)
+	case out == sendNacked:
+		return fmt.Errorf("park a held copy in %s: nacked", queue)
+	}
+	return nil
+}
+
+// sendOutcome is what the broker made of a publish it answered.
+type sendOutcome int
+
+const (
+	sendAccepted sendOutcome = iota // acked, not returned
+	sendNacked                      // refused: the queue is full (reject-publish), or the like
+	sendReturned                    // returned unroutable: no such queue
+)
+
+// errNoWrite says the broker refused rebound's user write access to the
+// default exchange.
+var errNoWrite = errors.New("no write access to the default exchange")
+
+// send publishes pub to queue through the default exchange, mandatory,
+// and waits for the broker's answer. An error says the publish has no
+// answer (the channel or connection failed, or the wait timed out);
+// errNoWrite is among them.
+func (p *parker) send(ctx context.Context, queue string, pub amqp.Publishing) (sendOutcome, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.ch != nil && p.ch.IsClosed() {
@@ -345,7 +469,7 @@ func (p *parker) publish(ctx context.Context, msg *amqp10.Message, v Verdict, no
 	if p.ch == nil {
 		conn, err := p.h.opt.Dialer.Dial(ctx, "hold park")
 		if err != nil {
-			return err
+			return 0, err
 		}
 		ch, err := conn.Channel()
 		if err == nil {
@@ -353,37 +477,53 @@ func (p *parker) publish(ctx context.Context, msg *amqp10.Message, v Verdict, no
 		}
 		if err != nil {
 			conn.Close()
-			return fmt.Errorf("open the parking channel: %w", err)
+			return 0, fmt.Errorf("open the publishing channel: %w", err)
 		}
-		// Buffered: the reader never waits on it, publishes being one at
-		// a time.
-		p.conn, p.ch, p.returns = conn, ch, ch.NotifyReturn(make(chan amqp.Return, 1))
+		// Buffered: the reader never waits on them, publishes being one
+		// at a time and a channel closing once.
+		p.conn, p.ch = conn, ch
+		p.returns = ch.NotifyReturn(make(chan amqp.Return, 1))
+		p.closed = ch.NotifyClose(make(chan *amqp.Error, 1))
 	}
-	topo := p.h.opt.Rules.Topology
-	pub := Parked(msg, p.h.opt.Rules.Codec.Names, v, now)
 	confirmCtx, cancel := context.WithTimeout(ctx, p.h.opt.ConfirmTimeout)
 	defer cancel()
-	confirm, err := p.ch.PublishWithDeferredConfirmWithContext(confirmCtx, "", topo.ParkingQueue, true, false, pub)
+	confirm, err := p.ch.PublishWithDeferredConfirmWithContext(confirmCtx, "", queue, true, false, pub)
 	if err != nil {
 		p.reset()
-		return fmt.Errorf("park a held copy: %w", err)
+		return 0, err
 	}
 	ok, err := confirm.WaitContext(confirmCtx)
-	if err != nil || !ok {
+	if err == nil && !ok && p.ch.IsClosed() {
+		// amqp091-go nacks what is pending when a channel closes: no answer.
+		err = errors.New("channel closed")
+		select {
+		case cerr := <-p.closed:
+			if cerr != nil && cerr.Code == amqp.AccessRefused {
+				err = fmt.Errorf("%w: %v", errNoWrite, cerr)
+			} else if cerr != nil {
+				err = cerr
+			}
+		default:
+		}
+	}
+	if err != nil {
 		// A return that comes later would be taken for the next
 		// publish's: the channel goes with this one.
 		p.reset()
-		return fmt.Errorf("park a held copy: not confirmed (%v)", err)
+		return 0, fmt.Errorf("not confirmed: %w", err)
+	}
+	if !ok {
+		return sendNacked, nil
 	}
 	select {
-	case r, returned := <-p.returns:
+	case _, returned := <-p.returns:
 		if returned {
-			return fmt.Errorf("park a held copy in %s: %w (%d %s)", topo.ParkingQueue, errParkReturned, r.ReplyCode, r.ReplyText)
+			return sendReturned, nil
 		}
 		p.reset() // closed with the channel, after the ack
 	default:
 	}
-	return nil
+	return sendAccepted, nil
 }
 
 // reset closes the parking connection; the next publish opens another.
@@ -391,7 +531,7 @@ func (p *parker) reset() {
 	if p.conn != nil {
 		p.conn.Close()
 	}
-	p.conn, p.ch, p.returns = nil, nil, nil
+	p.conn, p.ch, p.returns, p.closed = nil, nil, nil, nil
 }
 
 func (p *parker) close() {

@@ -107,6 +107,7 @@ func (e *holdEnv) publish(t *testing.T, origin string, n int, due time.Time, ext
 		for k, v := range extra {
 			h[k] = v
 		}
+		headers.HoldTables(h) // as the sidecar writes a copy
 		c, err := e.Ch.PublishWithDeferredConfirm(ex, origin, true, false, amqp.Publishing{MessageId: fmt.Sprint(origin, "#", i), Headers: h, Body: []byte("body"), DeliveryMode: amqp.Persistent})
 		if err != nil {
 			t.Fatal(err)
@@ -205,48 +206,65 @@ func TestHolderStoppedMidHold(t *testing.T) {
 }
 
 // TestHoldOriginRefuses: a due copy whose origin refuses it (full, with
-// reject-publish) stays in the broker's care: the hold queue's
-// at-least-once dead-lettering keeps it (counted in the queue's messages,
-// delivered to no one) and tries again, on RabbitMQ 4.3.6 about every
-// three minutes, until the origin takes it. Slow: skipped with -short.
+// reject-publish) is seen refused by the holder, which publishes the
+// first copies for an origin home itself: it stays held, with backoff,
+// and goes home once the origin has room; one whose budget is spent
+// (here its retry count: the policy has no duration budget) is parked
+// origin-refused. None is left in the broker's dead-letter retry.
 func TestHoldOriginRefuses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("waits for the broker's dead-letter retry, about three minutes")
-	}
 	e := newHoldEnv(t)
 	const n = 3
-	origin := e.Prefix + "full"
-	e.Declare(origin, amqp.Table{"x-max-length": int64(n), amqp.QueueOverflowArg: amqp.QueueOverflowRejectPublish})
-	for i := range n {
-		e.Publish(origin, amqp.Publishing{MessageId: fmt.Sprint("filler", i), Headers: amqp.Table{"kind": "filler"}})
+	full, freed := e.Prefix+"full", e.Prefix+"freed"
+	for _, q := range []string{full, freed} {
+		e.Declare(q, amqp.Table{"x-max-length": int64(n), amqp.QueueOverflowArg: amqp.QueueOverflowRejectPublish})
+		for i := range n {
+			e.Publish(q, amqp.Publishing{MessageId: fmt.Sprint("filler", i), Headers: amqp.Table{"kind": "filler"}})
+		}
 	}
-	e.publish(t, origin, n, time.Now(), nil)
+	e.publish(t, freed, n, time.Now(), amqp.Table{"x-retry-count": int64(0)})
+	// One retry left: parked at its second refusal.
+	e.publish(t, full, n, time.Now(), amqp.Table{"x-retry-count": int64(4)})
 	m, _ := e.start(t)
-	if !brokertest.Await(30*time.Second, func() bool { return testutil.ToFloat64(m.Settled.WithLabelValues("released")) >= n }) {
-		t.Fatal("the holder released nothing")
+	parking := e.rules.Topology.ParkingQueue
+	e.WaitQueueLen(parking, n, 60*time.Second)
+	for _, p := range brokertest.Drain(t, e.Ch, parking) {
+		if p.Headers["x-retry-parked-reason"] != string(policy.OriginRefused) || p.Headers["x-retry-origin-queue"] != full {
+			t.Errorf("parked copy %s: reason %v origin %v, want origin-refused from %s", p.MessageId, p.Headers["x-retry-parked-reason"], p.Headers["x-retry-origin-queue"], full)
+		}
 	}
-	hold := e.rules.Topology.HoldQueue().Name
-	// The broker's counts lag its state by a few seconds.
-	kept := 0
-	if !brokertest.Await(30*time.Second, func() bool { kept = e.brokerMessages(t, hold); return kept == n }) {
-		t.Fatalf("the hold queue keeps %d refused copies, want %d", kept, n)
+	if got := testutil.ToFloat64(m.OriginRefused); got < n {
+		t.Errorf("refusals seen %v, want at least %d", got, n)
 	}
-	for i := range n {
-		if d := e.Get(origin, 10*time.Second); d.Headers["kind"] != "filler" {
-			t.Fatalf("message %d of the full origin: %s, want a filler", i, d.MessageId)
+	for _, q := range []string{full, freed} {
+		for i := range n {
+			if d := e.Get(q, 10*time.Second); d.Headers["kind"] != "filler" {
+				t.Fatalf("message %d of %s: %s, want a filler", i, q, d.MessageId)
+			} else if err := d.Ack(false); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	got := map[string]bool{}
-	started := time.Now()
-	if !brokertest.Await(10*time.Minute, func() bool {
-		for _, d := range brokertest.Drain(t, e.Ch, origin) {
+	if !brokertest.Await(60*time.Second, func() bool {
+		for _, d := range brokertest.Drain(t, e.Ch, freed) {
 			got[d.MessageId] = true
+			if d.Headers["kind"] == "filler" {
+				t.Errorf("filler %s again", d.MessageId)
+			}
 		}
 		return len(got) == n
 	}) {
 		t.Fatalf("%d of %d refused copies reached their origin once it had room", len(got), n)
 	}
-	t.Logf("every refused copy home %s after the origin had room", time.Since(started).Round(time.Second))
+	hold := e.rules.Topology.HoldQueue().Name
+	if !brokertest.Await(30*time.Second, func() bool { return e.brokerMessages(t, hold) == 0 }) {
+		t.Errorf("the hold queue keeps %d copies", e.brokerMessages(t, hold))
+	}
+	if n := e.QueueLen(full); n != 0 {
+		t.Errorf("%d copies reached %s after they were parked", n, full)
+	}
+	t.Logf("published home %v, dead-lettered %v, refused %v", testutil.ToFloat64(m.Released.WithLabelValues("published")),
+		testutil.ToFloat64(m.Released.WithLabelValues("dead-lettered")), testutil.ToFloat64(m.OriginRefused))
 }
 
 // brokerMessages is every message queue holds, held ones included, as

@@ -20,6 +20,12 @@ type Metrics struct {
 	// ParkReturned counts copies the parking queue did not take (returned
 	// unroutable: the queue is missing), held again instead.
 	ParkReturned prometheus.Counter
+	// Released counts due copies sent home, by way: published by the
+	// holder, or dead-lettered by the broker (release.go).
+	Released *prometheus.CounterVec
+	// OriginRefused counts copies a holder published home that their
+	// origin refused (nack: full, reject-publish).
+	OriginRefused prometheus.Counter
 
 	mu      sync.Mutex
 	buckets []heldBucket // oldest first, each a sixtieth of a slice
@@ -51,6 +57,17 @@ func NewMetrics(reg prometheus.Registerer, now func() time.Time, slice time.Dura
 			Name: "rebound_hold_park_returned_total",
 			Help: "Held copies the broker returned unroutable when they were parked (the parking queue is missing): held again, parked once the queue is back.",
 		}),
+		Released: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rebound_hold_released_total",
+			Help: "Due copies this replica sent home, by way: published (by the holder, confirmed) or dead-lettered (by the broker).",
+		}, []string{"way"}),
+		OriginRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rebound_hold_origin_refused_total",
+			Help: "Due copies a holder published home that their origin refused (full, reject-publish): held again, or parked origin-refused once their budget is spent.",
+		}),
+	}
+	for _, way := range []string{"published", "dead-lettered"} {
+		m.Released.WithLabelValues(way)
 	}
 	m.Held = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "rebound_held_messages",
@@ -59,7 +76,7 @@ func NewMetrics(reg prometheus.Registerer, now func() time.Time, slice time.Dura
 	for _, outcome := range []Action{Hold, Release, Park} {
 		m.Settled.WithLabelValues(outcome.String())
 	}
-	reg.MustRegister(m.Held, m.Settled, m.Lateness, m.Invalid, m.ParkReturned)
+	reg.MustRegister(m.Held, m.Settled, m.Lateness, m.Invalid, m.ParkReturned, m.Released, m.OriginRefused)
 	return m
 }
 
