@@ -25,7 +25,7 @@ func TestParkedFromTheAMQP10View(t *testing.T) {
 		Annotations: amqp10.Annotations{
 			"x-routing-key": "orders", "x-exchange": "rebound.delay.hold", "x-basic-type": typ,
 			"x-nested": map[string]any{"a": map[string]any{"b": int64(1)}}, "x-arr": []any{int64(1), "two"},
-			"x-small": uint8(3),
+			"x-small":          uint8(3),
 			headers.HeldTables: map[string]any{"tenant": map[string]any{"id": int32(7)}, "arr": []any{"x"}, "plain": "not this"},
 		},
 		ApplicationProperties: map[string]any{"plain": "s"},
