@@ -339,9 +339,10 @@ func (ss *session) release(ctx, settleCtx context.Context, msg *amqp10.Message, 
 		out, err := ss.park.send(ctx, v.Origin, rebuilt(msg))
 		switch {
 		case errors.Is(err, errNoWrite):
-			h.log.Warn("no write access to the default exchange: due copies go home by dead-lettering, and an origin's refusals are not seen",
-				zap.Error(err))
-			h.homes.forbidden()
+			if h.homes.forbidden() {
+				h.log.Warn("no write access to the default exchange: due copies go home by dead-lettering, and an origin's refusals are not seen",
+					zap.Error(err))
+			}
 			w = wayDeadLetter
 		case err != nil:
 			return fmt.Errorf("send a held copy home to %s: %w", v.Origin, err)

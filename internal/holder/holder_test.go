@@ -72,12 +72,16 @@ func (e *holdEnv) start(t *testing.T) (m *holder.Metrics, stop func()) {
 	return e.startWith(t, holder.Options{})
 }
 
-// startWith is start with opt's Drain and Rules.Topology.Hold.
+// startWith is start with opt's Drain and Rules.Topology.Hold, and its
+// Dialer when set.
 func (e *holdEnv) startWith(t *testing.T, opt holder.Options) (m *holder.Metrics, stop func()) {
 	m = holder.NewMetrics(prometheus.NewRegistry(), time.Now, e.rules.Slice)
 	rules := e.rules
 	rules.Topology.Hold = !opt.Drain
-	h := holder.New(holder.Options{Dialer: dialer.New([]string{e.URL()}, nil, dialer.Client{Name: t.Name()}),
+	if opt.Dialer == nil {
+		opt.Dialer = dialer.New([]string{e.URL()}, nil, dialer.Client{Name: t.Name()})
+	}
+	h := holder.New(holder.Options{Dialer: opt.Dialer,
 		Rules: rules, Logger: zaptest.NewLogger(t), Metrics: m, Credit: 64, Drain: opt.Drain})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -384,5 +388,24 @@ func TestHoldParkingQueueMissing(t *testing.T) {
 	}
 	if n := e.QueueLen(parking); n != 0 {
 		t.Errorf("%d more parked copies, want the copy parked once", n)
+	}
+}
+
+// TestHoldWithoutDefaultExchangeWrite: a holder whose user may not write
+// to the default exchange cannot publish due copies home: it sends every
+// copy home by dead-lettering instead, and loses none.
+func TestHoldWithoutDefaultExchangeWrite(t *testing.T) {
+	e := newHoldEnv(t)
+	own := "^" + regexp.QuoteMeta(e.Prefix) + ".*"
+	_, url := e.Broker.User(t, e.URL(), "secret", own, own, ".*")
+	const n = 5
+	e.publish(t, e.App, n, time.Now(), nil)
+	m, _ := e.startWith(t, holder.Options{Dialer: dialer.New([]string{url}, nil, dialer.Client{Name: t.Name()})})
+	e.WaitQueueLen(e.App, n, 60*time.Second)
+	if got := testutil.ToFloat64(m.Released.WithLabelValues("dead-lettered")); got != n {
+		t.Errorf("dead-lettered %v, want %d", got, n)
+	}
+	if got := testutil.ToFloat64(m.Released.WithLabelValues("published")); got != 0 {
+		t.Errorf("published %v without write access", got)
 	}
 }

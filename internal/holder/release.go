@@ -113,11 +113,14 @@ func (hs *homes) refused(origin string, now time.Time) time.Duration {
 	return st.wait
 }
 
-// forbidden records that the broker refused the holder a publish.
-func (hs *homes) forbidden() {
+// forbidden records that the broker refused the holder a publish, and
+// reports whether that is news (copies judged meanwhile try once more).
+func (hs *homes) forbidden() (first bool) {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
+	first = !hs.noWrite
 	hs.noWrite = true
+	return first
 }
 
 // state returns origin's state, made when absent; when the map is full,
