@@ -208,8 +208,8 @@ func (r Router) Budget(rt Route, s headers.State, now time.Time, cal *calendar.C
 //
 // In hold mode every retry, at once or later, goes through the hold
 // queue with its due time (now for one at once), and the holder sends it
-// back when it is due: rebound then never writes to an origin queue
-// itself. Such a copy carries its table and array headers twice
+// back when it is due (holder/release.go): the sidecar then never writes
+// to an origin queue itself. Such a copy carries its table and array headers twice
 // (headers.HoldTables), so that a holder can park it whole.
 //
 // The copy keeps the body, the properties (but expiration and user id)
