@@ -225,9 +225,13 @@ func TestHoldOriginRefuses(t *testing.T) {
 			e.Publish(q, amqp.Publishing{MessageId: fmt.Sprint("filler", i), Headers: amqp.Table{"kind": "filler"}})
 		}
 	}
+	// Ten waits, over a minute, for the copies of the origin that is
+	// freed; one for those of the origin that stays full: parked at their
+	// second refusal.
+	e.rules.Policies = policy.NewSet(policy.Policy{Backoff: policy.Constant, MinDelay: time.Second, MaxDelay: time.Hour,
+		Jitter: policy.NoJitter, MaxRetries: 10, Deadline: policy.Clamp})
 	e.publish(t, freed, n, time.Now(), amqp.Table{"x-retry-count": int64(0)})
-	// One retry left: parked at its second refusal.
-	e.publish(t, full, n, time.Now(), amqp.Table{"x-retry-count": int64(4)})
+	e.publish(t, full, n, time.Now(), amqp.Table{"x-retry-count": int64(9)})
 	m, _ := e.start(t)
 	parking := e.rules.Topology.ParkingQueue
 	e.WaitQueueLen(parking, n, 60*time.Second)
