@@ -158,7 +158,7 @@ func (h *Holder) session(ctx context.Context) error {
 		return fmt.Errorf("begin AMQP 1.0 session: %w", err)
 	}
 	first := amqp10.ReceiverSettleModeFirst
-	ss.rcv, err = sess.NewReceiver(ctx, "/queues/"+queue, &amqp10.ReceiverOptions{Credit: int32(h.opt.Credit), SettlementMode: &first})
+	ss.rcv, err = sess.NewReceiver(ctx, queueAddress(queue), &amqp10.ReceiverOptions{Credit: int32(h.opt.Credit), SettlementMode: &first})
 	if err != nil {
 		return fmt.Errorf("consume %s over AMQP 1.0: %w", queue, err)
 	}

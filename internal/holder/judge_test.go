@@ -181,3 +181,17 @@ func TestJudgeCommands(t *testing.T) {
 		}
 	}
 }
+
+// A queue's AMQP 1.0 address carries its name percent-encoded, so that a
+// "/" or "%" in a prefix does not name another address.
+func TestQueueAddress(t *testing.T) {
+	for queue, want := range map[string]string{
+		"rebound.delay.hold": "/queues/rebound.delay.hold",
+		"team/a.delay.hold":  "/queues/team%2Fa.delay.hold",
+		"50%.hold q":         "/queues/50%25.hold%20q",
+	} {
+		if got := queueAddress(queue); got != want {
+			t.Errorf("queueAddress(%q) = %q, want %q", queue, got, want)
+		}
+	}
+}

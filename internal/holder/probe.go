@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"time"
 
 	amqp10 "github.com/Azure/go-amqp"
@@ -100,7 +101,7 @@ func probeOnce(ctx context.Context, d *dialer.Dialer, topo topology.Topology) er
 	if err != nil {
 		return fmt.Errorf("%w: begin AMQP 1.0 session: %v", ErrCannotHold, err)
 	}
-	rcv, err := sess.NewReceiver(ctx, "/queues/"+queue, &amqp10.ReceiverOptions{Credit: 1})
+	rcv, err := sess.NewReceiver(ctx, queueAddress(queue), &amqp10.ReceiverOptions{Credit: 1})
 	if err != nil {
 		return fmt.Errorf("%w: consume %s over AMQP 1.0: %v", ErrCannotHold, queue, err)
 	}
@@ -139,3 +140,8 @@ func cleanup(conn *amqp.Connection, queue, exchange string) {
 	_, _ = ch.QueueDelete(queue, false, false, false)
 	_ = ch.ExchangeDelete(exchange, false, false)
 }
+
+// queueAddress is queue's AMQP 1.0 address on RabbitMQ 4 (address format
+// v2): its name percent-encoded, so that a prefix with "/" or "%" in it
+// names the queue and not another address.
+func queueAddress(queue string) string { return "/queues/" + url.PathEscape(queue) }
