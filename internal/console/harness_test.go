@@ -115,7 +115,7 @@ func (e *env) seed(now time.Time, ps ...parked) {
 		if p.errText != "" {
 			h[c.Names.Error] = p.errText
 		}
-		h[c.Names.Group] = group.Of(p.origin, p.errText, string(p.reason))
+		s.Group = group.Of(p.origin, p.errText, string(p.reason)) // Park writes it, and drops a header it does not hold
 		body := p.body
 		if body == "" {
 			body = "body of " + p.id

@@ -39,6 +39,15 @@ func (q Queue) List(ctx context.Context, f Filter, now time.Time) (l Listing, er
 	return l, err
 }
 
+// Visit reads the messages once, as List does, and hands each match to
+// visit instead of keeping it: for a reader whose memory should grow with
+// what it keeps, not with the queue (the console's groups page). It
+// returns how many messages it read and matched.
+func (q Queue) Visit(ctx context.Context, f Filter, now time.Time, visit func(Message)) (scanned, matched int, err error) {
+	scanned, matched, _, _, err = q.scan(ctx, f, now, visit)
+	return scanned, matched, err
+}
+
 // scan reads the messages once, up to the filter's limit of matches, and
 // calls visit with each match, leaving them all in the queue. unread is
 // how many of the messages the queue held it did not read; limited says it
