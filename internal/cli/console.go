@@ -117,14 +117,14 @@ func newConsole(cfg config.Config, in invocation, log *zap.Logger, secure bool, 
 const trustedProxiesVariable = config.Prefix + "CONSOLE_TRUSTED_PROXIES"
 
 // consoleTrustedProxies reads REBOUND_CONSOLE_TRUSTED_PROXIES from
-// environ: a bad value is a configuration error (exit 2) that names the
-// variable, its value and what is allowed.
+// environ: a bad value is a configuration error (exit 2), worded as
+// config's, that names the variable, its value and what is allowed.
 func consoleTrustedProxies(environ []string) ([]netip.Prefix, error) {
 	value := env.ToMap(environ)[trustedProxiesVariable]
 	proxies, err := console.ParseTrustedProxies(value)
 	if err != nil {
-		return nil, &config.Error{Problems: []config.FieldError{{Variable: trustedProxiesVariable, Value: value,
-			Allowed: "IP addresses or CIDR prefixes of the reverse proxies in front of the console, separated by commas, such as 10.0.0.0/8,192.0.2.10 (" + err.Error() + ")"}}}
+		return nil, usageError{fmt.Sprintf("invalid configuration (1 problem):\n  %s=%q: IP addresses or CIDR prefixes of the reverse proxies in front of the console, separated by commas, such as 10.0.0.0/8,192.0.2.10 (%v)",
+			trustedProxiesVariable, value, err)}
 	}
 	return proxies, nil
 }
