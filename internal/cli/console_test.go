@@ -65,3 +65,19 @@ func TestConsoleTLSPairUnreadable(t *testing.T) {
 		t.Errorf("exit %d: %s", code, stderr.String())
 	}
 }
+
+// TestConsoleTrustedProxiesInvalid: REBOUND_CONSOLE_TRUSTED_PROXIES that
+// is not a list of addresses and prefixes, or that trusts everyone, stops
+// the console before it listens, exit status 2, naming the variable, the
+// value and what is allowed.
+func TestConsoleTrustedProxiesInvalid(t *testing.T) {
+	for _, value := range []string{"ingress.local", "10.0.0.0/8,0.0.0.0/0", "10.0.0.0/40"} {
+		environ := []string{"REBOUND_CONSOLE_ADDR=127.0.0.1:0", "REBOUND_CONSOLE_TRUSTED_PROXIES=" + value}
+		err := Run(t.Context(), []string{"console"}, environ, &bytes.Buffer{}, &bytes.Buffer{})
+		var stderr bytes.Buffer
+		if code := ExitCode(err, &stderr); code != 2 || !strings.Contains(stderr.String(), "REBOUND_CONSOLE_TRUSTED_PROXIES") ||
+			!strings.Contains(stderr.String(), value) || !strings.Contains(stderr.String(), "CIDR prefixes") {
+			t.Errorf("%s: exit %d: %s", value, code, stderr.String())
+		}
+	}
+}

@@ -106,39 +106,63 @@ type previewView struct {
 	Nothing bool // nothing to do: no confirm button
 }
 
-func (s *Server) groupPreview(w http.ResponseWriter, r *http.Request, sess *session) {
-	a, err := parseGroupAsk(r)
-	if err != nil {
-		s.fail(w, r, sess, http.StatusBadRequest, "Bad request", err)
-		return
+// asked serves h what a person asks of an action (parse reads it from
+// the query or the form), refusing an ask that does not parse (400).
+func asked[A any](s *Server, parse func(*http.Request) (A, error), h func(http.ResponseWriter, *http.Request, *session, A)) func(http.ResponseWriter, *http.Request, *session) {
+	return func(w http.ResponseWriter, r *http.Request, sess *session) {
+		a, err := parse(r)
+		if err != nil {
+			s.fail(w, r, sess, http.StatusBadRequest, "Bad request", err)
+			return
+		}
+		h(w, r, sess, a)
 	}
-	release, err := s.takeTurn(r.Context(), s.parked, s.opt.Router.Topology.ParkingQueue, sess.user+" (previewing "+a.describe()+")")
+}
+
+// preview renders the preview of what, which dry counts in the turn t of
+// queue; nav is the section of the page.
+func (s *Server) preview(w http.ResponseWriter, r *http.Request, sess *session, t *turn, queue, what, nav string, dry func(context.Context) (previewView, error)) {
+	release, err := s.takeTurn(r.Context(), t, queue, sess.user+" (previewing "+what+")")
 	if err != nil {
 		s.fail(w, r, sess, brokerStatus(err), "Preview", err)
 		return
 	}
 	defer release()
-	q, err := s.parkingQueue(r.Context(), sess)
+	v, err := dry(r.Context())
 	if err != nil {
 		s.fail(w, r, sess, brokerStatus(err), "Preview", err)
 		return
 	}
-	v := previewView{What: a.describe(), Action: r.URL.Path, Fields: a.query(), Back: "/groups/" + url.PathEscape(a.Group)}
+	v.What, v.Action, v.Nothing = what, r.URL.Path, v.Count == 0
+	s.render(w, http.StatusOK, "preview", "Confirm: "+what, nav, sess, v)
+}
+
+func (s *Server) groupPreview(w http.ResponseWriter, r *http.Request, sess *session, a groupAsk) {
+	s.preview(w, r, sess, s.parked, s.opt.Router.Topology.ParkingQueue, a.describe(), "groups", func(ctx context.Context) (previewView, error) {
+		return s.dryGroupAction(ctx, sess, a)
+	})
+}
+
+// dryGroupAction counts what a group's replay or purge would do.
+func (s *Server) dryGroupAction(ctx context.Context, sess *session, a groupAsk) (previewView, error) {
+	q, err := s.parkingQueue(ctx, sess)
+	if err != nil {
+		return previewView{}, err
+	}
+	v := previewView{Fields: a.query(), Back: "/groups/" + url.PathEscape(a.Group)}
 	now := s.now()
 	f := parking.Filter{Group: a.Group}
 	if a.Action == "purge" {
-		l, err := q.List(r.Context(), f, now)
+		l, err := q.List(ctx, f, now)
 		if err != nil {
-			s.fail(w, r, sess, brokerStatus(err), "Preview", brokerError("read "+q.Name(), err))
-			return
+			return v, brokerError("read "+q.Name(), err)
 		}
 		v.Count = l.Matched
 		v.Lines = append(v.Lines, fmt.Sprintf("%d messages of this group would be deleted for good (%d parked read).", l.Matched, l.Scanned))
 	} else {
-		res, err := q.ReplayWith(r.Context(), f, now, parking.ReplayOptions{DryRun: true, To: a.To})
+		res, err := q.ReplayWith(ctx, f, now, parking.ReplayOptions{DryRun: true, To: a.To})
 		if err != nil {
-			s.fail(w, r, sess, brokerStatus(err), "Preview", brokerError("read "+q.Name(), err))
-			return
+			return v, brokerError("read "+q.Name(), err)
 		}
 		v.Count = res.Replayed
 		v.Lines = append(v.Lines, fmt.Sprintf("%d of %d matching messages would be replayed (%d parked read); %d would stay parked.", res.Replayed, res.Matched, res.Scanned, len(res.Kept)))
@@ -150,8 +174,7 @@ func (s *Server) groupPreview(w http.ResponseWriter, r *http.Request, sess *sess
 			v.Lines = append(v.Lines, fmt.Sprintf("%d first, then the rest only if none of them comes back parked within %s.", a.Canary, a.CanaryWait))
 		}
 	}
-	v.Nothing = v.Count == 0
-	s.render(w, http.StatusOK, "preview", "Confirm: "+v.What, "groups", sess, v)
+	return v, nil
 }
 
 // keptLines counts the messages a replay left (or would leave) parked, by
@@ -191,12 +214,7 @@ func (s *Server) takeTurn(ctx context.Context, t *turn, queue, holder string) (f
 	return release, nil
 }
 
-func (s *Server) groupAction(w http.ResponseWriter, r *http.Request, sess *session) {
-	a, err := parseGroupAsk(r)
-	if err != nil {
-		s.fail(w, r, sess, http.StatusBadRequest, "Bad request", err)
-		return
-	}
+func (s *Server) groupAction(w http.ResponseWriter, r *http.Request, sess *session, a groupAsk) {
 	s.startJob(w, r, sess, a.describe(), s.parked, "the parking queue's", func(ctx context.Context, j *job, log *zap.Logger) {
 		s.runGroupAction(ctx, j, sess, a, log)
 	}, zap.Float64("rate", a.Rate), zap.Int("canary", a.Canary))
@@ -208,7 +226,7 @@ func (s *Server) groupAction(w http.ResponseWriter, r *http.Request, sess *sessi
 func (s *Server) startJob(w http.ResponseWriter, r *http.Request, sess *session, what string, t *turn, queues string,
 	run func(ctx context.Context, j *job, log *zap.Logger), fields ...zap.Field) {
 	j := s.jobs.start(sess.user, what, s.now())
-	log := s.log.With(zap.String("user", sess.user), zap.String("addr", clientAddr(r)), zap.String("action", what))
+	log := s.log.With(zap.String("user", sess.user), zap.String("addr", s.clientAddr(r)), zap.String("action", what))
 	log.Info("console action started", fields...)
 	s.wg.Add(1)
 	go func() {
@@ -333,41 +351,24 @@ func (s *Server) moveDelayed(ctx context.Context, sess *session, a delayedAsk, d
 	return dp.Move(ctx, queues, delayed.Options{Op: a.Op, Origins: a.re, DryRun: dry, Progress: progress}, s.now)
 }
 
-func (s *Server) delayedPreview(w http.ResponseWriter, r *http.Request, sess *session) {
-	a, err := parseDelayedAsk(r)
-	if err != nil {
-		s.fail(w, r, sess, http.StatusBadRequest, "Bad request", err)
-		return
-	}
-	release, err := s.takeTurn(r.Context(), s.delays, "the delay queues", sess.user+" (previewing "+a.describe()+")")
-	if err != nil {
-		s.fail(w, r, sess, brokerStatus(err), "Preview", err)
-		return
-	}
-	defer release()
-	res, err := s.moveDelayed(r.Context(), sess, a, true, nil)
-	if err != nil {
-		s.fail(w, r, sess, brokerStatus(err), "Preview", err)
-		return
-	}
-	v := previewView{What: a.describe(), Action: r.URL.Path, Fields: url.Values{"origin": {a.Origin}}, Back: "/delayed",
-		Count: res.Matched - len(res.Kept)}
-	v.Lines = append(v.Lines, fmt.Sprintf("%d of %d matching copies would move; %d other copies would go back into a delay queue for the time they still had to wait; %d read in %d delay queues.",
-		v.Count, res.Matched, res.Redelayed, res.Read, res.Queues))
-	for _, why := range slices.Sorted(maps.Keys(res.Left)) {
-		v.Lines = append(v.Lines, fmt.Sprintf("%d left in place: %s", res.Left[why], why))
-	}
-	v.Lines = append(v.Lines, keptCopyLines(res.Kept)...)
-	v.Nothing = v.Count == 0
-	s.render(w, http.StatusOK, "preview", "Confirm: "+v.What, "delayed", sess, v)
+func (s *Server) delayedPreview(w http.ResponseWriter, r *http.Request, sess *session, a delayedAsk) {
+	s.preview(w, r, sess, s.delays, "the delay queues", a.describe(), "delayed", func(ctx context.Context) (previewView, error) {
+		res, err := s.moveDelayed(ctx, sess, a, true, nil)
+		if err != nil {
+			return previewView{}, err
+		}
+		v := previewView{Fields: url.Values{"origin": {a.Origin}}, Back: "/delayed", Count: res.Matched - len(res.Kept)}
+		v.Lines = append(v.Lines, fmt.Sprintf("%d of %d matching copies would move; %d other copies would go back into a delay queue for the time they still had to wait; %d read in %d delay queues.",
+			v.Count, res.Matched, res.Redelayed, res.Read, res.Queues))
+		for _, why := range slices.Sorted(maps.Keys(res.Left)) {
+			v.Lines = append(v.Lines, fmt.Sprintf("%d left in place: %s", res.Left[why], why))
+		}
+		v.Lines = append(v.Lines, keptCopyLines(res.Kept)...)
+		return v, nil
+	})
 }
 
-func (s *Server) delayedAction(w http.ResponseWriter, r *http.Request, sess *session) {
-	a, err := parseDelayedAsk(r)
-	if err != nil {
-		s.fail(w, r, sess, http.StatusBadRequest, "Bad request", err)
-		return
-	}
+func (s *Server) delayedAction(w http.ResponseWriter, r *http.Request, sess *session, a delayedAsk) {
 	s.startJob(w, r, sess, a.describe(), s.delays, "the delay queues'", func(ctx context.Context, j *job, log *zap.Logger) {
 		res, err := s.moveDelayed(ctx, sess, a, false, func(p delayed.Progress) {
 			j.report(fmt.Sprintf("%d of %d copies read", p.Read, p.Total), 0)
@@ -499,6 +500,6 @@ func (s *Server) stopJob(w http.ResponseWriter, r *http.Request, sess *session) 
 	if cancel != nil {
 		cancel()
 	}
-	s.log.Info("console action stopped", zap.String("user", sess.user), zap.String("addr", clientAddr(r)), zap.String("action", j.what))
+	s.log.Info("console action stopped", zap.String("user", sess.user), zap.String("addr", s.clientAddr(r)), zap.String("action", j.what))
 	http.Redirect(w, r, "/jobs/"+j.id, http.StatusSeeOther)
 }

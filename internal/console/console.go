@@ -25,12 +25,13 @@ package console
 
 import (
 	"context"
+	"crypto/rand"
 	"embed"
 	"errors"
 	"fmt"
 	"html/template"
-	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -74,6 +75,10 @@ type Options struct {
 	// address; 0 means 5 and 15 minutes.
 	SignInLimit  int
 	SignInWindow time.Duration
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For the
+	// console believes (see clientAddr); none by default, when the client
+	// address is the connection's peer.
+	TrustedProxies []netip.Prefix
 }
 
 // Server is the console.
@@ -87,6 +92,8 @@ type Server struct {
 	parked   *turn     // reads of the parking queue
 	delays   *turn     // reads of the delay queues
 	jobs     *jobs
+	// signInKey signs the sign-in form's CSRF tokens (see signInToken).
+	signInKey []byte
 
 	mu       sync.Mutex
 	readings map[string]*reading // the last reading of the parking queue, by user
@@ -125,6 +132,10 @@ func New(opt Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	signInKey := make([]byte, 32)
+	if _, err := rand.Read(signInKey); err != nil {
+		return nil, fmt.Errorf("read random bytes: %w", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		opt: opt, log: opt.Logger, pages: pages,
@@ -132,8 +143,9 @@ func New(opt Options) (*Server, error) {
 		byUser:   newThrottle(opt.SignInLimit, opt.SignInWindow),
 		byAddr:   newThrottle(4*opt.SignInLimit, opt.SignInWindow),
 		parked:   newTurn(), delays: newTurn(),
-		jobs:     &jobs{byID: map[string]*job{}},
-		readings: map[string]*reading{}, surveys: map[string]*survey{},
+		jobs:      &jobs{byID: map[string]*job{}},
+		signInKey: signInKey,
+		readings:  map[string]*reading{}, surveys: map[string]*survey{},
 		ctx: ctx, cancel: cancel,
 	}
 	s.wg.Add(1)
@@ -179,11 +191,11 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /groups", s.signedIn(s.groupsPage))
 	mux.HandleFunc("GET /groups/{id}", s.signedIn(s.groupPage))
 	mux.HandleFunc("GET /groups/{id}/messages/{key}", s.signedIn(s.messagePage))
-	mux.HandleFunc("GET /groups/{id}/{action}", s.signedIn(s.groupPreview))
-	mux.HandleFunc("POST /groups/{id}/{action}", s.signedIn(s.groupAction))
+	mux.HandleFunc("GET /groups/{id}/{action}", s.signedIn(asked(s, parseGroupAsk, s.groupPreview)))
+	mux.HandleFunc("POST /groups/{id}/{action}", s.signedIn(asked(s, parseGroupAsk, s.groupAction)))
 	mux.HandleFunc("GET /delayed", s.signedIn(s.delayedPage))
-	mux.HandleFunc("GET /delayed/{action}", s.signedIn(s.delayedPreview))
-	mux.HandleFunc("POST /delayed/{action}", s.signedIn(s.delayedAction))
+	mux.HandleFunc("GET /delayed/{action}", s.signedIn(asked(s, parseDelayedAsk, s.delayedPreview)))
+	mux.HandleFunc("POST /delayed/{action}", s.signedIn(asked(s, parseDelayedAsk, s.delayedAction)))
 	mux.HandleFunc("GET /jobs/{id}", s.signedIn(s.jobPage))
 	mux.HandleFunc("POST /jobs/{id}/stop", s.signedIn(s.stopJob))
 	return secureHeaders(mux)
@@ -225,22 +237,12 @@ func (s *Server) signedIn(h func(http.ResponseWriter, *http.Request, *session)) 
 			return
 		}
 		if r.Method != http.MethodGet && !sess.validCSRF(r) {
-			s.log.Warn("console action refused: bad CSRF token", zap.String("user", sess.user), zap.String("addr", clientAddr(r)), zap.String("path", r.URL.Path))
+			s.log.Warn("console action refused: bad CSRF token", zap.String("user", sess.user), zap.String("addr", s.clientAddr(r)), zap.String("path", r.URL.Path))
 			s.fail(w, r, sess, http.StatusForbidden, "Refused", errors.New("this form is stale or did not come from the console (CSRF token missing or wrong): open the page again"))
 			return
 		}
 		h(w, r, sess)
 	}
-}
-
-// clientAddr is the address the request came from: the peer, not a
-// forwarded-for header, which a client writes.
-func clientAddr(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
 }
 
 // now is the console's clock.

@@ -2,6 +2,7 @@ package console
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -103,10 +104,10 @@ func TestRefusals(t *testing.T) {
 
 	guesser := e.person()
 	for i := range 3 {
-		res := guesser.do(http.MethodPost, "/signin", url.Values{"user": {"guest"}, "password": {fmt.Sprint("guess", i)}})
+		res := guesser.signInAs("guest", fmt.Sprint("guess", i))
 		want(t, "a wrong password", res, http.StatusUnauthorized, "did not accept")
 	}
-	res = guesser.do(http.MethodPost, "/signin", url.Values{"user": {"guest"}, "password": {"guest"}})
+	res = guesser.signInAs("guest", "guest")
 	want(t, "a sign-in after 3 failures", res, http.StatusTooManyRequests, "Too many failed sign-ins")
 	if got := e.logged("console sign-in refused: throttled"); got != 1 {
 		t.Errorf("%d throttled sign-ins logged, want 1", got)
@@ -292,20 +293,44 @@ func TestPermissionsEachPageNeeds(t *testing.T) {
 
 // TestSessionCookie: the cookie is a random id, HttpOnly, SameSite=Strict
 // and, served over TLS, Secure; it carries nothing of the user or the
-// password.
+// password. The sign-in form's own cookie is alike, and cleared at
+// sign-in.
 func TestSessionCookie(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.Secure = true })
+	// No cookie jar: it would not send a Secure cookie over plain HTTP.
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	res, err := client.PostForm(e.http.URL+"/signin", url.Values{"user": {"guest"}, "password": {"guest"}})
+	page, err := client.Get(e.http.URL + "/signin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(page.Body)
+	page.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nonce := cookieNamed(t, page.Cookies(), signInCookie)
+	if !nonce.HttpOnly || !nonce.Secure || nonce.SameSite != http.SameSiteStrictMode || len(nonce.Value) < 40 {
+		t.Errorf("sign-in cookie %s", nonce)
+	}
+	form := url.Values{"user": {"guest"}, "password": {"guest"}, "csrf": {csrfOf(t, string(body))}}
+	req, err := http.NewRequest(http.MethodPost, e.http.URL+"/signin", strings.NewReader(form.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(&http.Cookie{Name: nonce.Name, Value: nonce.Value})
+	res, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	res.Body.Close()
-	cookies := res.Cookies()
-	if len(cookies) != 1 {
-		t.Fatalf("cookies %v", cookies)
+	if res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign-in: status %d", res.StatusCode)
 	}
-	c := cookies[0]
+	if cleared := cookieNamed(t, res.Cookies(), signInCookie); cleared.MaxAge >= 0 {
+		t.Errorf("the sign-in cookie is not cleared at sign-in: %s", cleared)
+	}
+	c := cookieNamed(t, res.Cookies(), cookieName)
 	if !c.HttpOnly || !c.Secure || c.SameSite != http.SameSiteStrictMode || len(c.Value) < 40 || strings.Contains(c.Value, "guest") {
 		t.Errorf("cookie %s", c)
 	}
@@ -314,4 +339,15 @@ func TestSessionCookie(t *testing.T) {
 			t.Errorf("no %s header", h)
 		}
 	}
+}
+
+func cookieNamed(t *testing.T, cookies []*http.Cookie, name string) *http.Cookie {
+	t.Helper()
+	for _, c := range cookies {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no cookie %s in %v", name, cookies)
+	return nil
 }

@@ -115,7 +115,7 @@ func (e *env) seed(now time.Time, ps ...parked) {
 		if p.errText != "" {
 			h[c.Names.Error] = p.errText
 		}
-		h[c.Names.Group] = group.Of(p.origin, p.errText, string(p.reason))
+		s.Group = group.Of(p.origin, p.errText, string(p.reason)) // Park writes it, and drops a header it does not hold
 		body := p.body
 		if body == "" {
 			body = "body of " + p.id
@@ -128,16 +128,23 @@ func (e *env) seed(now time.Time, ps ...parked) {
 	brokertest.PublishConfirmed(e.t, e.Ch, e.router.Topology.ParkingQueue, msgs...)
 }
 
-// person is someone using the console in a browser: a cookie jar.
+// person is someone using the console at base in a browser: a cookie
+// jar; forwardedFor, if set, is the X-Forwarded-For header a proxy in
+// front of the console adds to their requests.
 type person struct {
-	e      *env
-	client *http.Client
+	t            testing.TB
+	base         string
+	client       *http.Client
+	forwardedFor string
 }
 
-func (e *env) person() *person {
+func newPerson(t testing.TB, base, forwardedFor string) *person {
 	jar, _ := cookiejar.New(nil)
-	return &person{e: e, client: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	return &person{t: t, base: base, forwardedFor: forwardedFor,
+		client: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }
+
+func (e *env) person() *person { return newPerson(e.t, e.http.URL, "") }
 
 // response is a page as a person got it.
 type response struct {
@@ -147,26 +154,29 @@ type response struct {
 }
 
 func (p *person) do(method, path string, form url.Values) response {
-	p.e.t.Helper()
+	p.t.Helper()
 	var body io.Reader
 	if form != nil {
 		body = strings.NewReader(form.Encode())
 	}
-	req, err := http.NewRequest(method, p.e.http.URL+path, body)
+	req, err := http.NewRequest(method, p.base+path, body)
 	if err != nil {
-		p.e.t.Fatal(err)
+		p.t.Fatal(err)
 	}
 	if form != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
+	if p.forwardedFor != "" {
+		req.Header.Set("X-Forwarded-For", p.forwardedFor)
+	}
 	res, err := p.client.Do(req)
 	if err != nil {
-		p.e.t.Fatal(err)
+		p.t.Fatal(err)
 	}
 	defer res.Body.Close()
 	b, err := io.ReadAll(res.Body)
 	if err != nil {
-		p.e.t.Fatal(err)
+		p.t.Fatal(err)
 	}
 	return response{status: res.StatusCode, location: res.Header.Get("Location"), body: string(b)}
 }
@@ -175,12 +185,12 @@ func (p *person) get(path string) response { return p.do(http.MethodGet, path, n
 
 // post sends form with the CSRF token of the page at from.
 func (p *person) post(path string, form url.Values, from string) response {
-	p.e.t.Helper()
+	p.t.Helper()
 	if form == nil {
 		form = url.Values{}
 	}
 	if from != "" {
-		form.Set("csrf", csrfOf(p.e.t, p.get(from).body))
+		form.Set("csrf", csrfOf(p.t, p.get(from).body))
 	}
 	return p.do(http.MethodPost, path, form)
 }
@@ -196,12 +206,19 @@ func csrfOf(t testing.TB, page string) string {
 	return m[1]
 }
 
+// signInAs posts the sign-in form, as a browser does: the form's page
+// first, for its CSRF token and cookie.
+func (p *person) signInAs(user, password string) response {
+	p.t.Helper()
+	return p.post("/signin", url.Values{"user": {user}, "password": {password}}, "/signin")
+}
+
 // signIn signs in as user and requires it to work.
 func (p *person) signIn(user, password string) {
-	p.e.t.Helper()
-	res := p.do(http.MethodPost, "/signin", url.Values{"user": {user}, "password": {password}})
+	p.t.Helper()
+	res := p.signInAs(user, password)
 	if res.status != http.StatusSeeOther || res.location != "/groups" {
-		p.e.t.Fatalf("sign in as %s: status %d location %q\n%s", user, res.status, res.location, res.body)
+		p.t.Fatalf("sign in as %s: status %d location %q\n%s", user, res.status, res.location, res.body)
 	}
 }
 
@@ -221,13 +238,13 @@ func want(t *testing.T, what string, res response, status int, pieces ...string)
 
 // await waits for a job page to say it is done and returns it.
 func (p *person) await(jobPath string) response {
-	p.e.t.Helper()
+	p.t.Helper()
 	var res response
 	if !brokertest.Await(30*time.Second, func() bool {
 		res = p.get(jobPath)
 		return !strings.Contains(res.body, "Running:") && !strings.Contains(res.body, `http-equiv="refresh"`)
 	}) {
-		p.e.t.Fatalf("%s still running:\n%s", jobPath, res.body)
+		p.t.Fatalf("%s still running:\n%s", jobPath, res.body)
 	}
 	return res
 }

@@ -48,12 +48,13 @@ func (s *Server) readParked(ctx context.Context, sess *session) (*reading, error
 		return nil, err
 	}
 	start := s.now()
-	l, err := q.List(ctx, parking.Filter{}, start)
+	sum := newSummary(start)
+	scanned, _, err := q.Visit(ctx, parking.Filter{}, start, sum.add)
 	if err != nil {
 		return nil, brokerError("read "+q.Name(), err)
 	}
-	r := &reading{user: sess.user, at: start, took: time.Since(start), scanned: l.Scanned}
-	r.groups, r.kept = summarize(l.Messages, start)
+	r := &reading{user: sess.user, at: start, took: time.Since(start), scanned: scanned}
+	r.groups, r.kept = sum.groups()
 	s.mu.Lock()
 	s.readings[sess.user] = r
 	s.mu.Unlock()

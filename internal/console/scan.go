@@ -117,48 +117,63 @@ func (r *reading) group(id string) (GroupRow, []parking.Message, bool) {
 	return GroupRow{}, nil, false
 }
 
-// summarize gathers parked messages into failure groups (the group the
-// sidecar wrote, or computed alike: parking.Message.Group), largest
-// first, counting parks per hour over the sparkHours hours before now.
-func summarize(ms []parking.Message, now time.Time) ([]GroupRow, map[string][]parking.Message) {
-	type acc struct {
-		row                        GroupRow
-		origins, reasons, policies map[string]int
+// summary gathers parked messages into failure groups (the group the
+// sidecar wrote, or computed alike: parking.Message.Group) as they are
+// read, counting parks per hour over the sparkHours hours before now and
+// keeping at most keepPerGroup messages of each group: its memory grows
+// with what it keeps, not with the queue.
+type summary struct {
+	now  time.Time
+	by   map[string]*groupAcc
+	kept map[string][]parking.Message
+}
+
+type groupAcc struct {
+	row                        GroupRow
+	origins, reasons, policies map[string]int
+}
+
+func newSummary(now time.Time) *summary {
+	return &summary{now: now, by: map[string]*groupAcc{}, kept: map[string][]parking.Message{}}
+}
+
+// add counts m.
+func (s *summary) add(m parking.Message) {
+	a := s.by[m.Group]
+	if a == nil {
+		a = &groupAcc{row: GroupRow{ID: m.Group, Hours: make([]int, sparkHours)},
+			origins: map[string]int{}, reasons: map[string]int{}, policies: map[string]int{}}
+		s.by[m.Group] = a
 	}
-	by := map[string]*acc{}
-	kept := map[string][]parking.Message{}
-	for _, m := range ms {
-		a := by[m.Group]
-		if a == nil {
-			a = &acc{row: GroupRow{ID: m.Group, Hours: make([]int, sparkHours)},
-				origins: map[string]int{}, reasons: map[string]int{}, policies: map[string]int{}}
-			by[m.Group] = a
+	g := &a.row
+	g.Count++
+	a.origins[m.Origin]++
+	a.reasons[m.Reason]++
+	a.policies[m.Policy]++
+	if g.Error == "" {
+		g.Error = cmp.Or(m.Reported, m.Error)
+	}
+	if at := m.ParkedAt; !at.IsZero() {
+		if g.First.IsZero() || at.Before(g.First) {
+			g.First = at
 		}
-		g := &a.row
-		g.Count++
-		a.origins[m.Origin]++
-		a.reasons[m.Reason]++
-		a.policies[m.Policy]++
-		if g.Error == "" {
-			g.Error = cmp.Or(m.Reported, m.Error)
+		if at.After(g.Last) {
+			g.Last = at
 		}
-		if at := m.ParkedAt; !at.IsZero() {
-			if g.First.IsZero() || at.Before(g.First) {
-				g.First = at
-			}
-			if at.After(g.Last) {
-				g.Last = at
-			}
-			if h := int(now.Sub(at) / time.Hour); h >= 0 && h < sparkHours {
-				g.Hours[sparkHours-1-h]++
-			}
-		}
-		if len(kept[m.Group]) < keepPerGroup {
-			kept[m.Group] = append(kept[m.Group], m)
+		if h := int(s.now.Sub(at) / time.Hour); h >= 0 && h < sparkHours {
+			g.Hours[sparkHours-1-h]++
 		}
 	}
-	rows := make([]GroupRow, 0, len(by))
-	for _, a := range by {
+	if len(s.kept[m.Group]) < keepPerGroup {
+		s.kept[m.Group] = append(s.kept[m.Group], m)
+	}
+}
+
+// groups returns the groups, largest first, and the messages kept of
+// each.
+func (s *summary) groups() ([]GroupRow, map[string][]parking.Message) {
+	rows := make([]GroupRow, 0, len(s.by))
+	for _, a := range s.by {
 		g := a.row
 		g.Origin, g.OtherOrigins = parking.Most(a.origins)
 		g.Reason, g.OtherReasons = parking.Most(a.reasons)
@@ -166,7 +181,7 @@ func summarize(ms []parking.Message, now time.Time) ([]GroupRow, map[string][]pa
 		rows = append(rows, g)
 	}
 	slices.SortFunc(rows, func(a, b GroupRow) int { return cmp.Or(b.Count-a.Count, strings.Compare(a.ID, b.ID)) })
-	return rows, kept
+	return rows, s.kept
 }
 
 // messageKey names one parked message in a URL: message ids are the

@@ -1,6 +1,9 @@
 package console
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"net/http"
 	"strconv"
@@ -14,6 +17,7 @@ import (
 type signInForm struct {
 	User    string
 	Problem string
+	CSRF    string // the form's token (signInToken)
 }
 
 func (s *Server) signInPage(w http.ResponseWriter, r *http.Request) {
@@ -21,7 +25,53 @@ func (s *Server) signInPage(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/groups", http.StatusSeeOther)
 		return
 	}
-	s.render(w, http.StatusOK, "signin", "Sign in", "", nil, signInForm{})
+	s.renderSignIn(w, r, http.StatusOK, signInForm{})
+}
+
+// The sign-in form carries a CSRF token too (login CSRF): without one,
+// another site could post its own user and password to the console and
+// sign a person's browser in as that user, whose pages and actions the
+// person would then take for their own. Before there is a session, the
+// token is tied to a random nonce in a cookie of its own (HttpOnly,
+// SameSite=Strict, like the session's, so another site's form does not
+// carry it): the token is an HMAC of the nonce under a key the console
+// draws at start, so a token is good only with its cookie, and only on
+// this console.
+
+// signInCookie holds the sign-in form's nonce.
+const signInCookie = "rebound_signin"
+
+// renderSignIn renders the sign-in page with status, giving the browser a
+// nonce cookie if it has none and the form the token that goes with it.
+func (s *Server) renderSignIn(w http.ResponseWriter, r *http.Request, status int, form signInForm) {
+	nonce := ""
+	if c, err := r.Cookie(signInCookie); err == nil && len(c.Value) >= 40 && len(c.Value) <= 64 {
+		nonce = c.Value
+	} else {
+		var err error
+		if nonce, err = randomID(); err != nil {
+			s.fail(w, r, nil, http.StatusInternalServerError, "Sign in", err)
+			return
+		}
+		http.SetCookie(w, &http.Cookie{Name: signInCookie, Value: nonce, Path: "/signin", HttpOnly: true, Secure: s.opt.Secure, SameSite: http.SameSiteStrictMode})
+	}
+	form.CSRF = s.signInToken(nonce)
+	s.render(w, status, "signin", "Sign in", "", nil, form)
+}
+
+// signInToken is the sign-in form's CSRF token for nonce.
+func (s *Server) signInToken(nonce string) string {
+	mac := hmac.New(sha256.New, s.signInKey)
+	mac.Write([]byte("rebound console sign-in\x00" + nonce))
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// validSignInCSRF reports whether r carries a sign-in cookie and the form
+// token that goes with it.
+func (s *Server) validSignInCSRF(r *http.Request) bool {
+	c, err := r.Cookie(signInCookie)
+	got := r.PostFormValue("csrf")
+	return err == nil && c.Value != "" && got != "" && hmac.Equal([]byte(got), []byte(s.signInToken(c.Value)))
 }
 
 // maxCredential bounds a user name or password: RabbitMQ's own are far
@@ -34,17 +84,23 @@ const maxCredential = 1024
 func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
 	user, password := r.PostFormValue("user"), r.PostFormValue("password")
-	addr := clientAddr(r)
+	addr := s.clientAddr(r)
 	now := s.now()
 	log := s.log.With(zap.String("user", user), zap.String("addr", addr))
-	if user == "" || password == "" || len(user) > maxCredential || len(password) > maxCredential {
-		s.render(w, http.StatusBadRequest, "signin", "Sign in", "", nil, signInForm{User: user, Problem: "Enter a RabbitMQ user name and its password."})
+	if !s.validSignInCSRF(r) {
+		log.Warn("console sign-in refused: bad CSRF token")
+		s.renderSignIn(w, r, http.StatusForbidden, signInForm{User: user,
+			Problem: "This form is stale or did not come from the console (CSRF token missing or wrong): sign in again."})
 		return
 	}
-	if wait := max(s.byUser.wait("user:"+user, now), s.byAddr.wait(addr, now)); wait > 0 {
+	if user == "" || password == "" || len(user) > maxCredential || len(password) > maxCredential {
+		s.renderSignIn(w, r, http.StatusBadRequest, signInForm{User: user, Problem: "Enter a RabbitMQ user name and its password."})
+		return
+	}
+	if wait := max(s.byUser.wait("user:"+user, now), s.byAddr.wait(throttleKey(addr), now)); wait > 0 {
 		log.Warn("console sign-in refused: throttled", zap.Duration("wait", wait))
 		w.Header().Set("Retry-After", retryAfter(wait))
-		s.render(w, http.StatusTooManyRequests, "signin", "Sign in", "", nil,
+		s.renderSignIn(w, r, http.StatusTooManyRequests,
 			signInForm{User: user, Problem: "Too many failed sign-ins for this user or from this address: try again in " + wait.Round(time.Second).String() + "."})
 		return
 	}
@@ -61,9 +117,9 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 			problem, status = "This user may not use the deployment's virtual host.", http.StatusForbidden
 		}
 		s.byUser.failed("user:"+user, now)
-		s.byAddr.failed(addr, now)
+		s.byAddr.failed(throttleKey(addr), now)
 		log.Warn("console sign-in failed", zap.Error(err))
-		s.render(w, status, "signin", "Sign in", "", nil, signInForm{User: user, Problem: problem})
+		s.renderSignIn(w, r, status, signInForm{User: user, Problem: problem})
 		return
 	}
 	sess, err := s.sessions.start(user, password, addr, conn, now, s.opt.Dial)
@@ -74,6 +130,7 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 	}
 	s.byUser.succeeded("user:" + user)
 	log.Info("console sign-in")
+	http.SetCookie(w, &http.Cookie{Name: signInCookie, Path: "/signin", MaxAge: -1, HttpOnly: true, Secure: s.opt.Secure, SameSite: http.SameSiteStrictMode})
 	setCookie(w, sess.id, s.opt.Secure)
 	http.Redirect(w, r, "/groups", http.StatusSeeOther)
 }
@@ -81,7 +138,7 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 func (s *Server) signOut(w http.ResponseWriter, r *http.Request, sess *session) {
 	s.sessions.remove(sess)
 	s.forget(sess.user)
-	s.log.Info("console sign-out", zap.String("user", sess.user), zap.String("addr", clientAddr(r)))
+	s.log.Info("console sign-out", zap.String("user", sess.user), zap.String("addr", s.clientAddr(r)))
 	setCookie(w, "", s.opt.Secure)
 	http.Redirect(w, r, "/signin", http.StatusSeeOther)
 }

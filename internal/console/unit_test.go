@@ -65,12 +65,16 @@ func TestSummarize(t *testing.T) {
 		return parking.Message{Group: group, Origin: origin, Reason: reason, Error: err, Reported: err, ParkedAt: now.Add(-ago),
 			Delivery: amqp.Delivery{MessageId: group + origin}}
 	}
-	rows, kept := summarize([]parking.Message{
+	acc := newSummary(now)
+	for _, m := range []parking.Message{
 		msg("aaa", "orders", "max-retries", "timeout 1", 10*time.Minute),
 		msg("bbb", "billing", "non-retryable", "schema", 30*time.Hour),
 		msg("aaa", "orders", "max-duration", "timeout 2", 90*time.Minute),
 		msg("aaa", "orders", "max-retries", "timeout 3", 90*time.Minute),
-	}, now)
+	} {
+		acc.add(m)
+	}
+	rows, kept := acc.groups()
 	if len(rows) != 2 || rows[0].ID != "aaa" || rows[0].Count != 3 || rows[1].ID != "bbb" {
 		t.Fatalf("rows %+v", rows)
 	}

@@ -67,31 +67,22 @@ func (q Queue) Expire(ctx context.Context, retention time.Duration, f Filter, no
 		batch = batch[:0]
 		return nil
 	}
-	for f.Limit == 0 || res.Matched < f.Limit {
-		d, ok, err := r.Next(ctx)
-		if err != nil {
-			return res, err
-		}
-		if !ok {
-			break
-		}
-		res.Scanned++
-		m := q.Decode(d, now)
-		if !f.match(m, now) {
-			continue
-		}
-		res.Matched++
+	err = q.eachMatch(ctx, r, f, now, &res.Scanned, &res.Matched, func(d amqp.Delivery, m Message) (bool, error) {
 		if export != nil {
 			if err := export.Export(m); err != nil {
-				return res, fmt.Errorf("export message %q: %w", m.ID(), err)
+				return false, fmt.Errorf("export message %q: %w", m.ID(), err)
 			}
 			res.Exported++
 		}
 		if batch = append(batch, d); len(batch) >= expireBatch {
 			if err := flush(); err != nil {
-				return res, err
+				return false, err
 			}
 		}
+		return true, nil
+	})
+	if err != nil {
+		return res, err
 	}
 	if err := flush(); err != nil {
 		return res, err

@@ -39,6 +39,15 @@ func (q Queue) List(ctx context.Context, f Filter, now time.Time) (l Listing, er
 	return l, err
 }
 
+// Visit reads the messages once, as List does, and hands each match to
+// visit instead of keeping it: for a reader whose memory should grow with
+// what it keeps, not with the queue (the console's groups page). It
+// returns how many messages it read and matched.
+func (q Queue) Visit(ctx context.Context, f Filter, now time.Time, visit func(Message)) (scanned, matched int, err error) {
+	scanned, matched, _, _, err = q.scan(ctx, f, now, visit)
+	return scanned, matched, err
+}
+
 // scan reads the messages once, up to the filter's limit of matches, and
 // calls visit with each match, leaving them all in the queue. unread is
 // how many of the messages the queue held it did not read; limited says it
@@ -64,21 +73,41 @@ func (q Queue) Purge(ctx context.Context, f Filter, now time.Time) (scanned, rem
 		return 0, 0, err
 	}
 	defer func() { err = errors.Join(err, r.Close()) }()
-	for f.Limit == 0 || removed < f.Limit {
-		d, ok, err := r.Next(ctx)
-		if err != nil || !ok {
-			return scanned, removed, errors.Join(err, ctx.Err())
-		}
-		scanned++
-		if !f.match(q.Decode(d, now), now) {
-			continue
-		}
+	var matched int
+	err = q.eachMatch(ctx, r, f, now, &scanned, &matched, func(d amqp.Delivery, _ Message) (bool, error) {
 		if err := r.Remove(d); err != nil {
-			return scanned, removed, err
+			return false, err
 		}
 		removed++
+		return true, nil
+	})
+	return scanned, removed, errors.Join(err, ctx.Err())
+}
+
+// eachMatch reads the queue once through r and hands each message f
+// matches, with its delivery, to act, until the queue's end, f's limit of
+// matches, or act says stop (false) or fails; scanned and matched count
+// what it read and matched as it goes (act sees them up to date). It is
+// the loop of every operation that moves messages (Purge, ReplayWith,
+// Expire): each settles the deliveries act leaves through r.
+func (q Queue) eachMatch(ctx context.Context, r *republisher.Mover, f Filter, now time.Time, scanned, matched *int,
+	act func(amqp.Delivery, Message) (bool, error)) error {
+	for f.Limit == 0 || *matched < f.Limit {
+		d, ok, err := r.Next(ctx)
+		if err != nil || !ok {
+			return err
+		}
+		*scanned++
+		m := q.Decode(d, now)
+		if !f.match(m, now) {
+			continue
+		}
+		*matched++
+		if more, err := act(d, m); err != nil || !more {
+			return err
+		}
 	}
-	return scanned, removed, nil
+	return nil
 }
 
 // Kept is a matching message a replay left parked, and why.
@@ -159,47 +188,34 @@ func (q Queue) ReplayWith(ctx context.Context, f Filter, now time.Time, opt Repl
 	// The sidecar's check: a copy sent straight to an origin the broker
 	// will not let rebound check, and returned, says it does not exist.
 	origins := declarer.NewOrigins(q.Conn, r.ReturnedSince, nil, time.Now)
-	for f.Limit == 0 || res.Matched < f.Limit {
-		d, ok, err := r.Next(ctx)
-		if err != nil {
-			return res, err
-		}
-		if !ok {
-			break
-		}
-		res.Scanned++
-		m := q.Decode(d, now)
-		if !f.match(m, now) {
-			continue
-		}
-		res.Matched++
+	err = q.eachMatch(ctx, r, f, now, &res.Scanned, &res.Matched, func(d amqp.Delivery, m Message) (bool, error) {
 		if opt.Progress != nil {
 			opt.Progress(res)
 		}
 		target := cmp.Or(opt.To, m.Origin)
 		if o := q.Router.CheckOrigin(target, ""); o.Refused != "" {
 			res.Kept = append(res.Kept, Kept{m, o.Why})
-			continue
+			return true, nil
 		}
 		// Replayed copies are mandatory: one for a queue that does not
 		// exist comes back, and its message is kept.
 		found, checked, err := origins.Exists(target)
 		if err != nil {
-			return res, err
+			return false, err
 		}
 		if !found {
 			res.Kept = append(res.Kept, Kept{m, whyOriginMissing})
-			continue
+			return true, nil
 		}
 		if dryRun {
 			res.Replayed++
 			if !checked {
 				res.Unchecked++
 			}
-			continue
+			return true, nil
 		}
 		if err := pace.wait(ctx); err != nil {
-			break // interrupted: m stays parked, and was not sent
+			return false, nil // interrupted: m stays parked, and was not sent
 		}
 		dest, msg := q.Router.Replay(d, m.Origin, now)
 		if opt.To != "" {
@@ -207,8 +223,12 @@ func (q Queue) ReplayWith(ctx context.Context, f Filter, now time.Time, opt Repl
 		}
 		if err := r.Move(d, dest, msg, res.outcome(m, opt.Record)); err != nil {
 			res.Kept = append(res.Kept, Kept{m, republisher.WhyInterrupted})
-			break
+			return false, nil
 		}
+		return true, nil
+	})
+	if err != nil {
+		return res, err
 	}
 	// A cancelled ctx ends reading, but what was published is still
 	// settled, so an interrupted replay leaves few duplicates behind.
