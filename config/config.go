@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"reflect"
@@ -111,8 +112,11 @@ type Config struct {
 	ConsoleAddr        string `env:"CONSOLE_ADDR" envDefault:":9465"`
 	ConsoleTLSCertFile string `env:"CONSOLE_TLS_CERT_FILE"`
 	ConsoleTLSKeyFile  string `env:"CONSOLE_TLS_KEY_FILE"`
-	LogLevel           string `env:"LOG_LEVEL" envDefault:"info"`
-	LogFormat          string `env:"LOG_FORMAT" envDefault:"json"`
+	// ConsoleTrustedProxies are the reverse proxies whose X-Forwarded-For
+	// the console believes (see ConsoleProxies).
+	ConsoleTrustedProxies string `env:"CONSOLE_TRUSTED_PROXIES"`
+	LogLevel              string `env:"LOG_LEVEL" envDefault:"info"`
+	LogFormat             string `env:"LOG_FORMAT" envDefault:"json"`
 
 	HeaderRetryCount    string `env:"HEADER_RETRY_COUNT" envDefault:"x-retry-count"`
 	HeaderTaskStartedAt string `env:"HEADER_TASK_STARTED_AT" envDefault:"x-task-started-at"`
@@ -290,6 +294,9 @@ func (c Config) validate(failed map[string]bool) []fieldError {
 	}
 	if (c.ConsoleTLSCertFile == "") != (c.ConsoleTLSKeyFile == "") {
 		add("CONSOLE_TLS_CERT_FILE", c.ConsoleTLSCertFile, "set together with REBOUND_CONSOLE_TLS_KEY_FILE (both or neither)")
+	}
+	if _, err := parseTrustedProxies(c.ConsoleTrustedProxies); err != nil {
+		add("CONSOLE_TRUSTED_PROXIES", c.ConsoleTrustedProxies, "IP addresses or CIDR prefixes of the reverse proxies in front of the console, separated by commas, such as 10.0.0.0/8,192.0.2.10 ("+err.Error()+")")
 	}
 	if _, err := regexp.Compile(c.OriginQueues); err != nil {
 		add("ORIGIN_QUEUES", c.OriginQueues, "a regular expression of the queues rebound may send messages back to, such as ^orders\\. ("+err.Error()+")")
@@ -536,6 +543,45 @@ func (c Config) ConsoleTLS() (*tls.Config, error) {
 		return nil, tlsError("CONSOLE_TLS_CERT_FILE", c.ConsoleTLSCertFile, "with REBOUND_CONSOLE_TLS_KEY_FILE: "+err.Error())
 	}
 	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}, nil
+}
+
+// ConsoleProxies are the reverse proxies whose X-Forwarded-For the
+// console believes (REBOUND_CONSOLE_TRUSTED_PROXIES); none by default.
+func (c Config) ConsoleProxies() []netip.Prefix {
+	proxies, _ := parseTrustedProxies(c.ConsoleTrustedProxies) // checked by Load
+	return proxies
+}
+
+// parseTrustedProxies reads IP addresses and CIDR prefixes, separated by
+// commas ("" is none). A /0 prefix is refused: it would believe
+// X-Forwarded-For from anyone, who could then choose the address a
+// sign-in is throttled by.
+func parseTrustedProxies(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, field := range strings.Split(s, ",") {
+		field = strings.TrimSpace(field)
+		if field == "" {
+			continue
+		}
+		var p netip.Prefix
+		if strings.Contains(field, "/") {
+			var err error
+			if p, err = netip.ParsePrefix(field); err != nil {
+				return nil, fmt.Errorf("%q is not an IP address or CIDR prefix", field)
+			}
+		} else {
+			a, err := netip.ParseAddr(field)
+			if err != nil || a.Zone() != "" {
+				return nil, fmt.Errorf("%q is not an IP address or CIDR prefix", field)
+			}
+			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		if p.Bits() == 0 {
+			return nil, fmt.Errorf("%q trusts every address: anyone could then choose the address they are throttled by", field)
+		}
+		out = append(out, netip.PrefixFrom(p.Addr().Unmap(), min(p.Bits(), p.Addr().Unmap().BitLen())).Masked())
+	}
+	return out, nil
 }
 
 func tlsError(variable, path, problem string) error {

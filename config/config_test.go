@@ -442,3 +442,34 @@ func TestOriginAllowed(t *testing.T) {
 		}
 	}
 }
+
+// The console believes X-Forwarded-For only from the proxies named, and
+// never from everyone.
+func TestParseTrustedProxies(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want string // the prefixes, joined; "error" when refused
+	}{
+		{"", ""},
+		{"10.0.0.0/8", "10.0.0.0/8"},
+		{" 10.1.2.3/8 , 192.168.1.10,fd00::/8 ", "10.0.0.0/8 192.168.1.10/32 fd00::/8"},
+		{"::ffff:10.0.0.1", "10.0.0.1/32"},
+		{"0.0.0.0/0", "error"},
+		{"::/0", "error"},
+		{"10.0.0.0/33", "error"},
+		{"proxy.internal", "error"},
+		{"fe80::1%eth0", "error"},
+	} {
+		got, err := parseTrustedProxies(tt.in)
+		s := make([]string, len(got))
+		for i, p := range got {
+			s[i] = p.String()
+		}
+		switch {
+		case tt.want == "error" && err == nil:
+			t.Errorf("%q: %v, want an error", tt.in, got)
+		case tt.want != "error" && (err != nil || strings.Join(s, " ") != tt.want):
+			t.Errorf("%q: %v, %v; want %s", tt.in, s, err, tt.want)
+		}
+	}
+}

@@ -9,10 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	"time"
-
-	"github.com/caarlos0/env/v11"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/zap"
@@ -44,16 +41,12 @@ func runConsole(ctx context.Context, args []string, in invocation) error {
 	if err != nil {
 		return err
 	}
-	proxies, err := consoleTrustedProxies(in.environ)
-	if err != nil {
-		return err
-	}
 	log, err := newLogger(cfg, in.stderr)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
-	srv, err := newConsole(cfg, in, log, tlsConfig != nil, proxies)
+	srv, err := newConsole(cfg, in, log, tlsConfig != nil)
 	if err != nil {
 		return err
 	}
@@ -94,7 +87,7 @@ func runConsole(ctx context.Context, args []string, in invocation) error {
 
 // newConsole builds the console of cfg: every connection it opens is
 // opened as the person signed in, through the dialer every command uses.
-func newConsole(cfg config.Config, in invocation, log *zap.Logger, secure bool, proxies []netip.Prefix) (*console.Server, error) {
+func newConsole(cfg config.Config, in invocation, log *zap.Logger, secure bool) (*console.Server, error) {
 	d, err := newDialer(cfg, in.environ)
 	if err != nil {
 		return nil, err
@@ -107,24 +100,7 @@ func newConsole(cfg config.Config, in invocation, log *zap.Logger, secure bool, 
 		Delays:         delayed.Delays(cfg.DelayDigits, delayed.Longest(cfg.PolicySet())),
 		ConfirmTimeout: cfg.ConfirmTimeout,
 		Secure:         secure,
-		TrustedProxies: proxies,
+		TrustedProxies: cfg.ConsoleProxies(),
 		Logger:         log,
 	})
-}
-
-// trustedProxiesVariable names the reverse proxies whose X-Forwarded-For
-// the console believes; the console alone reads it.
-const trustedProxiesVariable = config.Prefix + "CONSOLE_TRUSTED_PROXIES"
-
-// consoleTrustedProxies reads REBOUND_CONSOLE_TRUSTED_PROXIES from
-// environ: a bad value is a configuration error (exit 2), worded as
-// config's, that names the variable, its value and what is allowed.
-func consoleTrustedProxies(environ []string) ([]netip.Prefix, error) {
-	value := env.ToMap(environ)[trustedProxiesVariable]
-	proxies, err := console.ParseTrustedProxies(value)
-	if err != nil {
-		return nil, usageError{fmt.Sprintf("invalid configuration (1 problem):\n  %s=%q: IP addresses or CIDR prefixes of the reverse proxies in front of the console, separated by commas, such as 10.0.0.0/8,192.0.2.10 (%v)",
-			trustedProxiesVariable, value, err)}
-	}
-	return proxies, nil
 }

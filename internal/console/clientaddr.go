@@ -1,7 +1,6 @@
 package console
 
 import (
-	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -17,37 +16,6 @@ import (
 // in TrustedProxies are therefore believed: X-Forwarded-For is read from
 // the right (the entry the nearest proxy appended), past every trusted
 // proxy, and the first address that is not one is the client's.
-
-// ParseTrustedProxies reads REBOUND_CONSOLE_TRUSTED_PROXIES: IP addresses
-// and CIDR prefixes, separated by commas ("" is none). A /0 prefix is
-// refused: it would believe X-Forwarded-For from anyone.
-func ParseTrustedProxies(s string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, field := range strings.Split(s, ",") {
-		field = strings.TrimSpace(field)
-		if field == "" {
-			continue
-		}
-		var p netip.Prefix
-		if strings.Contains(field, "/") {
-			var err error
-			if p, err = netip.ParsePrefix(field); err != nil {
-				return nil, fmt.Errorf("%q is not an IP address or CIDR prefix", field)
-			}
-		} else {
-			a, err := netip.ParseAddr(field)
-			if err != nil || a.Zone() != "" {
-				return nil, fmt.Errorf("%q is not an IP address or CIDR prefix", field)
-			}
-			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
-		}
-		if p.Bits() == 0 {
-			return nil, fmt.Errorf("%q trusts every address: anyone could then choose the address they are throttled by", field)
-		}
-		out = append(out, netip.PrefixFrom(p.Addr().Unmap(), min(p.Bits(), p.Addr().Unmap().BitLen())).Masked())
-	}
-	return out, nil
-}
 
 // clientAddr is the address r came from: its peer, or, when the peer is a
 // trusted proxy, the address X-Forwarded-For gives past the trusted
