@@ -52,9 +52,15 @@ QUEUE_TYPE=${QUEUE_TYPE:-classic}
 # budget fall in seconds of their own.
 # rebound.delay alone is the shared headers exchange of earlier rebound
 # versions: older replicas still use it during a rolling upgrade (drop it
-# from the three patterns once none is left). The application queues are
-# not rebound's to declare.
-CONFIGURE='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+|delay\.in-use|delay\.lock|delay\.replica\.[0-9]+|delay\.watch)$'
+# from the three patterns once none is left). rebound.delay.hold names the
+# hold queue of REBOUND_DELAY_MODE=hold (RabbitMQ 4.3) and its fanout
+# exchange, rebound.delay.hold.commands the stream of flush and cancel
+# commands, rebound.delay.hold.probe.<hex> the queue and exchange that
+# probe the broker for holding at start; in queues mode every replica still
+# checks (passively) for a hold queue to drain, which RabbitMQ 4.2.6 and
+# later refuse without configure on it. The application queues are not
+# rebound's to declare.
+CONFIGURE='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+|delay\.in-use|delay\.lock|delay\.replica\.[0-9]+|delay\.watch|delay\.hold|delay\.hold\.commands|delay\.hold\.probe\.[0-9a-f]+)$'
 
 # write: rebound publishes delayed copies to the delay queues' exchanges
 # (rebound.delay.<n>), and immediate retries and parked messages to the
@@ -65,7 +71,9 @@ CONFIGURE='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+|delay\.in-use|delay\.
 # queues. Note: write on amq.default lets rebound publish to any queue of
 # the vhost by name; that is how it sends a message back to its origin
 # queue, whatever that queue is called.
-WRITE='^(amq\.default|rebound\.delay|rebound\.inbox|rebound\.delay\.[0-9]+)$'
+# In hold mode: the hold exchange, and binding the hold queue to it (and
+# the probe's queue to its exchange).
+WRITE='^(amq\.default|rebound\.delay|rebound\.inbox|rebound\.delay\.[0-9]+|rebound\.delay\.hold|rebound\.delay\.hold\.probe\.[0-9a-f]+)$'
 
 # read: rebound consumes rebound.inbox; `rebound parked` lists, replays and
 # purges rebound.parked; binding needs read on the source exchanges
@@ -75,7 +83,9 @@ WRITE='^(amq\.default|rebound\.delay|rebound\.inbox|rebound\.delay\.[0-9]+)$'
 # and `rebound delayed flush|cancel` reads them. `rebound topology prune`
 # reads the leases in rebound.delay.in-use. Nothing else: rebound never
 # consumes an application queue.
-READ='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+|delay\.in-use|delay\.watch)$'
+# In hold mode the holders consume the hold queue and read the commands
+# stream.
+READ='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+|delay\.in-use|delay\.watch|delay\.hold|delay\.hold\.commands|delay\.hold\.probe\.[0-9a-f]+)$'
 
 if ! rabbitmqctl -q list_users | awk '{print $1}' | grep -qx -- "$REBOUND_USER"; then
   # Prompts for nothing: the password comes from REBOUND_PASSWORD. Put the
