@@ -71,11 +71,22 @@ func New(opt Options) *Holder {
 func (h *Holder) Run(ctx context.Context) error {
 	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	attempt := 0
+	warnedRefused := false
 	for {
 		started := h.opt.Now()
 		err := h.session(ctx)
 		if ctx.Err() != nil {
 			return nil
+		}
+		// A replica in queues mode whose user has no permission on the hold
+		// queue (granted before hold mode existed) cannot drain one: it
+		// says so once and looks again as rarely as for an absent queue.
+		if h.opt.Drain && refused(err) {
+			if !warnedRefused {
+				h.log.Warn("cannot check for a hold queue to drain: no permission on it; grant configure and read on it (deploy/rabbitmq/setup.sh) if this vhost ever ran REBOUND_DELAY_MODE=hold", zap.Error(err))
+				warnedRefused = true
+			}
+			err = errNoHoldQueue
 		}
 		if errors.Is(err, errNoHoldQueue) {
 			attempt = 0
@@ -101,6 +112,13 @@ func (h *Holder) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// refused reports whether err is the broker refusing an operation for
+// want of a permission.
+func refused(err error) bool {
+	var aerr *amqp.Error
+	return errors.As(err, &aerr) && aerr.Code == amqp.AccessRefused
 }
 
 // errNoHoldQueue ends a holder's session before it starts: there is no

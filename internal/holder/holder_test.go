@@ -13,7 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/rebound-mq/rebound/headers"
 	"github.com/rebound-mq/rebound/internal/brokertest"
@@ -411,5 +413,43 @@ func TestHoldWithoutDefaultExchangeWrite(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.Released.WithLabelValues("published")); got != 0 {
 		t.Errorf("published %v without write access", got)
+	}
+}
+
+// TestDrainWithoutPermission: a replica in queues mode whose user has no
+// permission on the hold queue (RabbitMQ 4.2.6 and later refuse even a
+// passive declare without configure) says so once, naming what to grant,
+// and waits as for an absent queue instead of reconnecting with backoff.
+func TestDrainWithoutPermission(t *testing.T) {
+	e := newHoldEnv(t)
+	hold := e.rules.Topology.HoldQueue().Name
+	others := "^(?!" + regexp.QuoteMeta(hold) + "$)" + regexp.QuoteMeta(e.Prefix) + ".*"
+	_, url := e.Broker.User(t, e.URL(), "secret", others, others, others)
+	core, logs := observer.New(zap.WarnLevel)
+	rules := e.rules
+	rules.Topology.Hold = false
+	h := holder.New(holder.Options{Dialer: dialer.New([]string{url}, nil, dialer.Client{Name: t.Name()}), Rules: rules,
+		Logger: zap.New(core), Metrics: holder.NewMetrics(prometheus.NewRegistry(), time.Now, rules.Slice), Drain: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("holder: %v", err)
+		}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for logs.FilterMessageSnippet("cannot check for a hold queue to drain").Len() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning that the hold queue cannot be checked; logged: %v", logs.All())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := logs.FilterMessageSnippet("holder session ended").Len(); got != 0 {
+		t.Errorf("%d reconnect warnings, want none: %v", got, logs.All())
+	}
+	if w := logs.FilterMessageSnippet("cannot check").All()[0]; !strings.Contains(w.Message, "setup.sh") {
+		t.Errorf("the warning does not say what to grant: %q", w.Message)
 	}
 }
