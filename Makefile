@@ -26,27 +26,19 @@ run: broker build
 
 # The whole test suite against both brokers of the matrix: formatting, vet,
 # staticcheck, a tidy go.mod, the alerting rules' unit tests, then for each
-# broker the race-enabled tests,
-# the disruptive ones (memory alarm, broker restarts) one at a time, and
-# the cluster tests on three extra nodes (stopped and deleted afterwards,
-# pass or fail); then the Kubernetes manifest checks. The clients target
-# installs what the client tests run besides Go (Node's amqplib, pika,
-# Qpid Proton).
+# broker, both brokers at once (scripts/test-broker.sh; each line prefixed
+# by its broker): the race-enabled tests, the disruptive ones (memory alarm,
+# broker restarts) one at a time, the cluster tests on three extra nodes
+# (stopped and deleted afterwards, pass or fail), and the Kubernetes
+# manifest checks; last, an account of what failed (scripts/testreport.go).
+# The clients target installs what the client tests run besides Go (Node's
+# amqplib, pika, Qpid Proton).
 test: brokers clients lint alerts
-	@for b in $(BROKERS); do \
-	  echo "=== RabbitMQ $$b: go test ./..."; \
-	  REBOUND_TEST_BROKER=$$b go test $(GO_TEST_FLAGS) ./... || exit 1; \
-	  echo "=== RabbitMQ $$b: tests that disturb the whole broker"; \
-	  REBOUND_TEST_BROKER=$$b go test $(GO_TEST_FLAGS) -tags chaos -run '$(CHAOS_TESTS)' -v ./e2e/ | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+\S+_test.go:.*(broker:|ACCOUNT|CENSUS|not parked|FAIL))' ; \
-	  test $${PIPESTATUS[0]} -eq 0 || exit 1; \
-	  echo "=== RabbitMQ $$b: cluster tests"; \
-	  ( trap './scripts/cluster.sh -b '$$b' stop' EXIT; ./scripts/cluster.sh -b $$b start && \
-	    REBOUND_TEST_BROKER=$$b go test $(GO_TEST_FLAGS) -tags chaos -run '$(CLUSTER_TESTS)' ./e2e/ ) || exit 1; \
-	done
-	@for b in $(BROKERS); do \
-	  echo "=== RabbitMQ $$b: deploy/validate"; \
-	  (cd deploy/validate && go vet ./... && REBOUND_TEST_BROKER=$$b go test -count=1 ./...) || exit 1; \
-	done
+	@logs=$$(mktemp -d); pids=; for b in $(BROKERS); do \
+	  ( set -o pipefail; REBOUND_TEST_ACCOUNT=$$logs/$$b ./scripts/test-broker.sh $$b '$(CHAOS_TESTS)' '$(CLUSTER_TESTS)' $(GO_TEST_FLAGS) 2>&1 | sed -u "s/^/[$$b] /" ) & \
+	  pids="$$pids $$!"; \
+	done; failed=0; for p in $$pids; do wait $$p || failed=1; done; \
+	if [ $$failed = 1 ]; then cat $$logs/*; fi; rm -rf $$logs; exit $$failed
 
 # The alerting rules, checked and unit-tested by promtool (every alert,
 # firing and silent); scripts/ensure-promtool.sh takes promtool from
@@ -80,7 +72,7 @@ brokers: broker
 	@./scripts/rabbitmq43.sh ensure
 
 # The clients docs/consumers.md's snippets and the AMQP 1.0 test run:
-# Node with npm's amqplib (in docs/consumers/node_modules), Debian's
+# Node with npm's amqplib and rhea (in docs/consumers/node_modules), Debian's
 # python3-pika and python3-qpid-proton.
 clients:
 	@./scripts/ensure-clients.sh

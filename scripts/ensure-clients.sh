@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs the clients the tests run besides Go: Node with npm's amqplib
-# (docs/consumers/, pinned by its package-lock.json, into the ignored
+# Installs the clients the tests run besides Go: Node with npm's amqplib and
+# rhea (docs/consumers/, pinned by its package-lock.json, into the ignored
 # docs/consumers/node_modules), and Debian's python3-pika and
 # python3-qpid-proton for /usr/bin/python3 (a pyenv python3 on the PATH
 # does not see Debian's packages). e2e/clients_test.go and
@@ -29,13 +29,17 @@ if ((${#missing[@]})); then
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# amqplib at the version package.json pins, from the lock file.
-want=$(node -p "require('./docs/consumers/package.json').dependencies.amqplib")
-have=$(node -p "require('./docs/consumers/node_modules/amqplib/package.json').version" 2>/dev/null || true)
-if [ "$have" != "$want" ]; then
-  echo "ensure-clients: npm ci in docs/consumers (amqplib $want)" >&2
-  npm ci --prefix docs/consumers --no-audit --no-fund --loglevel=error >/dev/null
-fi
+# amqplib and rhea (AMQP 1.0) at the versions package.json pins, from the
+# lock file.
+for pkg in amqplib rhea; do
+  want=$(node -p "require('./docs/consumers/package.json').dependencies['$pkg']")
+  have=$(node -p "require('./docs/consumers/node_modules/$pkg/package.json').version" 2>/dev/null || true)
+  if [ "$have" != "$want" ]; then
+    echo "ensure-clients: npm ci in docs/consumers ($pkg $want)" >&2
+    npm ci --prefix docs/consumers --no-audit --no-fund --loglevel=error >/dev/null
+    break
+  fi
+done
 
 # playwright-core at the version e2e/console/package.json pins; it drives
 # /usr/bin/chromium and downloads no browser of its own.
