@@ -482,9 +482,9 @@ func (c Config) Router() route.Router {
 	return route.Router{Topology: c.Topology(), Policies: c.PolicySet(), Codec: headers.NewCodec(c.headerNames())}
 }
 
-// Policy returns the default policy: REBOUND_BACKOFF and the rest, with
+// defaultPolicy returns the default policy: REBOUND_BACKOFF and the rest, with
 // REBOUND_DELAY_DIGITS.
-func (c Config) Policy() policy.Policy {
+func (c Config) defaultPolicy() policy.Policy {
 	p := c.PolicyConfig.policy()
 	p.DelayDigits = c.DelayDigits
 	return p
@@ -499,7 +499,7 @@ func (c Config) PolicySet() policy.Set {
 		named[i] = policy.Named{Name: p.Name, Queues: regexp.MustCompile(p.Queues), Policy: p.policy()}
 		named[i].DelayDigits = c.DelayDigits
 	}
-	return policy.NewSet(c.Policy(), named...)
+	return policy.NewSet(c.defaultPolicy(), named...)
 }
 
 // TLS builds the TLS configuration for amqps:// from the CA, certificate

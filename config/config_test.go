@@ -35,13 +35,13 @@ func TestLoadDefaults(t *testing.T) {
 			MinDelay:         time.Second,
 			MaxDelay:         time.Hour,
 			Multiplier:       2,
-			Jitter:           policy.FullJitter,
+			Jitter:           "full",
 			JitterFactor:     0.5,
 			JitterMax:        time.Second,
 			ImmediateRetries: 0,
 			MaxRetries:       10,
 			MaxDuration:      24 * time.Hour,
-			Deadline:         policy.Clamp,
+			Deadline:         "clamp",
 		},
 		Prefetch: 1024, InflightBytes: 64 << 20, DelayQueueIdle: 15 * time.Minute,
 		ConfirmTimeout: 30 * time.Second,
@@ -94,12 +94,12 @@ func TestLoadValues(t *testing.T) {
 		t.Fatalf("Load: %v", err)
 	}
 	want := policy.Policy{
-		Backoff: policy.Geometric, MinDelay: 5 * time.Second, MaxDelay: 260 * time.Second, Multiplier: 2,
+		Backoff: "geometric", MinDelay: 5 * time.Second, MaxDelay: 260 * time.Second, Multiplier: 2,
 		Jitter: policy.GaussianJitter, JitterFactor: 0.2, JitterMax: 250 * time.Millisecond,
 		ImmediateRetries: 2, MaxRetries: 12, MaxDuration: 0, Deadline: policy.Strict, DelayDigits: 2,
 	}
-	if c.Policy() != want {
-		t.Errorf("Policy() = %+v, want %+v", c.Policy(), want)
+	if c.defaultPolicy() != want {
+		t.Errorf("defaultPolicy() = %+v, want %+v", c.defaultPolicy(), want)
 	}
 	if c.AMQPURL != "amqps://app:pw@broker.internal:5671/orders" || c.QueueType != quorum || c.Prefetch != 32 || c.headerNames().Error != "x-app-error" {
 		t.Errorf("Load = %+v", c)
@@ -402,7 +402,7 @@ func FuzzLoad(f *testing.F) {
 			}
 			return
 		}
-		p := c.Policy()
+		p := c.defaultPolicy()
 		started := time.Unix(1_700_000_000, 0)
 		r := rand.New(rand.NewPCG(1, 2))
 		for n := range 20 {

@@ -6,6 +6,8 @@ import (
 	"regexp/syntax"
 	"slices"
 	"unicode"
+
+	"github.com/rebound-mq/rebound/policy"
 )
 
 // A Finding is something a configuration allows that is almost surely not
@@ -44,7 +46,7 @@ func (c Config) Findings() []finding {
 		if err != nil {
 			continue // Load reported it
 		}
-		if allow != nil && !Overlap(q, allow) {
+		if allow != nil && !overlap(q, allow) {
 			out = append(out, finding{Policy: n.Name, Text: fmt.Sprintf(
 				"QUEUES %s matches no queue REBOUND_ORIGIN_QUEUES %s allows (judged on sampled names): a message from its queues is parked origin-not-allowed, never retried",
 				n.Queues, c.OriginQueues)})
@@ -54,7 +56,7 @@ func (c Config) Findings() []finding {
 			if err != nil {
 				continue
 			}
-			if e.Queues == n.Queues || Covers(eq, q) {
+			if e.Queues == n.Queues || covers(eq, q) {
 				out = append(out, finding{Policy: n.Name, Text: fmt.Sprintf(
 					"shadowed by %s, listed before it in REBOUND_POLICIES: every queue %s matches, %s matches too (judged on sampled names), so %s never decides",
 					e.Name, n.Queues, e.Queues, n.Name)})
@@ -66,10 +68,29 @@ func (c Config) Findings() []finding {
 	return out
 }
 
-// Overlap reports whether some name matches both a and b, judged on
+// Deciders returns the policies of set that can decide a message whose
+// origin queue origins matches (nil: any), in the order they are tried:
+// those whose QUEUES can match such a queue, up to the first that takes
+// every one of them, after which no policy decides any. It judges as
+// Findings does, on sampled names.
+func Deciders(set policy.Set, origins *regexp.Regexp) []*policy.Named {
+	var out []*policy.Named
+	for _, p := range set.All() {
+		if origins != nil && p.Queues != nil && !overlap(p.Queues, origins) {
+			continue
+		}
+		out = append(out, p)
+		if origins != nil && p.Queues != nil && covers(p.Queues, origins) {
+			break
+		}
+	}
+	return out
+}
+
+// overlap reports whether some name matches both a and b, judged on
 // names sampled from each (see Findings): true is proven by a name, false
 // means none of the samples matched both.
-func Overlap(a, b *regexp.Regexp) bool {
+func overlap(a, b *regexp.Regexp) bool {
 	for _, s := range candidates(a, b) {
 		if a.MatchString(s) && b.MatchString(s) {
 			return true
@@ -78,9 +99,9 @@ func Overlap(a, b *regexp.Regexp) bool {
 	return false
 }
 
-// Covers reports whether every sampled name later matches also matches
+// covers reports whether every sampled name later matches also matches
 // earlier, the samples including later's names joined with earlier's.
-func Covers(earlier, later *regexp.Regexp) bool {
+func covers(earlier, later *regexp.Regexp) bool {
 	n := 0
 	for _, s := range candidates(later, earlier) {
 		if later.MatchString(s) {

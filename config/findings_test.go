@@ -24,9 +24,9 @@ func TestOverlap(t *testing.T) {
 		// both, and no sample reaches it.
 		{`^orders\.[0-9]{2}$`, `^orders\..5$`, false},
 	} {
-		got := Overlap(regexp.MustCompile(tc.a), regexp.MustCompile(tc.b))
+		got := overlap(regexp.MustCompile(tc.a), regexp.MustCompile(tc.b))
 		if got != tc.want {
-			t.Errorf("Overlap(%s, %s) = %v, want %v", tc.a, tc.b, got, tc.want)
+			t.Errorf("overlap(%s, %s) = %v, want %v", tc.a, tc.b, got, tc.want)
 		}
 	}
 }
@@ -43,9 +43,46 @@ func TestCovers(t *testing.T) {
 		{`^orders\.(eu|us)\.`, `^orders\.`, false},
 		{`^mail\.`, `^mail\.(send|bounce)$`, true},
 	} {
-		got := Covers(regexp.MustCompile(tc.earlier), regexp.MustCompile(tc.later))
+		got := covers(regexp.MustCompile(tc.earlier), regexp.MustCompile(tc.later))
 		if got != tc.want {
-			t.Errorf("Covers(%s, %s) = %v, want %v", tc.earlier, tc.later, got, tc.want)
+			t.Errorf("covers(%s, %s) = %v, want %v", tc.earlier, tc.later, got, tc.want)
+		}
+	}
+}
+
+// TestDeciders: the policies that can decide messages from the selected
+// origins, in order, end at the first that takes every one of them; the
+// default policy (no QUEUES) can decide any.
+func TestDeciders(t *testing.T) {
+	cfg, err := Load([]string{
+		"REBOUND_POLICIES=payments,orders-eu,orders",
+		`REBOUND_POLICY_PAYMENTS_QUEUES=^payments\.`,
+		`REBOUND_POLICY_ORDERS_EU_QUEUES=^orders\.eu\.`,
+		`REBOUND_POLICY_ORDERS_QUEUES=^orders\.`,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		origins string
+		want    string
+	}{
+		{"", "payments orders-eu orders default"},
+		{`^orders\.`, "orders-eu orders"},
+		{`^orders\.eu\.new$`, "orders-eu"},
+		{`^mail\.`, "default"},
+		{`new$`, "payments orders-eu orders default"},
+	} {
+		var origins *regexp.Regexp
+		if tc.origins != "" {
+			origins = regexp.MustCompile(tc.origins)
+		}
+		var names []string
+		for _, p := range Deciders(cfg.PolicySet(), origins) {
+			names = append(names, p.Name)
+		}
+		if got := strings.Join(names, " "); got != tc.want {
+			t.Errorf("Deciders(%s) = %s, want %s", tc.origins, got, tc.want)
 		}
 	}
 }

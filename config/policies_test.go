@@ -28,7 +28,7 @@ func TestNamedPolicies(t *testing.T) {
 		t.Fatalf("named policies %v, want payments, e-mail, catch-all in that order", got)
 	}
 	set := c.PolicySet()
-	def := c.Policy()
+	def := c.defaultPolicy()
 	for _, tc := range []struct {
 		origin string
 		name   string

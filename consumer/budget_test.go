@@ -19,7 +19,7 @@ import (
 // leave thousands of delay queues, which `rebound delayed` could not find.
 func TestBudgetKeepsDeadlineCopiesOnTheGrid(t *testing.T) {
 	p := policy.Policy{Backoff: policy.Constant, MinDelay: 10 * time.Second, MaxDelay: 10 * time.Second, Jitter: policy.NoJitter,
-		MaxDuration: time.Hour, Deadline: policy.Clamp, RetryRate: 1}
+		MaxDuration: time.Hour, Deadline: "clamp", RetryRate: 1}
 	r := route.Router{Policies: policy.NewSet(p), Codec: headers.NewCodec(headers.DefaultNames())}
 	reg := prometheus.NewRegistry()
 	s := New(Options{Router: r, Logger: zap.NewNop(), Metrics: NewMetrics(reg, r)})

@@ -21,11 +21,7 @@ func TestHealthy(t *testing.T) {
 		Now: func() time.Time { return now },
 	})
 	// With a 10s confirm timeout, 2m20s without a sign of life is a wedge.
-	for _, step := range []struct {
-		what   string
-		do     func()
-		wedged string // "" when healthy
-	}{
+	playHealth(t, s, []healthStep{
 		{"just built", func() {}, ""},
 		{"2m19s later", func() { now = now.Add(2*time.Minute + 19*time.Second) }, ""},
 		{"2m21s later", func() { now = now.Add(2 * time.Second) }, "no progress for 2m21s"},
@@ -33,14 +29,28 @@ func TestHealthy(t *testing.T) {
 		{"unblocked", func() { s.setBlocked(false) }, "no progress for 2m21s"},
 		{"a sign of life", s.beat, ""},
 		{"3m later", func() { now = now.Add(3 * time.Minute) }, "no progress for 3m0s"},
-	} {
+	})
+}
+
+// healthStep is one step of a story told to Healthy: what happens, and
+// the error Healthy reports after it.
+type healthStep struct {
+	what string
+	do   func()
+	want string // "" when healthy
+}
+
+// playHealth takes the steps in order and checks Healthy after each.
+func playHealth(t *testing.T, s *Sidecar, steps []healthStep) {
+	t.Helper()
+	for _, step := range steps {
 		step.do()
 		err := s.Healthy()
 		switch {
-		case step.wedged == "" && err != nil:
+		case step.want == "" && err != nil:
 			t.Errorf("%s: Healthy = %v, want nil", step.what, err)
-		case step.wedged != "" && (err == nil || err.Error() != step.wedged):
-			t.Errorf("%s: Healthy = %v, want %q", step.what, err, step.wedged)
+		case step.want != "" && (err == nil || err.Error() != step.want):
+			t.Errorf("%s: Healthy = %v, want %q", step.what, err, step.want)
 		}
 	}
 }
@@ -69,11 +79,7 @@ func TestHealthyFailsOnAStall(t *testing.T) {
 		}
 	}
 	later := func(d time.Duration) func() { return func() { now = now.Add(d); s.beat() } }
-	for _, step := range []struct {
-		what    string
-		do      func()
-		stalled string // "" when healthy
-	}{
+	playHealth(t, s, []healthStep{
 		{"reading", func() {}, ""},
 		{"waiting, holding deliveries", waiting(2000), ""},
 		{"a minute later", later(time.Minute), ""},
@@ -83,16 +89,7 @@ func TestHealthyFailsOnAStall(t *testing.T) {
 		{"blocked by a resource alarm", func() { s.setBlocked(true) }, ""},
 		{"unblocked", func() { s.setBlocked(false) }, "inbox stalled: the consume connection unread for 31s while rebound holds no delivery"},
 		{"between sessions", func() { s.inboxMeter.Store(nil) }, ""},
-	} {
-		step.do()
-		err := s.Healthy()
-		switch {
-		case step.stalled == "" && err != nil:
-			t.Errorf("%s: Healthy = %v, want nil", step.what, err)
-		case step.stalled != "" && (err == nil || err.Error() != step.stalled):
-			t.Errorf("%s: Healthy = %v, want %q", step.what, err, step.stalled)
-		}
-	}
+	})
 }
 
 func TestReadyFollowsSessionAndResourceAlarm(t *testing.T) {

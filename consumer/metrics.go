@@ -44,8 +44,8 @@ type Metrics struct {
 	DelayQueueMessages *prometheus.GaugeVec // queue: a delay queue the reporting replica uses
 	WatchLeader        prometheus.Gauge
 	// BrokerCalls counts the calls rebound makes to learn about the
-	// broker, by kind (inbox, parked, delay-queue, watch, lease): what a
-	// replica costs the broker besides moving messages.
+	// broker, by kind (inbox, parked, delay-queue, watch, lease, place):
+	// what a replica costs the broker besides moving messages.
 	BrokerCalls *prometheus.CounterVec
 
 	// The in-flight window (REBOUND_PREFETCH, REBOUND_INFLIGHT_BYTES).
@@ -133,7 +133,7 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 			"Messages waiting in each delay queue the replica that holds the watch token uses, having published to it within REBOUND_DELAY_QUEUE_IDLE (aggregate with max by queue).", "queue"),
 		WatchLeader: gauge("rebound_watch_leader", "1 while this replica holds the watch token and reports the queue gauges for the vhost."),
 		BrokerCalls: counterVec("rebound_broker_calls_total",
-			"Calls made to learn about the broker (passive declarations, the watch token, leases), by kind.", "kind"),
+			"Calls made to learn about the broker (passive declarations, the watch token, leases, places among the replicas), by kind.", "kind"),
 
 		Prefetch:      gauge("rebound_prefetch", "The inbox prefetch in use: at most REBOUND_PREFETCH, lower when large messages fill REBOUND_INFLIGHT_BYTES."),
 		InflightBytes: gauge("rebound_inflight_bytes", "Message bytes of the inbox deliveries rebound holds unacked."),

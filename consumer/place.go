@@ -42,6 +42,7 @@ func (w *watcher) takePlace(n int) {
 		if err != nil {
 			return // the connection is going: the session ends
 		}
+		w.ss.s.m.BrokerCalls.WithLabelValues(callPlace).Inc()
 		_, err = ch.QueueDeclare(topo.PlaceQueue(i), false, false, true, false, nil)
 		var aerr *amqp.Error
 		if errors.As(err, &aerr) && aerr.Code == amqp.ResourceLocked {
@@ -85,6 +86,7 @@ func (w *watcher) placesHeld(limit int) (int, bool) {
 		if err != nil {
 			return 0, false
 		}
+		w.ss.s.m.BrokerCalls.WithLabelValues(callPlace).Inc()
 		_, err = ch.QueueDeclarePassive(topo.PlaceQueue(i), false, false, true, false, nil)
 		var aerr *amqp.Error
 		switch {

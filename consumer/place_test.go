@@ -93,3 +93,63 @@ func TestAReplicaBetweenTwoConsumersIsNotALeave(t *testing.T) {
 	}
 	e.eventually("both count two once its place is gone", func() bool { return counting(2) })
 }
+
+// TestReplicasCountAJoinOrLeaveWithinASecond: a replica that joins the
+// inbox is counted by the one already there at its next reading of the
+// inbox's consumers (twice a second), and one that leaves at the second
+// reading that shows it gone. The bound allows a loaded test machine four
+// seconds more, counted from when the leaving replica has stopped (its own
+// drain is not the reading's delay); reading every 10 s, as replicas once
+// did, misses a leave every time.
+func TestReplicasCountAJoinOrLeaveWithinASecond(t *testing.T) {
+	const within = 5 * time.Second
+	e := newEnv(t, "classic")
+	opt := e.options()
+	a, _ := e.start(opt)
+	e.eventually("the first replica counts itself", func() bool { return a.consumers.Load() == 1 })
+	counted := func(what string, n int64, since time.Time) {
+		t.Helper()
+		e.eventually(what, func() bool { return a.consumers.Load() == n })
+		took := time.Since(since)
+		t.Logf("%s after %s", what, took.Round(10*time.Millisecond))
+		if took > within {
+			t.Errorf("%s after %s, more than %s", what, took.Round(10*time.Millisecond), within)
+		}
+	}
+	_, stop := e.start(opt)
+	counted("a joining replica counted", 2, time.Now())
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	counted("a leaving replica counted", 1, time.Now())
+}
+
+// TestOnlyASecondLowerReadingProbesThePlaces: a replica between two
+// consumers for a moment (inbox.refit, after every burst) lowers one
+// reading of the inbox's consumers; probing the places on it would cost
+// every replica up to N declarations per dip, N × N across the fleet.
+// setConsumers holds the count over that one reading, so only the second
+// lower reading in a row, the one it would take, is probed.
+func TestOnlyASecondLowerReadingProbesThePlaces(t *testing.T) {
+	var l lowerReadings
+	for i, step := range []struct {
+		consumers, counted int
+		probe              bool
+	}{
+		{50, 50, false},
+		{49, 50, false}, // a dip: held by setConsumers, not probed
+		{50, 50, false},
+		{49, 50, false},
+		{50, 50, false},
+		{49, 50, false}, // a leave: lower twice, probed at the second
+		{49, 50, true},
+		{48, 50, false}, // after a probe, two lower readings again
+		{48, 50, true},
+		{0, 1, false}, // this replica counts itself whatever the broker says
+		{0, 1, false},
+	} {
+		if got := l.probe(step.consumers, step.counted); got != step.probe {
+			t.Errorf("reading %d: %d consumers with %d counted: probe %v, want %v", i, step.consumers, step.counted, got, step.probe)
+		}
+	}
+}

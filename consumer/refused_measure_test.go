@@ -1,9 +1,7 @@
 package consumer
 
 import (
-	"context"
 	"fmt"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -32,9 +30,7 @@ import (
 // medians of three interleaved rounds.
 // Run it with REBOUND_MEASURE=1; it asserts only that every copy arrived.
 func TestMeasureDelayedRetryThroughput(t *testing.T) {
-	if os.Getenv("REBOUND_MEASURE") == "" {
-		t.Skip("a measurement: set REBOUND_MEASURE=1")
-	}
+	brokertest.Measure(t, "REBOUND_MEASURE")
 	const n = 2000
 	e := newEnv(t, "classic")
 	fast := e.prefix + "fast"
@@ -76,19 +72,7 @@ func TestMeasureDelayedRetryThroughput(t *testing.T) {
 			e.Publish(e.topo.InboxQueue, failures(fmt.Sprintf("i%d.", r), fast)...)
 		}))
 		hops = append(hops, arrive("the broker's hop (an earlier rebound's copies, delay 1ms)", e.app, func() {
-			var confirms []*amqp.DeferredConfirmation
-			for _, m := range failures(fmt.Sprintf("h%d.", r), e.app) {
-				dc, err := e.Ch.PublishWithDeferredConfirmWithContext(context.Background(), e.topo.DelayExchangeFor(delay).Name, e.app, true, false, m)
-				if err != nil {
-					t.Fatal(err)
-				}
-				confirms = append(confirms, dc)
-			}
-			for _, dc := range confirms {
-				if ok, err := dc.WaitContext(context.Background()); !ok || err != nil {
-					t.Fatalf("copy not confirmed: %v", err)
-				}
-			}
+			brokertest.PublishConfirmedVia(t, e.Ch, e.topo.DelayExchangeFor(delay).Name, e.app, failures(fmt.Sprintf("h%d.", r), e.app)...)
 		}))
 		twoPassesAll = append(twoPassesAll, arrive("two passes (delayed retries, delay 1ms, back through the inbox)", e.app, func() {
 			e.Publish(e.topo.InboxQueue, failures(fmt.Sprintf("d%d.", r), e.app)...)

@@ -20,8 +20,6 @@ import (
 
 // overflows are the overflow settings that make a full queue refuse a
 // publish rather than drop its oldest message.
-var debugVisible = false
-
 var overflows = []string{"reject-publish", "reject-publish-dlx"}
 
 // declareFull declares an application queue of one message, dead-lettering
@@ -49,9 +47,6 @@ func (e *env) visible() int {
 	out, err := e.b.Ctl(ctx, nil, "-q", "list_queues", "-p", vhost, "name", "messages_ready", "messages_unacknowledged", "--no-table-headers")
 	if err != nil {
 		e.t.Fatalf("list queues: %v", err)
-	}
-	if debugVisible {
-		e.t.Logf("queues: %s", out)
 	}
 	n := 0
 	for _, line := range strings.Split(out, "\n") {

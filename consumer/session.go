@@ -290,6 +290,12 @@ func (ss *session) tendDelayQueues(st *leaseState) error {
 	if !sweep && st.sent && (st.failed || slices.Equal(queues, st.queues)) {
 		return nil
 	}
+	if ss.router.Topology.Hold && len(queues) == 0 && len(st.queues) == 0 {
+		// Hold mode uses no delay queue: no lease to give, and none to
+		// supersede. Leases go through the default exchange, which
+		// rebound's user need not write to in hold mode.
+		return nil
+	}
 	err := ss.pub.Delays().PublishLease(delayqueue.Lease{Replica: s.replica, Queues: queues, Sequence: s.leases.Add(1)}, 3*every)
 	s.m.BrokerCalls.WithLabelValues(callLease).Inc()
 	if err != nil {

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"regexp"
@@ -38,9 +39,8 @@ func TestRunRetriesThenParks(t *testing.T) {
 	brokertest.EachQueueType(t, func(t *testing.T, queueType string) {
 		e := newEnv(t, queueType)
 		e.start(e.options("REBOUND_IMMEDIATE_RETRIES", "1", "REBOUND_MAX_RETRIES", "2"))
-		if got := e.metric("rebound_ready"); got != 1 {
-			t.Errorf("rebound_ready = %v while consuming, want 1", got)
-		}
+		// The gauge follows Ready a moment later (refreshReadyGauge).
+		e.eventually("rebound_ready = 1 while consuming", func() bool { return e.metric("rebound_ready") == 1 })
 		consuming := e.logged("consuming")
 		u, _ := url.Parse(e.b.URL)
 		if len(consuming) != 1 || consuming[0].ContextMap()["inbox"] != e.topo.InboxQueue || consuming[0].ContextMap()["broker"] != u.Host {
@@ -170,6 +170,45 @@ func TestRunParksWhatCannotGoBack(t *testing.T) {
 	}
 }
 
+// TestRunPublishesAParkEvent: with REBOUND_EVENTS_EXCHANGE set, a
+// subscriber bound to parked.<reason>.# hears of each park once its copy
+// is parked: which message, from which origin, why, under which policy
+// and failure group, with the consumer's error; never the body.
+func TestRunPublishesAParkEvent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "classic")
+	exchange, subscriber := e.prefix+"events", e.prefix+"subscriber"
+	if err := e.Ch.ExchangeDeclare(exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.Declare(subscriber, nil)
+	if err := e.Ch.QueueBind(subscriber, "parked.non-retryable.#", exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.start(e.options("REBOUND_EVENTS_EXCHANGE", exchange))
+
+	e.Publish(e.app, amqp.Publishing{MessageId: "m1", Body: []byte("secret body"),
+		Headers: amqp.Table{names.NonRetryable: true, names.Error: "card 4242 declined"}})
+	e.reject(e.app)
+	event := e.take(subscriber)
+	parked := e.take(e.topo.ParkingQueue)
+	var got map[string]any
+	if err := json.Unmarshal(event.Body, &got); err != nil {
+		t.Fatalf("event %s: %v", event.Body, err)
+	}
+	want := map[string]any{"schema": 1.0, "message_id": "m1", "origin": e.app, "reason": "non-retryable", "policy": "default",
+		"group": parked.Headers[names.Group], "error": "card 4242 declined", "retry_count": 0.0}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("event's %s = %v, want %v", k, got[k], v)
+		}
+	}
+	if event.RoutingKey != "parked.non-retryable."+e.app || strings.Contains(string(event.Body), "secret") {
+		t.Errorf("event with routing key %s: %s; want parked.non-retryable.%s, without the body", event.RoutingKey, event.Body, e.app)
+	}
+	e.eventually("the event is counted published", func() bool { return e.metric("rebound_events_total", "outcome", "published") == 1 })
+}
+
 // TestRunTrustsTheBrokersRecordOverTheOriginHeader: a producer names
 // another queue in the origin header of a message the application
 // rejects. rebound sends it back where the broker's x-death says it died,
@@ -199,6 +238,50 @@ func TestRunTrustsTheBrokersRecordOverTheOriginHeader(t *testing.T) {
 	}
 }
 
+// TestRunCountsAPolicyConflict: a message whose policy header names this
+// replica's policy with another fingerprint (a replica configured
+// differently decided its last retry) is decided by this replica's
+// policy, counted in rebound_policy_conflicts_total and logged once, so
+// that an operator finds replicas that disagree.
+func TestRunCountsAPolicyConflict(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "classic")
+	opt := e.options()
+	e.start(opt)
+	mine := opt.Router.Policies.Default()
+	back := e.retryThroughInbox("m1", amqp.Table{names.Policy: "default:0badf00d"})
+	if back.Headers[names.Policy] != mine.Label() || back.Headers[names.RetryCount] != int64(1) {
+		t.Errorf("copy back with policy %v, retry count %v; want this replica's %s, 1", back.Headers[names.Policy], back.Headers[names.RetryCount], mine.Label())
+	}
+	if n := e.metric("rebound_policy_conflicts_total", "policy", "default"); n != 1 {
+		t.Errorf("rebound_policy_conflicts_total{policy=default} = %v, want 1", n)
+	}
+	e.loggedOnce("policy header disagrees with this replica's policies; deciding with this replica's", "m1", "conflict", mine.Fingerprint)
+}
+
+// retryThroughInbox sends a message from the application queue with
+// headers h into the inbox, as the broker dead-letters it, and takes its
+// copy back from the application queue.
+func (e *env) retryThroughInbox(id string, h amqp.Table) amqp.Delivery {
+	e.t.Helper()
+	all := amqp.Table{names.OriginQueue: e.app}
+	for k, v := range h {
+		all[k] = v
+	}
+	e.Publish(e.topo.InboxQueue, amqp.Publishing{MessageId: id, Headers: all})
+	return e.take(e.app)
+}
+
+// loggedOnce checks that msg was logged once about message id, its field
+// saying want.
+func (e *env) loggedOnce(msg, id, field, want string) {
+	e.t.Helper()
+	logged := e.loggedFor(msg, id)
+	if len(logged) != 1 || !strings.Contains(fmt.Sprint(logged[0].ContextMap()[field]), want) {
+		e.t.Errorf("%q logged about %s: %v; want once, its %s saying %s", msg, id, logged, field, want)
+	}
+}
+
 // TestRunCountsUnreadableHeaders: a retry count rebound cannot read is
 // treated as absent, counted, logged once with the message id, and the
 // copy carries a valid count.
@@ -206,18 +289,14 @@ func TestRunCountsUnreadableHeaders(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "classic")
 	e.start(e.options())
-	e.Publish(e.topo.InboxQueue, amqp.Publishing{MessageId: "m1", Headers: amqp.Table{names.OriginQueue: e.app, names.RetryCount: "many"}})
-	back := e.take(e.app)
+	back := e.retryThroughInbox("m1", amqp.Table{names.RetryCount: "many"})
 	if back.Headers[names.RetryCount] != int64(1) {
 		t.Errorf("copy's %s = %#v, want 1 (the unreadable count taken as 0)", names.RetryCount, back.Headers[names.RetryCount])
 	}
 	if n := e.metric("rebound_invalid_headers_total", "header", names.RetryCount); n != 1 {
 		t.Errorf("rebound_invalid_headers_total{header=%s} = %v, want 1", names.RetryCount, n)
 	}
-	logged := e.loggedFor("unreadable headers treated as absent", "m1")
-	if len(logged) != 1 || !strings.Contains(fmt.Sprint(logged[0].ContextMap()["problems"]), names.RetryCount) {
-		t.Errorf("log lines %v, want one naming %s", logged, names.RetryCount)
-	}
+	e.loggedOnce("unreadable headers treated as absent", "m1", "problems", names.RetryCount)
 }
 
 // TestRunDrainsOnShutdown stops the sidecar while it works through a

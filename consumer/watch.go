@@ -37,9 +37,10 @@ const (
 	callDelayQueue = "delay-queue" // of a delay queue
 	callWatch      = "watch"       // joining the watch (declare, publish the token, consume)
 	callLease      = "lease"       // a lease of the delay queues this replica uses
+	callPlace      = "place"       // a declaration of a place among the replicas, taken or probed (place.go)
 )
 
-var brokerCallKinds = []string{callInbox, callParked, callDelayQueue, callWatch, callLease}
+var brokerCallKinds = []string{callInbox, callParked, callDelayQueue, callWatch, callLease, callPlace}
 
 // watcher reads, with passive declarations, what waits in rebound's
 // queues: the inbox (messages and consumers), the parking queue and the
@@ -72,6 +73,7 @@ type watcher struct {
 	refused bool // the broker refused the watch queue: lead alone
 
 	nextShare time.Time // when a follower next reads the inbox for its share
+	lower     lowerReadings
 
 	reported map[string]bool // delay queues with a series in the gauge
 	place    int             // the place this session's connection holds (PlaceQueue); -1 for none
@@ -229,10 +231,7 @@ func (w *watcher) inbox() {
 	}
 	s.m.InboxConsumers.Set(float64(q.Consumers))
 	n := q.Consumers
-	if counted := int(s.consumers.Load()); n < counted {
-		// Fewer consumers than counted: a replica left, or one is
-		// between two consumers (inbox.refit), which on a busy broker
-		// can outlast two readings. The places tell them apart.
+	if counted := int(s.consumers.Load()); w.lower.probe(n, counted) {
 		if held, ok := w.placesHeld(counted); ok {
 			n = max(n, held)
 		}
@@ -240,6 +239,37 @@ func (w *watcher) inbox() {
 	s.setConsumers(n)
 	w.takePlace(int(s.consumers.Load()))
 	w.nextShare = s.opt.Now().Add(shareEvery(q.Consumers) - inboxEvery/2)
+}
+
+// lowerReadings decides when a reading of the inbox's consumers below the
+// count calls for probing the places (placesHeld), which tell a replica
+// that left from one between two consumers (inbox.refit).
+//
+// Only the second lower reading in a row is probed: after the first,
+// setConsumers holds the count until the next reading anyway. Most lower
+// readings are a replica between two consumers for a moment, as every
+// replica is after each burst (its inbox window changes); probing each
+// would cost every replica that reads it up to N declarations, and a
+// channel for each place held, per dip: N × N across the fleet. A leave is
+// still counted at the second reading, as setConsumers takes it.
+type lowerReadings struct {
+	once bool // the last reading was lower, and not probed
+}
+
+// probe reports whether a reading of n consumers, with counted in use,
+// should probe the places.
+func (l *lowerReadings) probe(n, counted int) bool {
+	switch {
+	case max(n, 1) >= counted: // this replica consumes: at least 1
+		l.once = false
+		return false
+	case !l.once:
+		l.once = true
+		return false
+	default:
+		l.once = false // the next probe waits for two lower readings again
+		return true
+	}
 }
 
 // shareEvery is how often a follower reads the inbox for its share when

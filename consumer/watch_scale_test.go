@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,8 +14,9 @@ import (
 )
 
 // TestWatchCostAtScale measures what N replicas of one vhost cost the
-// broker in checks: the passive declarations of the watcher (inbox,
-// parking queue, delay queues), counted by rebound_broker_calls_total,
+// broker in checks: the declarations of the watcher (inbox, parking
+// queue, delay queues, places among the replicas), counted by
+// rebound_broker_calls_total,
 // over a window after each replica has used its share of some hundred
 // delay queues. It runs only with REBOUND_MEASURE_WATCH=1 (about six
 // minutes: 1, 5, 10 and 50 replicas, and 5 and 50 under a retry rate),
@@ -25,13 +25,8 @@ import (
 //
 //	REBOUND_MEASURE_WATCH=1 REBOUND_TEST_BROKER=4.3 go test -run WatchCostAtScale -v ./consumer/
 func TestWatchCostAtScale(t *testing.T) {
-	if os.Getenv("REBOUND_MEASURE_WATCH") == "" {
-		t.Skip("a measurement of several minutes: set REBOUND_MEASURE_WATCH=1")
-	}
-	window := 45 * time.Second
-	if w, err := time.ParseDuration(os.Getenv("REBOUND_MEASURE_WINDOW")); err == nil {
-		window = w
-	}
+	brokertest.Measure(t, "REBOUND_MEASURE_WATCH")
+	window := brokertest.MeasureWindow("REBOUND_MEASURE_WINDOW", 45*time.Second)
 	type row struct {
 		n                  int
 		rate               bool
@@ -77,7 +72,7 @@ func TestWatchCostAtScale(t *testing.T) {
 			}
 			checks := func() float64 {
 				return sum(t, regs, "rebound_broker_calls_total", "kind", callInbox) + sum(t, regs, "rebound_broker_calls_total", "kind", callParked) +
-					sum(t, regs, "rebound_broker_calls_total", "kind", callDelayQueue)
+					sum(t, regs, "rebound_broker_calls_total", "kind", callDelayQueue) + sum(t, regs, "rebound_broker_calls_total", "kind", callPlace)
 			}
 			c0, a0, t0 := checks(), sum(t, regs, "rebound_broker_calls_total"), time.Now()
 			time.Sleep(window) // a measurement window, not a wait for a condition

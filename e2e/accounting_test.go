@@ -12,8 +12,6 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/rebound-mq/rebound/config"
 )
 
 // Message accounting for the no-loss tests: N uniquely numbered messages
@@ -191,10 +189,7 @@ func (e *testEnv) duplicateBound(faults []recovery) (bound int, ok bool) {
 	if len(faults) == 0 {
 		return 0, false
 	}
-	cfg, err := config.Load(e.Environ())
-	if err != nil {
-		e.t.Fatalf("the test's configuration: %v", err)
-	}
+	cfg := e.Config()
 	for _, f := range faults {
 		if strings.HasPrefix(f.fault, "broker-") {
 			return 0, false

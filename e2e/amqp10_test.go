@@ -75,6 +75,14 @@ func receive10(t *testing.T, url, queue string) map[string]amqp10Message {
 	return out
 }
 
+// amqp10Broker requires a broker that speaks AMQP 1.0 natively, or skips.
+func amqp10Broker(t *testing.T) {
+	t.Helper()
+	if b := brokertest.Require(t); !b.AtLeast(4, 0) {
+		t.Skipf("RabbitMQ %s: AMQP 1.0 is native from 4.0 on (3.x speaks it only through the rabbitmq_amqp1_0 plugin, not enabled here)", b.Version())
+	}
+}
+
 // TestAMQP10ClientThroughRebound: on RabbitMQ 4, an AMQP 1.0 producer
 // publishes to an application queue, an AMQP 1.0 consumer rejects each
 // message (outcome rejected, or modified and undeliverable here), rebound
@@ -85,16 +93,8 @@ func receive10(t *testing.T, url, queue string) map[string]amqp10Message {
 // plain AMQP 0.9.1 client that copies every property and header (the same
 // loss as rebound's: it is what any 0.9.1 hop costs).
 func TestAMQP10ClientThroughRebound(t *testing.T) {
-	b := brokertest.Require(t)
-	if !b.AtLeast(4, 0) {
-		t.Skipf("RabbitMQ %s: AMQP 1.0 is native from 4.0 on (3.x speaks it only through the rabbitmq_amqp1_0 plugin, not enabled here)", b.Version())
-	}
-	requireClient(t, func() string {
-		if err := exec.Command(debianPython, "-c", "import proton").Run(); err != nil {
-			return "Debian's python3-qpid-proton for " + debianPython
-		}
-		return ""
-	}())
+	amqp10Broker(t)
+	requireClient(t, missingPython("proton", "python3-qpid-proton")())
 	e := newTestEnv(t, map[string]string{"REBOUND_BACKOFF": "constant", "REBOUND_MIN_DELAY": "50ms", "REBOUND_MAX_RETRIES": "5"})
 	e.startInProcess()
 	// AMQP 1.0 on the same port as 0.9.1, the vhost named in the open frame's hostname.

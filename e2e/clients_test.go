@@ -105,32 +105,50 @@ conn.close()
 func snippetClients() []snippetClient {
 	return []snippetClient{
 		{
-			name: "node-amqplib",
-			missing: func() string {
-				if _, err := exec.LookPath("node"); err != nil {
-					return "node"
-				}
-				if _, err := os.Stat(filepath.Join(snippetsDir, "node_modules", "amqplib", "package.json")); err != nil {
-					return "amqplib in docs/consumers/node_modules"
-				}
-				return ""
-			},
+			name:    "node-amqplib",
+			missing: missingNode("amqplib"),
 			command: func(ctx context.Context) *exec.Cmd { return exec.CommandContext(ctx, "node", "-e", nodeDriver) },
 		},
 		{
-			name: "python-pika",
-			missing: func() string {
-				if err := exec.Command(debianPython, "-c", "import pika").Run(); err != nil {
-					return "Debian's python3-pika for " + debianPython
-				}
-				return ""
-			},
-			command: func(ctx context.Context) *exec.Cmd {
-				cmd := exec.CommandContext(ctx, debianPython, "-c", pythonDriver)
-				cmd.Env = append(cmd.Env, "PYTHONDONTWRITEBYTECODE=1")
-				return cmd
-			},
+			name:    "python-pika",
+			missing: missingPython("pika", "python3-pika"),
+			command: pythonCommand(pythonDriver),
 		},
+	}
+}
+
+// missingNode says what a driver run by node lacks to require module
+// from docs/consumers/node_modules, or "" when nothing.
+func missingNode(module string) func() string {
+	return func() string {
+		if _, err := exec.LookPath("node"); err != nil {
+			return "node"
+		}
+		if _, err := os.Stat(filepath.Join(snippetsDir, "node_modules", module, "package.json")); err != nil {
+			return module + " in docs/consumers/node_modules"
+		}
+		return ""
+	}
+}
+
+// missingPython says what Debian's python3 lacks to import module (the
+// Debian package that installs it), or "" when nothing.
+func missingPython(module, debianPackage string) func() string {
+	return func() string {
+		if err := exec.Command(debianPython, "-c", "import "+module).Run(); err != nil {
+			return "Debian's " + debianPackage + " for " + debianPython
+		}
+		return ""
+	}
+}
+
+// pythonCommand runs driver with Debian's python3, leaving no bytecode
+// beside the snippets.
+func pythonCommand(driver string) func(ctx context.Context) *exec.Cmd {
+	return func(ctx context.Context) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, debianPython, "-c", driver)
+		cmd.Env = append(cmd.Env, "PYTHONDONTWRITEBYTECODE=1")
+		return cmd
 	}
 }
 

@@ -11,7 +11,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/internal/brokertest"
 	"github.com/rebound-mq/rebound/internal/delayqueue"
 	"github.com/rebound-mq/rebound/internal/topology"
@@ -195,10 +194,7 @@ func inboxDeliveryLimit(t *testing.T, variant string) {
 	if _, err := e.Ch.QueueDeclare(e.App, true, false, false, false, amqp.Table{"x-max-length": int64(0), "x-overflow": "reject-publish"}); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(e.Environ())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := e.Config()
 	topo := cfg.Topology().ForServer(e.Conn.Properties)
 	inbox := topo.InboxQueue
 	policy := amqp.Table{}
@@ -428,10 +424,7 @@ func TestUpgradeFromHeadersExchange(t *testing.T) {
 	t.Parallel()
 	brokertest.EachQueueType(t, func(t *testing.T, queueType string) {
 		e := newTestEnv(t, with(fastLoop, "REBOUND_QUEUE_TYPE", queueType, "REBOUND_MIN_DELAY", "100ms"))
-		cfg, err := config.Load(e.Environ())
-		if err != nil {
-			t.Fatal(err)
-		}
+		cfg := e.Config()
 		topo := cfg.Topology().ForServer(e.Conn.Properties)
 		// The earlier topology: a headers exchange, and a 3 s delay queue
 		// bound on rebound-delay-ms, holding copies as the earlier rebound

@@ -15,31 +15,34 @@ import (
 // Broker faults for the no-loss and chaos tests, on the broker under test
 // (brokertest knows how to stop, kill and start each node of the matrix).
 
-// brokerDownMarker exists while a test has the shared local broker down
-// on purpose, so that benchmarks and suites run beside it by hand can wait.
-const brokerDownMarker = "/tmp/rebound-broker-down"
+// brokerDownMarker exists while a test has the broker b down on purpose,
+// so that benchmarks and suites run beside it by hand can wait. One per
+// broker: make test runs the two brokers' suites at the same time.
+func brokerDownMarker(b *brokertest.Broker) string {
+	return "/tmp/rebound-broker-down-" + b.Name
+}
 
 // brokerGoesDown is called just before a test stops or kills the local
 // broker. It creates brokerDownMarker and, whatever happens next, has the
 // broker running again (and the marker gone) at cleanup.
 func brokerGoesDown(t *testing.T, b *brokertest.Broker) {
 	t.Helper()
-	if err := os.WriteFile(brokerDownMarker, []byte(t.Name()+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(brokerDownMarker(b), []byte(t.Name()+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if err := b.Restore(); err != nil {
-			t.Errorf("%v; %s left in place", err, brokerDownMarker)
+			t.Errorf("%v; %s left in place", err, brokerDownMarker(b))
 			return
 		}
-		brokerBack(t)
+		brokerBack(t, b)
 	})
 }
 
 // brokerBack removes brokerDownMarker once the broker answers again.
-func brokerBack(t *testing.T) {
+func brokerBack(t *testing.T, b *brokertest.Broker) {
 	t.Helper()
-	if err := os.Remove(brokerDownMarker); err != nil && !os.IsNotExist(err) {
+	if err := os.Remove(brokerDownMarker(b)); err != nil && !os.IsNotExist(err) {
 		t.Error(err)
 	}
 }

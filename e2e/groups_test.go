@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rebound-mq/rebound/internal/cli"
 	"github.com/rebound-mq/rebound/internal/group"
-	"github.com/rebound-mq/rebound/internal/parking"
 )
 
 // Tests of `rebound parked groups`, `--group`, `replay --to` and
@@ -41,12 +41,30 @@ func TestParkedGroupsCommands(t *testing.T) {
 	if err != nil {
 		t.Fatalf("parked list --group-by error: %v\n%s", err, stderr)
 	}
-	var doc cli.GroupsJSON
+	var doc parkedGroups
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatal(err)
 	}
 	if doc.By != "error" || len(doc.Groups) != 2 || doc.Groups[0].Key != "timeout after <n> ms on <ip>" || doc.Groups[0].Count != 2 {
 		t.Errorf("by error: %s", out)
+	}
+
+	// parked list --group-by group is parked groups; show --group shows
+	// one group's messages.
+	e.WaitQueueLen(e.Vars["REBOUND_PARKING_QUEUE"], 3, 10*time.Second)
+	groupsJSON, stderr, err := e.cli("parked", "groups", "--format", "json")
+	if err != nil {
+		t.Fatalf("parked groups --format json: %v\n%s", err, stderr)
+	}
+	e.WaitQueueLen(e.Vars["REBOUND_PARKING_QUEUE"], 3, 10*time.Second)
+	out, stderr, err = e.cli("parked", "list", "--group-by", "group", "--format", "json")
+	if err != nil || out != groupsJSON {
+		t.Errorf("parked list --group-by group (%v, %s):\n%s\nwant what parked groups printed:\n%s", err, stderr, out, groupsJSON)
+	}
+	e.WaitQueueLen(e.Vars["REBOUND_PARKING_QUEUE"], 3, 10*time.Second)
+	out, stderr, err = e.cli("parked", "show", "--group", timeouts, "--limit", "1")
+	if err != nil || !strings.Contains(out, "1 parked messages of group "+timeouts+" shown") || !strings.Contains(out, "timeout after") {
+		t.Errorf("parked show --group %s --limit 1 (%v, %s):\n%s", timeouts, err, stderr, out)
 	}
 
 	// --to must be a queue rebound may send to, and exist: refused
@@ -57,6 +75,13 @@ func TestParkedGroupsCommands(t *testing.T) {
 			t.Errorf("replay --to %s: exit %d (%v, %s), want 2", to, code, err, stderr)
 		}
 	}
+	// An existing queue that REBOUND_ORIGIN_QUEUES does not allow.
+	e.Vars["REBOUND_ORIGIN_QUEUES"] = "^" + regexp.QuoteMeta(e.App) + "$"
+	_, stderr, err = e.cli("parked", "replay", "--group", timeouts, "--to", repair)
+	if code := cli.ExitCode(err, &strings.Builder{}); code != 2 || err == nil || !strings.Contains(err.Error(), "not allowed by REBOUND_ORIGIN_QUEUES") {
+		t.Errorf("replay --to %s outside REBOUND_ORIGIN_QUEUES: exit %d (%v, %s), want 2 naming the variable", repair, code, err, stderr)
+	}
+	delete(e.Vars, "REBOUND_ORIGIN_QUEUES")
 	e.WaitQueueLen(e.Vars["REBOUND_PARKING_QUEUE"], 3, 10*time.Second)
 	out, stderr, err = e.cli("parked", "replay", "--group", timeouts, "--to", repair)
 	if err != nil || !strings.Contains(out, "replayed 2 of 2 matching messages") {
@@ -87,9 +112,16 @@ func TestParkedGroupsCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var lines []parking.ExportJSON
+	// The export's lines, of which the test reads three fields (public
+	// output: the names are the command's).
+	type exportLine struct {
+		ID    string `json:"id"`
+		Group string `json:"group"`
+		Body  string `json:"body"`
+	}
+	var lines []exportLine
 	for sc := bufio.NewScanner(f); sc.Scan(); {
-		var j parking.ExportJSON
+		var j exportLine
 		if err := json.Unmarshal(sc.Bytes(), &j); err != nil {
 			t.Fatal(err)
 		}
@@ -101,5 +133,17 @@ func TestParkedGroupsCommands(t *testing.T) {
 	e.WaitQueueLen(e.Vars["REBOUND_PARKING_QUEUE"], 1, 10*time.Second)
 	if l := e.listJSON(); len(l.Messages) != 1 || l.Messages[0].ID != "s1" {
 		t.Errorf("left parked: %+v", l.Messages)
+	}
+
+	// purge --group removes that group only.
+	e.seedParked(parkedSeed{id: "t4", origin: e.App, reason: "max-retries", errText: "timeout after 9 ms on 10.1.2.5"})
+	e.WaitQueueLen(e.Vars["REBOUND_PARKING_QUEUE"], 2, 10*time.Second)
+	out, stderr, err = e.cli("parked", "purge", "--group", timeouts, "--yes")
+	if err != nil || !strings.Contains(out, "purged 1 messages (2 parked read)") {
+		t.Fatalf("purge --group %s: %v\n%s%s", timeouts, err, out, stderr)
+	}
+	e.WaitQueueLen(e.Vars["REBOUND_PARKING_QUEUE"], 1, 10*time.Second)
+	if l := e.listJSON(); len(l.Messages) != 1 || l.Messages[0].ID != "s1" {
+		t.Errorf("left parked after purge --group: %+v", l.Messages)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/rebound-mq/rebound/internal/brokertest"
 	"github.com/rebound-mq/rebound/internal/events"
+	"github.com/rebound-mq/rebound/internal/group"
 )
 
 // subscribe binds a new queue of the test's to exchange with key and
@@ -41,13 +43,21 @@ func (e *testEnv) subscribe(exchange, key string, args amqp.Table) string {
 	return q
 }
 
-func TestParkEventsArePublished(t *testing.T) {
-	t.Parallel()
-	e := newTestEnv(t, nil)
-	exchange := e.Prefix + "events"
+// startWithEvents starts rebound in-process, publishing park events to an
+// exchange of the test's own, and an application rejecting every message.
+func startWithEvents(t *testing.T) (e *testEnv, exchange string) {
+	t.Helper()
+	e = newTestEnv(t, nil)
+	exchange = e.Prefix + "events"
 	e.Vars["REBOUND_EVENTS_EXCHANGE"] = exchange
 	e.startInProcess()
 	e.rejectAll(e.App)
+	return e, exchange
+}
+
+func TestParkEventsArePublished(t *testing.T) {
+	t.Parallel()
+	e, exchange := startWithEvents(t)
 	sub := e.subscribe(exchange, "parked.non-retryable.#", nil)
 
 	e.publish(amqp.Publishing{MessageId: "order-8812", Body: []byte("secret body"),
@@ -66,7 +76,7 @@ func TestParkEventsArePublished(t *testing.T) {
 		t.Errorf("parked_at %q: %v", ev.ParkedAt, err)
 	}
 	want := events.Parked{Schema: 1, MessageID: "order-8812", Origin: e.App, Reason: "non-retryable", Policy: "default",
-		Error: "SchemaError: field total missing", ParkedAt: ev.ParkedAt, Group: ev.Group}
+		Error: "SchemaError: field total missing", ParkedAt: ev.ParkedAt, Group: group.Of(e.App, "SchemaError: field total missing", "")}
 	if ev != want {
 		t.Errorf("event %+v, want %+v", ev, want)
 	}
@@ -93,11 +103,7 @@ func TestParkEventsThatFailNeverHoldUpParks(t *testing.T) {
 	for _, tc := range []string{"missing exchange", "full subscriber"} {
 		t.Run(tc, func(t *testing.T) {
 			t.Parallel()
-			e := newTestEnv(t, nil)
-			exchange := e.Prefix + "events"
-			e.Vars["REBOUND_EVENTS_EXCHANGE"] = exchange
-			e.startInProcess()
-			e.rejectAll(e.App)
+			e, exchange := startWithEvents(t)
 			if tc == "missing exchange" {
 				if err := e.Ch.ExchangeDelete(exchange, false, false); err != nil {
 					t.Fatal(err)
@@ -237,8 +243,9 @@ func TestTracesFollowAMessageAcrossRetries(t *testing.T) {
 		}
 		decision, _ := spanAttr(s, "rebound.decision").(string)
 		decisions[decision]++
-		if decision == "park" && (spanAttr(s, "rebound.parked_reason") != "max-retries" || s.Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR) {
-			t.Errorf("park span: reason %v, status %v", spanAttr(s, "rebound.parked_reason"), s.Status)
+		if decision == "park" && (spanAttr(s, "rebound.parked_reason") != "max-retries" || s.Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR ||
+			spanAttr(s, "rebound.group") != group.Of(e.App, "", "max-retries")) {
+			t.Errorf("park span: reason %v, status %v, group %v", spanAttr(s, "rebound.parked_reason"), s.Status, spanAttr(s, "rebound.group"))
 		}
 		if publishBySpan[hex.EncodeToString(s.SpanId)] == nil {
 			t.Errorf("process span %x has no publish child", s.SpanId)
@@ -334,5 +341,65 @@ func TestReplayIsTraced(t *testing.T) {
 	}
 	if spanAttr(s, "messaging.operation.name") != "replay" || spanAttr(s, "messaging.message.id") != "order-9" {
 		t.Errorf("replay span attributes %v", s.Attributes)
+	}
+}
+
+// TestFlushIsTraced runs `rebound delayed flush` (the binary) with an OTLP
+// endpoint: the copy it sends back early gets a flush span in the
+// message's own trace, its parent the producer's span.
+func TestFlushIsTraced(t *testing.T) {
+	t.Parallel()
+	receiver := &otlpReceiver{}
+	collector := httptest.NewServer(receiver)
+	defer collector.Close()
+	e := newTestEnv(t, map[string]string{"REBOUND_BACKOFF": "constant", "REBOUND_MIN_DELAY": "10m"})
+	e.startInProcess()
+	const traceID, producerSpan = "6bf92f3577b34da6a3ce929d0e0e4736", "20f067aa0ba902b7"
+	e.Publish(e.Vars["REBOUND_INBOX_QUEUE"], amqp.Publishing{MessageId: "order-10", Body: []byte("x"), Headers: amqp.Table{
+		"traceparent": "00-" + traceID + "-" + producerSpan + "-01", "x-retry-origin-queue": e.App}})
+	waiting := func() int {
+		out, _, err := e.cli("delayed", "--format", "json")
+		var doc struct {
+			Total int `json:"total"`
+		}
+		if err != nil || json.Unmarshal([]byte(out), &doc) != nil {
+			return -1
+		}
+		return doc.Total
+	}
+	if !brokertest.Await(30*time.Second, func() bool { return waiting() == 1 }) {
+		t.Fatalf("%d copies waiting in the delay queues, want 1", waiting())
+	}
+
+	cmd := exec.Command(binary(t), "delayed", "flush", "--origin", "^"+regexp.QuoteMeta(e.App)+"$", "--yes")
+	cmd.Env = append(os.Environ(), e.Environ()...)
+	cmd.Env = append(cmd.Env, "OTEL_EXPORTER_OTLP_ENDPOINT="+collector.URL)
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "1 of 1 matching copies sent back") {
+		t.Fatalf("delayed flush: %v\n%s", err, out)
+	}
+	flushed := func() []*tracepb.Span {
+		receiver.mu.Lock()
+		defer receiver.mu.Unlock()
+		var out []*tracepb.Span
+		for _, s := range receiver.spans {
+			if strings.HasPrefix(s.Name, "flush ") {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	if !brokertest.Await(10*time.Second, func() bool { return len(flushed()) == 1 }) {
+		t.Fatalf("%d flush spans exported, want 1 (the command flushes before it exits)", len(flushed()))
+	}
+	s := flushed()[0]
+	if hex.EncodeToString(s.TraceId) != traceID || hex.EncodeToString(s.ParentSpanId) != producerSpan || s.Kind != tracepb.Span_SPAN_KIND_PRODUCER {
+		t.Errorf("flush span in trace %x under %x, kind %v; want the message's %s under %s, producer", s.TraceId, s.ParentSpanId, s.Kind, traceID, producerSpan)
+	}
+	if spanAttr(s, "messaging.operation.name") != "flush" || spanAttr(s, "messaging.message.id") != "order-10" ||
+		s.Status.GetCode() == tracepb.Status_STATUS_CODE_ERROR {
+		t.Errorf("flush span attributes %v, status %v", s.Attributes, s.Status)
+	}
+	if d := e.Get(e.App, 30*time.Second); d.MessageId != "order-10" {
+		t.Errorf("flushed message %q, want order-10", d.MessageId)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/rebound-mq/rebound/internal/brokertest"
-	"github.com/rebound-mq/rebound/internal/topology"
 )
 
 // TestTopologyPrintImportsIntoFreshVhost loads `rebound topology print`
@@ -34,12 +33,21 @@ func TestTopologyPrintImportsIntoFreshVhost(t *testing.T) {
 	if !strings.Contains(stderr, "delay queues") {
 		t.Errorf("no note about delay queues on stderr: %q", stderr)
 	}
-	// Decoded into the type the command encodes, so a renamed field fails
-	// here, as it would fail an import.
-	var doc topology.Definitions
-	dec := json.NewDecoder(strings.NewReader(out))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&doc); err != nil {
+	// Decoded with the names RabbitMQ reads, spelled here and not taken
+	// from the command's types, so a renamed field fails here, as it would
+	// fail an import.
+	type entry struct {
+		Name        string `json:"name"`
+		VHost       string `json:"vhost"`
+		Destination string `json:"destination"`
+	}
+	var doc struct {
+		Exchanges []entry `json:"exchanges"`
+		Queues    []entry `json:"queues"`
+		Bindings  []entry `json:"bindings"`
+		Policies  []entry `json:"policies"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("output is not definitions JSON: %v\n%s", err, out)
 	}
 	if len(doc.Exchanges) == 0 || len(doc.Queues) == 0 || len(doc.Bindings) == 0 || len(doc.Policies) == 0 {

@@ -9,8 +9,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/rebound-mq/rebound/internal/brokertest"
-	"github.com/rebound-mq/rebound/internal/cli"
 	"github.com/rebound-mq/rebound/internal/group"
 )
 
@@ -83,21 +81,37 @@ finally:
     conn.close()
 `
 
+// wordRheaDriver takes one message of APP_QUEUE over AMQP 1.0 and fails
+// it with word10.js's fail.
+const wordRheaDriver = `
+const rhea = require('rhea');
+const { fail } = require('./word10.js');
+const env = process.env;
+const u = new URL(env.AMQP10_URL);
+const vhost = decodeURIComponent(u.pathname.slice(1));
+const conn = rhea.create_container().connect({
+  host: u.hostname, port: Number(u.port || 5672), username: decodeURIComponent(u.username),
+  password: decodeURIComponent(u.password), hostname: vhost ? 'vhost:' + vhost : u.hostname, reconnect: false,
+});
+const timer = setTimeout(() => { console.error('no message in 30 s'); process.exit(1); }, 30000);
+conn.on('message', (context) => {
+  clearTimeout(timer);
+  const opts = env.RETRY_AFTER_MS ? { retryAfterMs: Number(env.RETRY_AFTER_MS) } : {};
+  fail(context, new Error(env.ERROR), opts);
+  context.connection.close();
+});
+conn.on('connection_error', (context) => { console.error(context.connection.error); process.exit(1); });
+conn.on('disconnected', (context) => { if (context.error) { console.error(context.error); process.exit(1); } });
+conn.open_receiver({ source: '/queues/' + encodeURIComponent(env.APP_QUEUE), autoaccept: false, credit_window: 1 });
+`
+
 func wordClients() []snippetClient {
-	python := func(driver string) func(ctx context.Context) *exec.Cmd {
-		return func(ctx context.Context) *exec.Cmd {
-			cmd := exec.CommandContext(ctx, debianPython, "-c", driver)
-			cmd.Env = append(cmd.Env, "PYTHONDONTWRITEBYTECODE=1")
-			return cmd
-		}
-	}
-	clients := snippetClients() // node-amqplib, python-pika: what they need installed
 	return []snippetClient{
 		{name: "go-amqp091", missing: func() string { return "" },
 			command: func(ctx context.Context) *exec.Cmd { return exec.CommandContext(ctx, "go", "run", "word.go") }},
-		{name: clients[0].name, missing: clients[0].missing,
+		{name: "node-amqplib", missing: missingNode("amqplib"),
 			command: func(ctx context.Context) *exec.Cmd { return exec.CommandContext(ctx, "node", "-e", wordNodeDriver) }},
-		{name: clients[1].name, missing: clients[1].missing, command: python(wordPythonDriver)},
+		{name: "python-pika", missing: missingPython("pika", "python3-pika"), command: pythonCommand(wordPythonDriver)},
 	}
 }
 
@@ -156,7 +170,7 @@ func TestConsumerWordOverHeaders(t *testing.T) {
 			runSnippet(t, c, append(env, "ERROR="+second)...)
 			out, stderr, err := e.cli("parked", "groups", "--format", "json")
 			for i := 0; err == nil && i < 100; i++ {
-				var doc cli.GroupsJSON
+				var doc parkedGroups
 				if jerr := json.Unmarshal([]byte(out), &doc); jerr != nil {
 					t.Fatalf("parked groups: %v\n%s", jerr, out)
 				}
@@ -198,35 +212,26 @@ func TestRetryAfterUnreadableIsCounted(t *testing.T) {
 
 // TestConsumerWordOverAMQP10: on RabbitMQ 4, an AMQP 1.0 consumer fails a
 // delivery with the modified outcome and the guide's annotations
-// (docs/consumers/word10.py with Qpid Proton, word10.go with go-amqp).
+// (docs/consumers/word10.py with Qpid Proton, word10.go with go-amqp,
+// word10.js with rhea).
 // From a quorum queue rebound reads them: the error names the group and
 // is kept as x-retry-error, the Retry-After is the delay, and the
 // annotations are gone from the copy. From a classic queue the broker
 // drops them: the copy has the policy's delay and the origin's group (the
 // guide says: use headers there).
 func TestConsumerWordOverAMQP10(t *testing.T) {
-	b := brokertest.Require(t)
-	if !b.AtLeast(4, 0) {
-		t.Skipf("RabbitMQ %s: AMQP 1.0 is native from 4.0 on", b.Version())
-	}
+	amqp10Broker(t)
 	e := newTestEnv(t, map[string]string{"REBOUND_BACKOFF": "constant", "REBOUND_MIN_DELAY": "50ms", "REBOUND_MAX_DELAY": "10s", "REBOUND_MAX_RETRIES": "3"})
 	e.startInProcess()
 	quorum := e.Prefix + "quorum-app"
 	e.Declare(quorum, amqp.Table{"x-queue-type": "quorum", "x-dead-letter-exchange": e.Vars["REBOUND_DEAD_LETTER_EXCHANGE"]})
 	cause := "TimeoutError: db down after 3012 ms"
 	for _, c := range []snippetClient{
-		{name: "python-proton", missing: func() string {
-			if err := exec.Command(debianPython, "-c", "import proton").Run(); err != nil {
-				return "Debian's python3-qpid-proton for " + debianPython
-			}
-			return ""
-		}, command: func(ctx context.Context) *exec.Cmd {
-			cmd := exec.CommandContext(ctx, debianPython, "-c", wordProtonDriver)
-			cmd.Env = append(cmd.Env, "PYTHONDONTWRITEBYTECODE=1")
-			return cmd
-		}},
+		{name: "python-proton", missing: missingPython("proton", "python3-qpid-proton"), command: pythonCommand(wordProtonDriver)},
 		{name: "go-amqp", missing: func() string { return "" },
 			command: func(ctx context.Context) *exec.Cmd { return exec.CommandContext(ctx, "go", "run", "word10.go") }},
+		{name: "node-rhea", missing: missingNode("rhea"),
+			command: func(ctx context.Context) *exec.Cmd { return exec.CommandContext(ctx, "node", "-e", wordRheaDriver) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			requireClient(t, c.missing())

@@ -106,10 +106,10 @@ func (c Codec) Decode(h amqp.Table, timestamp, now time.Time, buf []Problem) (St
 	}
 
 	var firstDeathQueue string
-	if v := h[XFirstDeathQueue]; v != nil {
+	if v := h[xFirstDeathQueue]; v != nil {
 		q, why := queueName(v)
 		if why != "" {
-			d.report(XFirstDeathQueue, why, v)
+			d.report(xFirstDeathQueue, why, v)
 		}
 		firstDeathQueue = q
 	}
@@ -127,8 +127,8 @@ func (c Codec) Decode(h amqp.Table, timestamp, now time.Time, buf []Problem) (St
 		s.Origin = firstDeathQueue
 	}
 
-	s.FirstDeathReason = firstOf(text(h[n.FirstDeathReason]), text(h[XFirstDeathReason]), oldest.reason)
-	s.FirstDeathQueue = firstOf(text(h[n.FirstDeathQueue]), firstDeathQueue, oldest.queue)
+	s.FirstDeathReason = firstOf(shortText(h[n.FirstDeathReason]), shortText(h[xFirstDeathReason]), oldest.reason)
+	s.FirstDeathQueue = firstOf(shortText(h[n.FirstDeathQueue]), firstDeathQueue, oldest.queue)
 
 	switch {
 	case haveStart:
@@ -217,7 +217,7 @@ func (d *decoding) retryAfter(name string, v any) (time.Duration, bool) {
 	case time.Time:
 		after, why = d.until(t)
 	case string, []byte:
-		text := strings.TrimSpace(asText(t))
+		text := strings.TrimSpace(Text(t))
 		if len(text) > maxText {
 			why = "neither milliseconds nor an RFC 3339 time"
 			break
@@ -268,17 +268,9 @@ func (d *decoding) until(t time.Time) (time.Duration, string) {
 	return (after + time.Millisecond - 1).Truncate(time.Millisecond), ""
 }
 
-func asText(v any) string {
-	if b, ok := v.([]byte); ok {
-		return string(b)
-	}
-	s, _ := v.(string)
-	return s
-}
-
-// errorText reads an error header or annotation: a string, or the bytes
-// some clients send strings as; "" otherwise. It is kept as is, however
-// long: the group reads a bounded prefix.
+// Text reads a header or annotation that holds text: a string, or the
+// bytes some clients send strings as; "" otherwise. It is kept as is,
+// however long: the failure group reads a bounded prefix of an error.
 func Text(v any) string {
 	switch v := v.(type) {
 	case string:
@@ -308,12 +300,8 @@ func (d *decoding) flag(name string, v any) bool {
 	switch v := v.(type) {
 	case bool:
 		return v
-	case string:
-		if b, ok := word(v); ok {
-			return b
-		}
-	case []byte:
-		if b, ok := word(string(v)); ok {
+	case string, []byte:
+		if b, ok := word(Text(v)); ok {
 			return b
 		}
 	default:
@@ -348,10 +336,8 @@ func (d *decoding) instant(v any) (time.Time, string) {
 	switch v := v.(type) {
 	case time.Time:
 		t = v
-	case string:
-		return d.instantText(v)
-	case []byte:
-		return d.instantText(string(v))
+	case string, []byte:
+		return d.instantText(Text(v))
 	default:
 		ms, why := integer(v)
 		if why != "" {
@@ -501,9 +487,9 @@ func Deaths(h amqp.Table) []Death {
 	return out
 }
 
-// text reads a short string header leniently: "" when absent, not text,
+// shortText reads a short string header leniently: "" when absent, not text,
 // or longer than a queue name may be.
-func text(v any) string {
+func shortText(v any) string {
 	q, _ := queueName(v)
 	return q
 }
@@ -521,11 +507,9 @@ func firstOf(values ...string) string {
 // clients sometimes send byte arrays.
 func queueName(v any) (string, string) {
 	var q string
-	switch v := v.(type) {
-	case string:
-		q = v
-	case []byte:
-		q = string(v)
+	switch v.(type) {
+	case string, []byte:
+		q = Text(v)
 	case nil:
 		return "", "missing"
 	default:
@@ -575,10 +559,8 @@ func integer(v any) (n int64, why string) {
 		return whole(float64(v))
 	case amqp.Decimal:
 		return decimal(v)
-	case string:
-		return integerText(v)
-	case []byte:
-		return integerText(string(v))
+	case string, []byte:
+		return integerText(Text(v))
 	case nil:
 		return 0, "missing"
 	}

@@ -608,7 +608,7 @@ func TestNamesRead(t *testing.T) {
 	n.Policy = "policy-header"
 	read := n.Read()
 	for _, want := range []string{"x-retry-count", "x-task-started-at", "x-retry-last-delay-ms", "x-retry-origin-queue",
-		"x-retry-non-retryable", "policy-header", "x-retry-due-at", XDeath, XFirstDeathQueue} {
+		"x-retry-non-retryable", "policy-header", "x-retry-due-at", XDeath, xFirstDeathQueue} {
 		found := false
 		for _, r := range read {
 			found = found || r == want

@@ -171,8 +171,8 @@ func (c Codec) putOrigin(out amqp.Table, origin string) {
 	if origin != "" {
 		// On the first failure the origin usually is x-first-death-queue:
 		// share its value instead of boxing the same string again.
-		if q, ok := out[XFirstDeathQueue].(string); ok && q == origin {
-			out[name] = out[XFirstDeathQueue]
+		if q, ok := out[xFirstDeathQueue].(string); ok && q == origin {
+			out[name] = out[xFirstDeathQueue]
 			return
 		}
 		putString(out, name, origin)

@@ -379,7 +379,7 @@ func TestWritersValidateWithJunk(t *testing.T) {
 	before := fmt.Sprint(h)
 	s, _ := c.Decode(h, time.Time{}, testNow(), nil)
 	checkCopy(t, h, c.Retry(h, s, time.Second, time.Time{}), before, testNow())
-	checkCopy(t, h, c.Park(h, s, policy.MaxDuration, testNow()), before, testNow())
+	checkCopy(t, h, c.Park(h, s, "max-duration", testNow()), before, testNow())
 	checkCopy(t, h, c.Replay(h, "orders", testNow()), before, testNow())
 }
 

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/rebound-mq/rebound/policy"
 )
 
 // fuzzTable turns fuzz bytes into a header table of valid AMQP types,
@@ -49,7 +47,7 @@ func fuzzKeys() []string {
 	n := DefaultNames()
 	return []string{
 		n.RetryCount, n.TaskStartedAt, n.LastDelay, n.OriginQueue, n.NonRetryable, n.Error,
-		n.ParkedReason, n.ParkedAt, XDeath, XFirstDeathQueue, "x-first-death-reason",
+		n.ParkedReason, n.ParkedAt, XDeath, xFirstDeathQueue, "x-first-death-reason",
 		n.RetryAfter, n.OptRetryAfter, n.ErrorRetry, n.OptError, n.OptNonRetryable, n.Group,
 		"queue", "time", "reason", "count", "exchange", "routing-keys", "tenant",
 	}
@@ -270,11 +268,11 @@ func FuzzRoundTrip(f *testing.F) {
 			t.Errorf("Retry read back as %+v, want %+v", got, retry)
 		}
 
-		parkedOut := c.Park(h, s, policy.MaxDuration, now)
+		parkedOut := c.Park(h, s, "max-duration", now)
 		if got := decodeCopy("Park", parkedOut); got != want {
 			t.Errorf("Park read back as %+v, want %+v", got, want)
 		}
-		if reason, at, ok := c.Parked(parkedOut); !ok || reason != policy.MaxDuration || at.UnixMilli() != now.UnixMilli() {
+		if reason, at, ok := c.Parked(parkedOut); !ok || reason != "max-duration" || at.UnixMilli() != now.UnixMilli() {
 			t.Errorf("Parked = %q, %v, %v", reason, at, ok)
 		}
 

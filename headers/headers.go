@@ -100,7 +100,7 @@ func (n Names) attempt() [4]string {
 // Read lists the headers Decode reads and reports problems with, under
 // their configured names: the label values of the invalid-header metric.
 func (n Names) Read() []string {
-	return []string{n.RetryCount, n.TaskStartedAt, n.LastDelay, n.OriginQueue, n.NonRetryable, n.Policy, n.DueAt, XDeath, XFirstDeathQueue,
+	return []string{n.RetryCount, n.TaskStartedAt, n.LastDelay, n.OriginQueue, n.NonRetryable, n.Policy, n.DueAt, XDeath, xFirstDeathQueue,
 		n.RetryAfter, n.ErrorRetry, n.OptNonRetryable, n.OptRetryAfter}
 }
 
@@ -110,8 +110,8 @@ func (n Names) Read() []string {
 // client and 3.13 changed how it counts.
 const (
 	XDeath            = "x-death"
-	XFirstDeathQueue  = "x-first-death-queue"
-	XFirstDeathReason = "x-first-death-reason"
+	xFirstDeathQueue  = "x-first-death-queue"
+	xFirstDeathReason = "x-first-death-reason"
 	// XOptDeliveryTime is the AMQP 1.0 message annotation (Unix ms) a
 	// holder returns a copy to the hold queue with: the broker holds the
 	// copy until then, and leaves the annotation on it as a header when it
@@ -128,7 +128,7 @@ const (
 // another, as does the hold queue's delivery time; and CC and BCC send a publish to more queues than its routing
 // key names, and rebound may publish to every queue of its vhost.
 var brokerHeaders = [...]string{
-	XDeath, XFirstDeathQueue, XFirstDeathReason, "x-first-death-exchange",
+	XDeath, xFirstDeathQueue, xFirstDeathReason, "x-first-death-exchange",
 	"x-last-death-queue", "x-last-death-reason", "x-last-death-exchange",
 	"x-delivery-count", "x-acquired-count", XOptDeliveryTime, "CC", "BCC",
 }

@@ -42,7 +42,7 @@ func (p Policy) curve(n int) float64 {
 	i := n - max(p.ImmediateRetries, 0)
 	m, top := float64(p.MinDelay), float64(p.MaxDelay)
 	switch p.Backoff {
-	case linear, arithmetic, Geometric:
+	case linear, arithmetic, geometric:
 		span := p.MaxRetries - p.ImmediateRetries - 1
 		switch {
 		case span <= 0:
@@ -91,7 +91,7 @@ func growth(x float64, i int, limit float64) float64 {
 // State.LastDelay.
 func (p Policy) jitter(x float64, last time.Duration, r Rand) time.Duration {
 	switch p.Jitter {
-	case FullJitter:
+	case fullJitter:
 		x *= r.Float64()
 	case EqualJitter:
 		half := x / 2
@@ -143,7 +143,7 @@ func (p Policy) Range(n int, last time.Duration) (lo, hi time.Duration) {
 	d := p.curve(n)
 	a, b := d, d
 	switch p.Jitter {
-	case FullJitter:
+	case fullJitter:
 		a = 0
 	case EqualJitter:
 		a = d / 2

@@ -25,7 +25,7 @@ func BenchmarkDecideBackoff(b *testing.B) {
 		b.Run(string(shape), func(b *testing.B) {
 			p := exponential()
 			p.Backoff = shape
-			p.Jitter = FullJitter
+			p.Jitter = fullJitter
 			benchmarkDecide(b, p)
 		})
 	}

@@ -19,7 +19,7 @@ func ExamplePolicy_Decide() {
 		Jitter:      policy.NoJitter,
 		MaxRetries:  5,
 		MaxDuration: 24 * time.Hour,
-		Deadline:    policy.Clamp,
+		Deadline:    "clamp",
 	}
 	started := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	now := started
@@ -50,22 +50,22 @@ func ExamplePolicy_Decide_jitter() {
 		MinDelay:    time.Second,
 		MaxDelay:    time.Hour,
 		Multiplier:  2,
-		Jitter:      policy.FullJitter,
+		Jitter:      "full",
 		MaxRetries:  10,
 		MaxDuration: 24 * time.Hour,
-		Deadline:    policy.Clamp,
+		Deadline:    "clamp",
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	started := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	d := p.Decide(policy.State{Retries: 2, StartedAt: started}, started.Add(3*time.Second), r)
 	lo, hi := p.Range(2, 0)
-	fmt.Println(d.Retry, d.Delay >= lo && d.Delay <= hi, d.Delay == policy.Round(d.Delay, policy.DefaultDelayDigits))
+	fmt.Println(d.Retry, d.Delay >= lo && d.Delay <= hi, d.Delay == policy.Round(d.Delay, p.Digits()))
 	// Output: true true true
 }
 
 func ExampleRound() {
 	for _, d := range []time.Duration{1234 * time.Millisecond, 56789 * time.Millisecond, time.Millisecond, 0} {
-		fmt.Println(d, "→", policy.Round(d, policy.DefaultDelayDigits))
+		fmt.Println(d, "→", policy.Round(d, 2))
 	}
 	// Output:
 	// 1.234s → 1.2s
@@ -85,7 +85,7 @@ func ExamplePolicy_Schedule() {
 		Jitter:       policy.ProportionalJitter,
 		JitterFactor: 0.5,
 		MaxDuration:  15 * time.Minute,
-		Deadline:     policy.Clamp,
+		Deadline:     "clamp",
 	}
 	steps, stop := p.Schedule(1000)
 	for _, s := range steps[:4] {

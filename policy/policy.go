@@ -20,17 +20,17 @@ const (
 	Constant    Backoff = "constant"
 	linear      Backoff = "linear"
 	arithmetic  Backoff = "arithmetic"
-	Geometric   Backoff = "geometric"
+	geometric   Backoff = "geometric"
 	Exponential Backoff = "exponential"
 )
 
 // Backoffs lists every shape, in the order documentation shows them.
-var Backoffs = []Backoff{Constant, linear, arithmetic, Geometric, Exponential}
+var Backoffs = []Backoff{Constant, linear, arithmetic, geometric, Exponential}
 
 // Fitted reports whether the shape is fitted from MinDelay to MaxDelay over
 // the delayed retries, and so needs MaxRetries - ImmediateRetries >= 2.
 func (b Backoff) Fitted() bool {
-	return b == linear || b == arithmetic || b == Geometric
+	return b == linear || b == arithmetic || b == geometric
 }
 
 // Jitter names how randomness is applied to the nominal delay.
@@ -52,7 +52,7 @@ type Jitter string
 // Every result is then clamped to [0, M].
 const (
 	NoJitter           Jitter = "none"
-	FullJitter         Jitter = "full"
+	fullJitter         Jitter = "full"
 	EqualJitter        Jitter = "equal"
 	boundedJitter      Jitter = "bounded"
 	decorrelatedJitter Jitter = "decorrelated"
@@ -62,7 +62,7 @@ const (
 )
 
 // Jitters lists every jitter mode.
-var Jitters = []Jitter{NoJitter, FullJitter, EqualJitter, boundedJitter, decorrelatedJitter, ProportionalJitter, GaussianJitter, additiveJitter}
+var Jitters = []Jitter{NoJitter, fullJitter, EqualJitter, boundedJitter, decorrelatedJitter, ProportionalJitter, GaussianJitter, additiveJitter}
 
 // Deadline names what happens when the next delay would end past the
 // duration budget.
@@ -70,13 +70,13 @@ type Deadline string
 
 // Deadline modes.
 const (
-	Clamp   Deadline = "clamp"   // shorten the delay to end at the deadline
+	clamp   Deadline = "clamp"   // shorten the delay to end at the deadline
 	Strict  Deadline = "strict"  // park now
 	Lenient Deadline = "lenient" // schedule it anyway
 )
 
 // Deadlines lists every deadline mode.
-var Deadlines = []Deadline{Clamp, Strict, Lenient}
+var Deadlines = []Deadline{clamp, Strict, Lenient}
 
 // Reason says why a message was parked. The values are written into the
 // x-retry-parked-reason header and are public interface.
@@ -85,7 +85,7 @@ type Reason string
 // Park reasons.
 const (
 	MaxRetries    Reason = "max-retries"
-	MaxDuration   Reason = "max-duration"
+	maxDuration   Reason = "max-duration"
 	NonRetryable  Reason = "non-retryable"
 	UnknownOrigin Reason = "unknown-origin" // no origin, one of rebound's own queues, or one that does not exist
 	// OriginNotAllowed: the origin does not match REBOUND_ORIGIN_QUEUES.
@@ -104,12 +104,12 @@ const (
 )
 
 // Reasons lists every reason rebound parks a message for.
-var Reasons = []Reason{MaxRetries, MaxDuration, NonRetryable, UnknownOrigin, OriginNotAllowed, OriginRefused}
+var Reasons = []Reason{MaxRetries, maxDuration, NonRetryable, UnknownOrigin, OriginNotAllowed, OriginRefused}
 
 // Policy is a validated retry policy. The zero value is not useful; build
 // one from configuration (package config validates every field). Decide
 // does not panic on an unvalidated Policy, but its guarantees hold only for
-// valid ones; unknown names behave like Constant, NoJitter and Clamp.
+// valid ones; unknown names behave like Constant, NoJitter and clamp.
 type Policy struct {
 	Backoff          Backoff
 	MinDelay         time.Duration
@@ -127,8 +127,8 @@ type Policy struct {
 	// sidecar's retry calendar applies it to what Decide returns.
 	RetryRate float64
 	// DelayDigits is how many significant digits of its milliseconds a
-	// delay keeps for its delay queue (Round): 1, 2 or 3; 0 means
-	// DefaultDelayDigits.
+	// delay keeps for its delay queue (Round): 1, 2 or 3; 0 means the
+	// default, 2.
 	DelayDigits int
 }
 
@@ -137,7 +137,7 @@ func (p Policy) Digits() int {
 	if p.DelayDigits == 1 || p.DelayDigits == 3 {
 		return p.DelayDigits
 	}
-	return DefaultDelayDigits
+	return defaultDelayDigits
 }
 
 // State is the retry state of one message, as decoded from its headers.
@@ -187,21 +187,21 @@ type Rand interface {
 //  4. n < ImmediateRetries: retry with Delay 0.
 //  5. Otherwise the delay is the nominal delay of retry n (Nominal) with
 //     jitter applied and clamped to [0, MaxDelay]. When it would end past
-//     StartedAt + MaxDuration, Deadline decides: Clamp shortens it to end at
-//     the deadline, Strict parks with MaxDuration, Lenient keeps it.
+//     StartedAt + MaxDuration, Deadline decides: clamp shortens it to end at
+//     the deadline, Strict parks with "max-duration", Lenient keeps it.
 //     A RetryAfter raises the delay (an immediate retry's too) to at least
 //     itself, but no further than MaxDelay and the time the budget has
 //     left, so it never parks a message by itself.
 //
 // The returned Delay is what the delay queue holds: rounded to DelayDigits
 // significant digits in milliseconds (Round), except that it is
-// rounded down instead when rounding up would pass MaxDelay or, under Clamp
-// and Strict, the deadline. So 0 <= Delay <= MaxDelay, and under Clamp and
+// rounded down instead when rounding up would pass MaxDelay or, under clamp
+// and Strict, the deadline. So 0 <= Delay <= MaxDelay, and under clamp and
 // Strict a retry never lands past StartedAt + MaxDuration. A delay a
 // RetryAfter raised is rounded up instead, where that stays within those
-// bounds: the least delay asked for is not undercut by rounding. Under Clamp, a
+// bounds: the least delay asked for is not undercut by rounding. Under clamp, a
 // budget that has less than a millisecond left (the delay queues' unit)
-// parks with MaxDuration instead of retrying with no delay.
+// parks with "max-duration" instead of retrying with no delay.
 //
 // A StartedAt in the future (clock skew between producers and rebound)
 // counts as now.
@@ -215,7 +215,7 @@ func (p Policy) Decide(s State, now time.Time, r Rand) Decision {
 	}
 	elapsed := max(now.Sub(s.StartedAt), 0)
 	if p.MaxDuration > 0 && elapsed >= p.MaxDuration {
-		return Decision{Reason: MaxDuration}
+		return Decision{Reason: maxDuration}
 	}
 	var d time.Duration
 	switch {
@@ -238,7 +238,7 @@ func (p Policy) Decide(s State, now time.Time, r Rand) Decision {
 	}
 	d, ceiling, ok := p.deadline(d, elapsed)
 	if !ok {
-		return Decision{Reason: MaxDuration}
+		return Decision{Reason: maxDuration}
 	}
 	delay := roundWithin(d, ceiling, p.Digits())
 	if up := RoundUp(d, p.Digits()); delay < floor && up <= ceiling {
@@ -250,7 +250,7 @@ func (p Policy) Decide(s State, now time.Time, r Rand) Decision {
 // fit applies the deadline to a jittered delay d chosen when elapsed has
 // passed since the task started (0 <= elapsed < MaxDuration when there is
 // a budget), then rounds it for the delay queue. ok is false when the
-// message must be parked with MaxDuration instead.
+// message must be parked with "max-duration" instead.
 func (p Policy) fit(d, elapsed time.Duration) (delay time.Duration, ok bool) {
 	d, ceiling, ok := p.deadline(d, elapsed)
 	if !ok {
@@ -261,8 +261,8 @@ func (p Policy) fit(d, elapsed time.Duration) (delay time.Duration, ok bool) {
 
 // deadline applies the deadline to a jittered delay d chosen when elapsed
 // has passed since the task started: it returns the delay, shortened under
-// Clamp, and the ceiling its rounding may not pass. ok is false when the
-// message must be parked with MaxDuration instead.
+// clamp, and the ceiling its rounding may not pass. ok is false when the
+// message must be parked with "max-duration" instead.
 func (p Policy) deadline(d, elapsed time.Duration) (delay, ceiling time.Duration, ok bool) {
 	ceiling = p.MaxDelay
 	if p.MaxDuration > 0 && p.Deadline != Lenient {
@@ -295,7 +295,7 @@ func roundWithin(d, ceiling time.Duration, digits int) time.Duration {
 
 // Remaining is how long a message whose retry state is s may still wait,
 // as of now, before the budget (MaxDuration) ends: the most a delay may
-// become under Clamp and Strict. It is 0 when nothing bounds the delay:
+// become under clamp and Strict. It is 0 when nothing bounds the delay:
 // no MaxDuration, or Lenient, which schedules past it.
 func (p Policy) Remaining(s State, now time.Time) time.Duration {
 	if p.MaxDuration <= 0 || p.Deadline == Lenient {
@@ -312,7 +312,7 @@ func (p Policy) Remaining(s State, now time.Time) time.Duration {
 //
 //   - With MaxDuration, the message parks once now − StartedAt >=
 //     MaxDuration; a wait that would end past it is shortened to end there
-//     under Clamp, parks under Strict, and is kept under Lenient (which
+//     under clamp, parks under Strict, and is kept under Lenient (which
 //     then parks on the next refusal).
 //   - Without MaxDuration, each wait counts as a retry (the caller writes
 //     the count up), and the message parks once n >= MaxRetries.

@@ -59,7 +59,7 @@ func exponential() Policy {
 		JitterMax:    time.Second,
 		MaxRetries:   10,
 		MaxDuration:  24 * time.Hour,
-		Deadline:     Clamp,
+		Deadline:     clamp,
 	}
 }
 
@@ -80,7 +80,7 @@ func TestNominal(t *testing.T) {
 			map[int]time.Duration{0: 1 * time.Second, 1: 2 * time.Second, 4: 5 * time.Second, 8: 9 * time.Second, 9: 10 * time.Second, 50: 10 * time.Second}},
 		{"arithmetic 1s..10s over 4", with(func(p *Policy) { p.Backoff, p.MaxDelay, p.MaxRetries = arithmetic, 10*time.Second, 4 }),
 			map[int]time.Duration{0: 1 * time.Second, 1: 2 * time.Second, 2: 5 * time.Second, 3: 10 * time.Second}},
-		{"geometric 1s..8s over 4", with(func(p *Policy) { p.Backoff, p.MaxDelay, p.MaxRetries = Geometric, 8*time.Second, 4 }),
+		{"geometric 1s..8s over 4", with(func(p *Policy) { p.Backoff, p.MaxDelay, p.MaxRetries = geometric, 8*time.Second, 4 }),
 			map[int]time.Duration{0: 1 * time.Second, 1: 2 * time.Second, 2: 4 * time.Second, 3: 8 * time.Second}},
 		{"exponential ×3 capped at 1m", with(func(p *Policy) { p.Multiplier, p.MaxDelay = 3, time.Minute }),
 			map[int]time.Duration{0: 1 * time.Second, 1: 3 * time.Second, 2: 9 * time.Second, 3: 27 * time.Second, 4: time.Minute, 5: time.Minute}},
@@ -96,7 +96,7 @@ func TestNominal(t *testing.T) {
 			map[int]time.Duration{0: 0, 2: 0, 3: 1 * time.Second, 4: 2 * time.Second}},
 		{"negative n counts as 0", exponential(),
 			map[int]time.Duration{-5: time.Second}},
-		{"fitted without room stays at min", with(func(p *Policy) { p.Backoff, p.MaxRetries = Geometric, 1 }),
+		{"fitted without room stays at min", with(func(p *Policy) { p.Backoff, p.MaxRetries = geometric, 1 }),
 			map[int]time.Duration{0: time.Second, 3: time.Second}},
 	}
 	for _, tt := range tests {
@@ -123,9 +123,9 @@ func TestDecideJitter(t *testing.T) {
 		delay  time.Duration
 	}{
 		{"none", NoJitter, 2, 0, nil, nil, 4 * time.Second},
-		{"full", FullJitter, 2, 0, []float64{0.25}, nil, time.Second},
-		{"full at 0", FullJitter, 2, 0, []float64{0}, nil, 0},
-		{"full rounds", FullJitter, 2, 0, []float64{0.3}, nil, 1200 * time.Millisecond}, // 1.2s
+		{"full", fullJitter, 2, 0, []float64{0.25}, nil, time.Second},
+		{"full at 0", fullJitter, 2, 0, []float64{0}, nil, 0},
+		{"full rounds", fullJitter, 2, 0, []float64{0.3}, nil, 1200 * time.Millisecond}, // 1.2s
 		{"equal", EqualJitter, 2, 0, []float64{0.5}, nil, 3 * time.Second},
 		{"equal at 0", EqualJitter, 2, 0, []float64{0}, nil, 2 * time.Second},
 		{"bounded", boundedJitter, 2, 0, []float64{0.5}, nil, 2300 * time.Millisecond},                                   // 0.5 + 0.5·3.5 = 2.25s
@@ -142,7 +142,7 @@ func TestDecideJitter(t *testing.T) {
 		{"gaussian clamped at max", GaussianJitter, 2, 0, nil, []float64{10000}, time.Hour},
 		{"additive", additiveJitter, 2, 0, []float64{0.5}, nil, 4500 * time.Millisecond},
 		{"additive clamped at max", additiveJitter, 20, 0, []float64{0.5}, nil, time.Hour},
-		{"full at max", FullJitter, 20, 0, []float64{0.5}, nil, 30 * time.Minute},
+		{"full at max", fullJitter, 20, 0, []float64{0.5}, nil, 30 * time.Minute},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -172,7 +172,7 @@ func TestJitterRaw(t *testing.T) {
 		u, z   float64
 		want   time.Duration
 	}{
-		{FullJitter, 0, 0.3, 0, 1200 * time.Millisecond},
+		{fullJitter, 0, 0.3, 0, 1200 * time.Millisecond},
 		{EqualJitter, 0, 0.25, 0, 2500 * time.Millisecond},
 		{boundedJitter, 0, 0.5, 0, 2250 * time.Millisecond},
 		{decorrelatedJitter, 10 * time.Second, 0.5, 0, 15500 * time.Millisecond},
@@ -208,8 +208,8 @@ func TestDecideParks(t *testing.T) {
 		{"last retry", State{Retries: 4}, time.Minute, Decision{Retry: true, Delay: 4 * time.Second}},
 		{"retries spent", State{Retries: 5}, time.Minute, Decision{Reason: MaxRetries}},
 		{"far past the count", State{Retries: 1 << 40}, 0, Decision{Reason: MaxRetries}},
-		{"budget spent", State{Retries: 3}, time.Hour, Decision{Reason: MaxDuration}},
-		{"budget spent beats immediate", State{Retries: 0}, 2 * time.Hour, Decision{Reason: MaxDuration}},
+		{"budget spent", State{Retries: 3}, time.Hour, Decision{Reason: maxDuration}},
+		{"budget spent beats immediate", State{Retries: 0}, 2 * time.Hour, Decision{Reason: maxDuration}},
 		{"count beats budget", State{Retries: 5}, 2 * time.Hour, Decision{Reason: MaxRetries}},
 		{"non-retryable beats all", State{Retries: 5, NonRetryable: true}, 2 * time.Hour, Decision{Reason: NonRetryable}},
 		{"non-retryable at once", State{NonRetryable: true}, 0, Decision{Reason: NonRetryable}},
@@ -250,22 +250,22 @@ func TestDecideDeadline(t *testing.T) {
 		want     Decision
 	}{
 		// Retry 3 wants 8s; 3s of the 10s budget are left.
-		{Clamp, 3, 7 * time.Second, Decision{Retry: true, Delay: 3 * time.Second}},
-		{Strict, 3, 7 * time.Second, Decision{Reason: MaxDuration}},
+		{clamp, 3, 7 * time.Second, Decision{Retry: true, Delay: 3 * time.Second}},
+		{Strict, 3, 7 * time.Second, Decision{Reason: maxDuration}},
 		{Lenient, 3, 7 * time.Second, Decision{Retry: true, Delay: 8 * time.Second}},
 		// It fits exactly.
-		{Clamp, 3, 2 * time.Second, Decision{Retry: true, Delay: 8 * time.Second}},
+		{clamp, 3, 2 * time.Second, Decision{Retry: true, Delay: 8 * time.Second}},
 		{Strict, 3, 2 * time.Second, Decision{Retry: true, Delay: 8 * time.Second}},
 		// 2.35s left: rounding up to 2.4s would land past the deadline.
-		{Clamp, 3, 7650 * time.Millisecond, Decision{Retry: true, Delay: 2300 * time.Millisecond}},
+		{clamp, 3, 7650 * time.Millisecond, Decision{Retry: true, Delay: 2300 * time.Millisecond}},
 		// 1ms left is still a delay queue; half of one is not.
-		{Clamp, 3, 9999 * time.Millisecond, Decision{Retry: true, Delay: time.Millisecond}},
-		{Clamp, 3, 9999500 * time.Microsecond, Decision{Reason: MaxDuration}},
+		{clamp, 3, 9999 * time.Millisecond, Decision{Retry: true, Delay: time.Millisecond}},
+		{clamp, 3, 9999500 * time.Microsecond, Decision{Reason: maxDuration}},
 		{Lenient, 3, 9999500 * time.Microsecond, Decision{Retry: true, Delay: 8 * time.Second}},
 		// At the deadline every mode parks.
-		{Clamp, 0, 10 * time.Second, Decision{Reason: MaxDuration}},
-		{Strict, 0, 10 * time.Second, Decision{Reason: MaxDuration}},
-		{Lenient, 0, 10 * time.Second, Decision{Reason: MaxDuration}},
+		{clamp, 0, 10 * time.Second, Decision{Reason: maxDuration}},
+		{Strict, 0, 10 * time.Second, Decision{Reason: maxDuration}},
+		{Lenient, 0, 10 * time.Second, Decision{Reason: maxDuration}},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s/n=%d/elapsed=%v", tt.deadline, tt.n, tt.elapsed), func(t *testing.T) {
@@ -280,7 +280,7 @@ func TestDecideDeadline(t *testing.T) {
 }
 
 // roundDelay is Round with the default digits.
-func roundDelay(d time.Duration) time.Duration { return Round(d, DefaultDelayDigits) }
+func roundDelay(d time.Duration) time.Duration { return Round(d, defaultDelayDigits) }
 
 func TestRoundDelay(t *testing.T) {
 	tests := []struct{ d, want time.Duration }{
@@ -339,7 +339,7 @@ func TestRange(t *testing.T) {
 		lo, hi time.Duration
 	}{
 		{NoJitter, 2, 0, 4 * time.Second, 4 * time.Second},
-		{FullJitter, 2, 0, 0, 4 * time.Second},
+		{fullJitter, 2, 0, 0, 4 * time.Second},
 		{EqualJitter, 2, 0, 2 * time.Second, 4 * time.Second},
 		{boundedJitter, 2, 0, 500 * time.Millisecond, 4 * time.Second},
 		{decorrelatedJitter, 2, 0, time.Second, 3 * time.Second},
@@ -366,7 +366,7 @@ func TestRange(t *testing.T) {
 
 func TestSchedule(t *testing.T) {
 	p := exponential()
-	p.Jitter = FullJitter
+	p.Jitter = fullJitter
 	p.MaxRetries = 4
 	p.ImmediateRetries = 1
 	steps, stop := p.Schedule(1000)
@@ -389,7 +389,7 @@ func TestSchedule(t *testing.T) {
 	}
 }
 
-// TestScheduleBudget checks that Clamp shortens the last delays to end at
+// TestScheduleBudget checks that clamp shortens the last delays to end at
 // the budget (leaving the slivers that rounding down leaves), Strict stops
 // before a delay that would pass it, and the decorrelated bounds chain.
 func TestScheduleBudget(t *testing.T) {
@@ -403,7 +403,7 @@ func TestScheduleBudget(t *testing.T) {
 	}
 	// 1+2+4 = 7s, then 3.45s are left: 3.4s, then 50ms.
 	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 3400 * time.Millisecond, 50 * time.Millisecond}
-	if fmt.Sprint(delays) != fmt.Sprint(want) || stop.Reason != MaxDuration {
+	if fmt.Sprint(delays) != fmt.Sprint(want) || stop.Reason != maxDuration {
 		t.Errorf("clamp: delays %v, stop %+v; want %v, max-duration", delays, stop, want)
 	}
 	if last := steps[len(steps)-1].Elapsed; last != p.MaxDuration {
@@ -413,7 +413,7 @@ func TestScheduleBudget(t *testing.T) {
 	p.Deadline = Strict
 	p.Jitter = decorrelatedJitter
 	steps, stop = p.Schedule(1000)
-	if len(steps) != 3 || stop.Reason != MaxDuration {
+	if len(steps) != 3 || stop.Reason != maxDuration {
 		t.Fatalf("strict: %d steps, stop %+v; want 3, max-duration", len(steps), stop)
 	}
 	// Unconditional decorrelated bounds: [1s, 3s], [1s, 9s], then 9·3 = 27s
@@ -437,7 +437,7 @@ func (d Decision) rounded() Decision {
 func TestDecideDrawnIsUnrounded(t *testing.T) {
 	start := time.Unix(1_700_000_000, 0)
 	p := Policy{Backoff: Exponential, MinDelay: time.Second, MaxDelay: time.Hour, Multiplier: 1.5, Jitter: NoJitter,
-		MaxDuration: 10 * time.Second, Deadline: Clamp}
+		MaxDuration: 10 * time.Second, Deadline: clamp}
 	for _, tc := range []struct {
 		n            int
 		elapsed      time.Duration
@@ -604,11 +604,11 @@ func TestRemaining(t *testing.T) {
 		p    Policy
 		want time.Duration
 	}{
-		{Policy{MaxDuration: 3 * time.Hour, Deadline: Clamp}, 2 * time.Hour},
+		{Policy{MaxDuration: 3 * time.Hour, Deadline: clamp}, 2 * time.Hour},
 		{Policy{MaxDuration: 3 * time.Hour, Deadline: Strict}, 2 * time.Hour},
 		{Policy{MaxDuration: 3 * time.Hour, Deadline: Lenient}, 0},
-		{Policy{Deadline: Clamp}, 0},
-		{Policy{MaxDuration: 30 * time.Minute, Deadline: Clamp}, time.Nanosecond},
+		{Policy{Deadline: clamp}, 0},
+		{Policy{MaxDuration: 30 * time.Minute, Deadline: clamp}, time.Nanosecond},
 	} {
 		if got := tc.p.Remaining(s, now); got != tc.want {
 			t.Errorf("%+v: Remaining = %v, want %v", tc.p, got, tc.want)

@@ -156,7 +156,7 @@ func checkDecision(t *testing.T, p Policy, s State, elapsed time.Duration, r Ran
 		}
 		return
 	case p.MaxDuration > 0 && spent >= p.MaxDuration:
-		if d != (Decision{Reason: MaxDuration}) {
+		if d != (Decision{Reason: maxDuration}) {
 			bad("budget spent, not parked with max-duration")
 		}
 		return
@@ -169,8 +169,8 @@ func checkDecision(t *testing.T, p Policy, s State, elapsed time.Duration, r Ran
 	if !d.Retry {
 		// Only the deadline may park from here: strict, or clamp with
 		// under a millisecond left.
-		if d.Reason != MaxDuration || p.MaxDuration == 0 || p.Deadline == Lenient ||
-			(p.Deadline == Clamp && p.MaxDuration-spent >= time.Millisecond) {
+		if d.Reason != maxDuration || p.MaxDuration == 0 || p.Deadline == Lenient ||
+			(p.Deadline == clamp && p.MaxDuration-spent >= time.Millisecond) {
 			bad("parked without cause")
 		}
 		return
@@ -188,7 +188,7 @@ func checkDecision(t *testing.T, p Policy, s State, elapsed time.Duration, r Ran
 		// Within the range Schedule shows, bounds fitted the same way.
 		q := p
 		if q.Deadline == Strict {
-			q.Deadline = Clamp
+			q.Deadline = clamp
 		}
 		lo, hi := p.Range(n, s.LastDelay)
 		lo, _ = q.fit(lo, spent)
@@ -224,7 +224,7 @@ func TestJitterStatistics(t *testing.T) {
 		gaussian         bool
 	}{
 		{jitter: NoJitter, mean: d, lo: d, hi: d},
-		{jitter: FullJitter},
+		{jitter: fullJitter},
 		{jitter: EqualJitter},
 		{jitter: boundedJitter},
 		{jitter: decorrelatedJitter},

@@ -10,7 +10,7 @@ import (
 // message by itself.
 func TestDecideRetryAfter(t *testing.T) {
 	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-	base := Policy{Backoff: Constant, MinDelay: time.Second, MaxDelay: time.Minute, Jitter: NoJitter, MaxRetries: 10, Deadline: Clamp}
+	base := Policy{Backoff: Constant, MinDelay: time.Second, MaxDelay: time.Minute, Jitter: NoJitter, MaxRetries: 10, Deadline: clamp}
 	for _, tc := range []struct {
 		name    string
 		p       func(Policy) Policy
@@ -30,7 +30,7 @@ func TestDecideRetryAfter(t *testing.T) {
 		{"strict: capped, not parked", func(p Policy) Policy { p.MaxDuration = time.Hour; p.Deadline = Strict; return p }, time.Minute, time.Hour - 10*time.Second,
 			Decision{Retry: true, Delay: 10 * time.Second, Drawn: 10 * time.Second}},
 		{"spent budget still parks", func(p Policy) Policy { p.MaxDuration = time.Hour; return p }, time.Minute, time.Hour,
-			Decision{Reason: MaxDuration}},
+			Decision{Reason: maxDuration}},
 		{"spent retries still park", func(p Policy) Policy { p.MaxRetries = 1; return p }, time.Minute, 0, Decision{Reason: MaxRetries}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

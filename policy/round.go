@@ -5,12 +5,12 @@ import (
 	"time"
 )
 
-// DefaultDelayDigits is how many significant digits of its millisecond
+// defaultDelayDigits is how many significant digits of its millisecond
 // count a delay keeps by default (REBOUND_DELAY_DIGITS).
-const DefaultDelayDigits = 2
+const defaultDelayDigits = 2
 
 // Round rounds d to digits significant digits (1, 2 or 3; any other value
-// counts as DefaultDelayDigits) of its millisecond count, half up, never
+// counts as the default, 2) of its millisecond count, half up, never
 // below a whole millisecond (what x-message-ttl counts). Every distinct
 // delay needs its own delay queue (rebound.delay.<ms>), so rounding keeps
 // their number bounded and their names readable. With the default two

@@ -39,10 +39,10 @@ func (p Policy) Schedule(limit int) (steps []Step, stop Decision) {
 	nominal := p
 	nominal.Jitter = NoJitter
 	// Bounds are shown for the retries that happen: a Strict policy parks
-	// the draws past the deadline, the rest are those of Clamp.
+	// the draws past the deadline, the rest are those of clamp.
 	bounds := p
 	if bounds.Deadline == Strict {
-		bounds.Deadline = Clamp
+		bounds.Deadline = clamp
 	}
 	var elapsed, lastMax time.Duration
 	for n := 0; n < limit; n++ {

@@ -17,7 +17,7 @@ func TestGoogleHTTPClient(t *testing.T) {
 	p := Policy{
 		Backoff: Exponential, MinDelay: 500 * time.Millisecond, MaxDelay: time.Minute, Multiplier: 1.5,
 		Jitter: ProportionalJitter, JitterFactor: 0.5,
-		MaxDuration: 15 * time.Minute, Deadline: Clamp,
+		MaxDuration: 15 * time.Minute, Deadline: clamp,
 	}
 	intervals := []float64{0.5, 0.75, 1.125, 1.6875, 2.53125, 3.796875, 5.6953125, 8.54296875, 12.814453125, 19.2216796875}
 	for n, want := range intervals {
@@ -52,7 +52,7 @@ func TestGoogleHTTPClient(t *testing.T) {
 		}
 	}
 	// Max elapsed time: nothing is retried after 15 minutes.
-	if got := p.Decide(State{Retries: 30, StartedAt: start}, start.Add(15*time.Minute), nil); got != (Decision{Reason: MaxDuration}) {
+	if got := p.Decide(State{Retries: 30, StartedAt: start}, start.Add(15*time.Minute), nil); got != (Decision{Reason: maxDuration}) {
 		t.Errorf("after 15m: %+v, want max-duration", got)
 	}
 }
@@ -61,7 +61,7 @@ func TestAWSSimpleDB(t *testing.T) {
 	// SimpleDB's error-retry guidance: wait up to 4ⁿ·400ms, picked at random.
 	p := Policy{
 		Backoff: Exponential, MinDelay: 400 * time.Millisecond, MaxDelay: time.Hour, Multiplier: 4,
-		Jitter: FullJitter, MaxRetries: 10, MaxDuration: 24 * time.Hour, Deadline: Clamp,
+		Jitter: fullJitter, MaxRetries: 10, MaxDuration: 24 * time.Hour, Deadline: clamp,
 	}
 	for n, want := range []float64{0.4, 1.6, 6.4, 25.6, 102.4, 409.6} {
 		if got := p.Nominal(n); got != sec(want) {
@@ -79,14 +79,14 @@ func TestTrueLayerRetryPolicies(t *testing.T) {
 	// from [m/2, d] (m/2 + U·(d − m/2)).
 	p := Policy{
 		Backoff: Exponential, MinDelay: time.Second, MaxDelay: 30 * time.Minute, Multiplier: 2,
-		MaxDuration: 24 * time.Hour, Deadline: Clamp,
+		MaxDuration: 24 * time.Hour, Deadline: clamp,
 	}
 	for n := 0; n < 15; n++ {
 		want := min(time.Duration(1<<n)*time.Second, 30*time.Minute)
 		if got := p.Nominal(n); got != want {
 			t.Errorf("retry %d: nominal %v, want %v", n+1, got, want)
 		}
-		p.Jitter = FullJitter
+		p.Jitter = fullJitter
 		if lo, hi := p.Range(n, 0); lo != 0 || hi != want {
 			t.Errorf("full, retry %d: [%v, %v], want [0s, %v]", n+1, lo, hi, want)
 		}
@@ -101,7 +101,7 @@ func TestTrueLayerRetryPolicies(t *testing.T) {
 	if got := p.Decide(State{Retries: 3, StartedAt: start}, start, r).rounded(); got != (Decision{Retry: true, Delay: 4300 * time.Millisecond}) {
 		t.Errorf("bounded retry 4, U=0.5: %+v, want 4.3s", got)
 	}
-	if got := p.Decide(State{Retries: 100, StartedAt: start}, start.Add(24*time.Hour), nil); got != (Decision{Reason: MaxDuration}) {
+	if got := p.Decide(State{Retries: 100, StartedAt: start}, start.Add(24*time.Hour), nil); got != (Decision{Reason: maxDuration}) {
 		t.Errorf("after 24h: %+v, want max-duration", got)
 	}
 }
@@ -112,12 +112,12 @@ func TestSNSZaqarCurves(t *testing.T) {
 	// 260s over 10 retries, i/9 of the way at retry i+1.
 	base := Policy{
 		MinDelay: 5 * time.Second, MaxDelay: 260 * time.Second,
-		Jitter: NoJitter, MaxRetries: 10, MaxDuration: 24 * time.Hour, Deadline: Clamp,
+		Jitter: NoJitter, MaxRetries: 10, MaxDuration: 24 * time.Hour, Deadline: clamp,
 	}
 	curves := map[Backoff]func(t float64) float64{
 		linear:     func(t float64) float64 { return 5 + 255*t },
 		arithmetic: func(t float64) float64 { return 5 + 255*t*t },
-		Geometric:  func(t float64) float64 { return 5 * math.Pow(52, t) },
+		geometric:  func(t float64) float64 { return 5 * math.Pow(52, t) },
 	}
 	for shape, f := range curves {
 		t.Run(string(shape), func(t *testing.T) {
@@ -143,7 +143,7 @@ func TestSNSZaqarCurves(t *testing.T) {
 		})
 	}
 	// Midpoints by hand: a third of the way (retry 4).
-	for shape, want := range map[Backoff]time.Duration{linear: 90 * time.Second, arithmetic: sec(5 + 255.0/9), Geometric: sec(5 * math.Cbrt(52))} {
+	for shape, want := range map[Backoff]time.Duration{linear: 90 * time.Second, arithmetic: sec(5 + 255.0/9), geometric: sec(5 * math.Cbrt(52))} {
 		p := base
 		p.Backoff = shape
 		if got := p.Nominal(3); got < want-1 || got > want+1 {
@@ -157,7 +157,7 @@ func TestGRPCConnectionBackoff(t *testing.T) {
 	// 120s: current_backoff·(1 ± 0.2).
 	p := Policy{
 		Backoff: Exponential, MinDelay: time.Second, MaxDelay: 120 * time.Second, Multiplier: 1.6,
-		Jitter: ProportionalJitter, JitterFactor: 0.2, MaxDuration: 24 * time.Hour, Deadline: Clamp,
+		Jitter: ProportionalJitter, JitterFactor: 0.2, MaxDuration: 24 * time.Hour, Deadline: clamp,
 	}
 	for n := 0; n < 14; n++ {
 		want := min(sec(math.Pow(1.6, float64(n))), 120*time.Second)
@@ -180,7 +180,7 @@ func TestGoogleDrive(t *testing.T) {
 	// milliseconds, for 5 retries.
 	p := Policy{
 		Backoff: Exponential, MinDelay: time.Second, MaxDelay: time.Hour, Multiplier: 2,
-		Jitter: additiveJitter, JitterMax: time.Second, MaxRetries: 5, MaxDuration: 24 * time.Hour, Deadline: Clamp,
+		Jitter: additiveJitter, JitterMax: time.Second, MaxRetries: 5, MaxDuration: 24 * time.Hour, Deadline: clamp,
 	}
 	for n, want := range []time.Duration{1, 2, 4, 8, 16} {
 		want *= time.Second

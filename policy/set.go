@@ -128,7 +128,7 @@ func (p Policy) fingerprint() string {
 	if p.RetryRate != 0 {
 		field("retry-rate", number(p.RetryRate))
 	}
-	if p.Digits() != DefaultDelayDigits {
+	if p.Digits() != defaultDelayDigits {
 		field("delay-digits", strconv.Itoa(p.Digits()))
 	}
 	h := fnv.New32a()

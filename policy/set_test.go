@@ -8,8 +8,8 @@ import (
 
 // defaultPolicy is DESIGN.md's default policy.
 var defaultPolicy = Policy{
-	Backoff: Exponential, MinDelay: time.Second, MaxDelay: time.Hour, Multiplier: 2, Jitter: FullJitter,
-	JitterFactor: 0.5, JitterMax: time.Second, MaxRetries: 10, MaxDuration: 24 * time.Hour, Deadline: Clamp,
+	Backoff: Exponential, MinDelay: time.Second, MaxDelay: time.Hour, Multiplier: 2, Jitter: fullJitter,
+	JitterFactor: 0.5, JitterMax: time.Second, MaxRetries: 10, MaxDuration: 24 * time.Hour, Deadline: clamp,
 }
 
 // defaultWith is defaultPolicy as change leaves it.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,15 +27,8 @@ type testEnv struct {
 	admin   *amqp.Channel    // the test's own, in confirm mode
 	topo    topology.Topology
 	origin  string             // an application queue
-	clock   clock              // the time e's publishers see
 	notices brokertest.Notices // what e's publishers noticed
 }
-
-// clock is the real time plus an offset a test moves; the Publisher's
-// loop reads it at any time, so the offset is atomic.
-type clock struct{ offset atomic.Int64 }
-
-func (c *clock) now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
 
 func newTestEnv(t *testing.T, quorum bool) *testEnv {
 	t.Helper()
@@ -52,7 +44,7 @@ func (e *testEnv) publisher(window int) *Publisher {
 	if _, err := declarer.Declare(e.conn, e.topo); err != nil {
 		e.t.Fatal(err)
 	}
-	p, err := newPublisher(e.conn, e.topo, window, 30*time.Second, e.notices.Add, e.clock.now)
+	p, err := newPublisher(e.conn, e.topo, window, 30*time.Second, e.notices.Add, time.Now)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -299,7 +291,7 @@ func TestReturnsOfAWholeWindow(t *testing.T) {
 	p := e.publisher(window)
 	o := newOutcomes()
 	dest := topology.Direct(brokertest.Unique(t) + "missing")
-	start := e.clock.now()
+	start := time.Now()
 	for i := range window {
 		id := string(rune('a'+i%26)) + time.Duration(i).String()
 		if err := p.Publish(context.Background(), dest, msg(id), o.callback(id)); err != nil {
@@ -313,7 +305,7 @@ func TestReturnsOfAWholeWindow(t *testing.T) {
 	}
 	// What declarer.Origins goes by when the broker will not let rebound
 	// check a queue.
-	if !p.ReturnedSince(dest.RoutingKey, start) || p.ReturnedSince(dest.RoutingKey, e.clock.now().Add(time.Second)) || p.ReturnedSince(e.origin, start) {
+	if !p.ReturnedSince(dest.RoutingKey, start) || p.ReturnedSince(dest.RoutingKey, time.Now().Add(time.Second)) || p.ReturnedSince(e.origin, start) {
 		t.Errorf("ReturnedSince: want %s returned since the start, not later, and %s never", dest.RoutingKey, e.origin)
 	}
 }

@@ -35,8 +35,9 @@ type delayResult struct {
 // rebound into the same delay queue. With lazy, a policy puts the delay
 // queue in lazy mode, as deploy/rabbitmq/setup.sh does.
 func measureDelay(ctx context.Context, b *broker, delay time.Duration, lazy bool, o options, stdout io.Writer) (delayResult, error) {
-	// rebound sends the copies to the delay queue of the rounded delay.
-	queued := policy.Round(delay, policy.DefaultDelayDigits)
+	// rebound sends the copies to the delay queue of the delay rounded as
+	// the default policy rounds it.
+	queued := policy.Round(delay, policy.Policy{}.Digits())
 	res := delayResult{Delay: delay, Lazy: lazy}
 	prefix := fmt.Sprintf("%sdelay%d.%s.", b.prefix, delay.Milliseconds(), res.mode())
 	topo := topology.Topology{
@@ -48,7 +49,8 @@ func measureDelay(ctx context.Context, b *broker, delay time.Duration, lazy bool
 	defer b.deleteExchanges(topo.DeadLetterExchange, topo.DelayExchangeFor(queued).Name)
 	defer b.deleteQueues(app, bg, topo.InboxQueue, topo.ParkingQueue, delayQueue.Name)
 	if lazy {
-		p := topo.LazyDelayQueuePolicy("", prefix+"lazy")
+		p := topo.Policies("")[0] // with classic queues, the one that makes the delay queues lazy
+		p.Name = prefix + "lazy"
 		stop, err := b.setPolicy(ctx, p.Name, p.Pattern, p.ApplyTo, p.Priority, p.Definition)
 		if err != nil {
 			return res, err

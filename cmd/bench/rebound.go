@@ -114,13 +114,11 @@ func startRebound(ctx context.Context, url string, topo topology.Topology, s reb
 	if len(s.Spread) > 0 {
 		opt.NewRand = spreadRand(s.Spread)
 	}
-	tp, stopTracing, err := tracing.Setup(ctx, envvars.ToMap(s.Env), "bench")
+	tracer, stopTracing, err := tracing.Setup(ctx, envvars.ToMap(s.Env), "bench")
 	if err != nil {
 		return nil, err
 	}
-	if tp != nil {
-		opt.Tracer = tp.Tracer(tracing.ScopeName)
-	}
+	opt.Tracer = tracer
 	sc := consumer.New(opt)
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -80,7 +80,7 @@ func defaultPolicySpread(n, digits int) (*policySpread, error) {
 	if err != nil {
 		return nil, fmt.Errorf("default policy at %d digits: %w", digits, err)
 	}
-	p := cfg.Policy()
+	p := cfg.PolicySet().Default().Policy
 	r := rand.New(rand.NewPCG(spreadSeed, uint64(digits)))
 	now := time.Now()
 	drawn := make([]time.Duration, 0, n)

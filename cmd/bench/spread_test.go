@@ -23,7 +23,7 @@ func TestSpreadSendsEachCopyWhereTheSequenceSays(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, r := cfg.Policy(), spreadRand(sp.Sequence)()
+		p, r := cfg.PolicySet().Default().Policy, spreadRand(sp.Sequence)()
 		now := time.Now()
 		seen := map[time.Duration]bool{}
 		for i := range 2 * len(sp.Sequence) {

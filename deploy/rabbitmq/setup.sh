@@ -31,6 +31,12 @@ REBOUND_USER=${REBOUND_USER:-orders-rebound}
 APP_QUEUES=${APP_QUEUES:-'^(orders|payments)\.'}
 # rebound's REBOUND_QUEUE_TYPE: classic or quorum.
 QUEUE_TYPE=${QUEUE_TYPE:-classic}
+# rebound's REBOUND_DELAY_MODE: queues, or hold (RabbitMQ 4.3+), which
+# runs rebound with less: no write on the default exchange (see below).
+DELAY_MODE=${DELAY_MODE:-queues}
+# Where the script writes, in hold mode, the definitions rabbitmqctl
+# imports: a directory rabbitmqctl reads at the same path.
+DEFINITIONS_DIR=${DEFINITIONS_DIR:-${TMPDIR:-/tmp}}
 
 # --- Permissions -----------------------------------------------------------
 # RabbitMQ checks three regular expressions per user and vhost against the
@@ -71,9 +77,10 @@ CONFIGURE='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+|delay\.in-use|delay\.
 # queues. Note: write on amq.default lets rebound publish to any queue of
 # the vhost by name; that is how it sends a message back to its origin
 # queue, whatever that queue is called.
-# In hold mode: the hold exchange, and binding the hold queue to it (and
-# the probe's queue to its exchange).
-WRITE='^(amq\.default|rebound\.delay|rebound\.inbox|rebound\.delay\.[0-9]+|rebound\.delay\.hold|rebound\.delay\.hold\.probe\.[0-9a-f]+)$'
+# In hold mode: the hold exchange, the parking exchange (rebound.parked) and
+# the watch exchange (rebound.delay.watch), and binding the hold, parking and
+# watch queues to them (and the probe's queue to its exchange).
+WRITE='^(amq\.default|rebound\.delay|rebound\.inbox|rebound\.parked|rebound\.delay\.[0-9]+|rebound\.delay\.watch|rebound\.delay\.hold|rebound\.delay\.hold\.probe\.[0-9a-f]+)$'
 
 # read: rebound consumes rebound.inbox; `rebound parked` lists, replays and
 # purges rebound.parked; binding needs read on the source exchanges
@@ -86,6 +93,35 @@ WRITE='^(amq\.default|rebound\.delay|rebound\.inbox|rebound\.delay\.[0-9]+|rebou
 # In hold mode the holders consume the hold queue and read the commands
 # stream.
 READ='^rebound\.(dlx|delay|inbox|parked|delay\.[0-9]+|delay\.in-use|delay\.watch|delay\.hold|delay\.hold\.commands|delay\.hold\.probe\.[0-9a-f]+)$'
+
+# In hold mode (REBOUND_DELAY_MODE=hold) rebound writes nothing to the
+# default exchange: copies reach their origin by the broker's
+# dead-lettering from the hold queue, immediate retries go through the
+# hold queue due now, parks through an exchange of the parking queue's
+# own (rebound.parked, a fanout bound to that queue alone), the watch
+# token through the watch queue's (rebound.delay.watch). So rebound's user
+# gets no write on amq.default, and a message whose headers name a queue
+# gives it nothing to write there with. Nor does it use delay queues,
+# their lock or leases. What it cannot declare itself then: a queue that
+# dead-letters to the default exchange (the hold queue; a quorum inbox),
+# since RabbitMQ checks write on the dead-letter exchange at declaration.
+# This script declares them (at the end); rebound checks they exist.
+# Switching a deployment from queues to hold: keep the queues-mode
+# permissions until the delay queues are empty (`rebound delayed`).
+HOLD_CONFIGURE='^rebound\.(dlx|inbox|parked|delay\.in-use|delay\.replica\.[0-9]+|delay\.watch|delay\.hold|delay\.hold\.commands|delay\.hold\.probe\.[0-9a-f]+)$'
+# write: publish to the hold exchange, the parking exchange, the watch
+# exchange and the probe's; bind the inbox, the hold queue, the parking
+# queue, the watch queue and the probe's queue to theirs.
+HOLD_WRITE='^rebound\.(inbox|parked|delay\.watch|delay\.hold|delay\.hold\.probe\.[0-9a-f]+)$'
+# read: consume the inbox, the watch queue, the hold queue (over AMQP 1.0)
+# and its commands stream; be the source of those bindings; `rebound
+# parked` reads the parking queue.
+HOLD_READ='^rebound\.(dlx|inbox|parked|delay\.watch|delay\.hold|delay\.hold\.commands|delay\.hold\.probe\.[0-9a-f]+)$'
+case "$DELAY_MODE" in
+  queues) ;;
+  hold) CONFIGURE=$HOLD_CONFIGURE WRITE=$HOLD_WRITE READ=$HOLD_READ ;;
+  *) echo "DELAY_MODE=$DELAY_MODE: want queues or hold" >&2; exit 2 ;;
+esac
 
 if ! rabbitmqctl -q list_users | awk '{print $1}' | grep -qx -- "$REBOUND_USER"; then
   # Prompts for nothing: the password comes from REBOUND_PASSWORD. Put the
@@ -160,4 +196,36 @@ if [ "$QUEUE_TYPE" = quorum ]; then
     rabbitmqctl set_policy -p "$VHOST" --apply-to queues --priority 10 \
       rebound-parked-no-delivery-limit '^rebound\.parked$' '{"delivery-limit":-1}'
   fi
+fi
+
+# --- Hold mode: the queues rebound may not declare itself ------------------
+# The hold queue, and with quorum queues the inbox, dead-letter to the
+# default exchange; rebound's hold-mode user has no write there, which
+# RabbitMQ wants for declaring them. They are declared here, with the
+# arguments rebound gives them (`rebound topology print` lists the same),
+# from a definitions file. rebound declares the rest itself.
+if [ "$DELAY_MODE" = hold ]; then
+  inbox=''
+  if [ "$QUEUE_TYPE" = quorum ]; then
+    inbox=',{"name":"rebound.inbox","vhost":"'"$VHOST"'","durable":true,"auto_delete":false,"arguments":{"x-queue-type":"quorum","x-dead-letter-exchange":"","x-dead-letter-routing-key":"rebound.parked","x-dead-letter-strategy":"at-least-once","x-overflow":"reject-publish"}}'
+  fi
+  definitions=$(mktemp "$DEFINITIONS_DIR/rebound-definitions.XXXXXX")
+  trap 'rm -f "$definitions"' EXIT
+  cat >"$definitions" <<EOF
+{"queues":[{"name":"rebound.delay.hold","vhost":"$VHOST","durable":true,"auto_delete":false,"arguments":{"x-queue-type":"quorum","x-delayed-retry-type":"returned","x-delayed-retry-min":100,"x-delayed-retry-max":5000,"x-delivery-limit":-1,"x-dead-letter-exchange":"","x-dead-letter-strategy":"at-least-once","x-overflow":"reject-publish"}}$inbox]}
+EOF
+  chmod 644 "$definitions" # the node may read it as its own user
+  rabbitmqctl import_definitions "$definitions"
+  # Every copy goes home through the hold queue's one dead-letter worker,
+  # which keeps this many in flight: RabbitMQ's default, 32, holds copies
+  # back past a few hundred retries a second (docs/delay-modes.md).
+  # Advice only: a value it cannot read is said, and the setup goes on.
+  window=$(rabbitmqctl -q eval 'application:get_env(rabbit, dead_letter_worker_consumer_prefetch, 32).' 2>/dev/null) || window=
+  advice="set it to 512 on every node in advanced.config (docs/delay-modes.md), or copies reach their origins late above a few hundred retries a second"
+  case $window in
+    '' | *[!0-9]*) echo "setup.sh: hold mode: could not read the broker's dead_letter_worker_consumer_prefetch (${window:-no answer}); $advice" >&2 ;;
+    *) if [ "$window" -lt 512 ]; then
+         echo "setup.sh: hold mode: the broker's dead_letter_worker_consumer_prefetch is $window; $advice" >&2
+       fi ;;
+  esac
 fi

@@ -58,7 +58,8 @@ var labelValues = regexp.MustCompile(`^label_values\((.*),\s*([a-zA-Z_][a-zA-Z0-
 
 // CheckDashboard checks a Grafana dashboard: valid JSON, unique panel ids,
 // every query on the ${datasource} variable, every expression parsing as
-// PromQL over rebound's metrics (CheckPromQL), every $variable defined,
+// PromQL over rebound's metrics (CheckPromQL) and attributing the vhost's
+// numbers to their queue or policy (CheckAttribution), every $variable defined,
 // and every metric of the contract shown somewhere.
 func CheckDashboard(content []byte) []string {
 	var d Dashboard
@@ -117,6 +118,7 @@ func CheckDashboard(content []byte) []string {
 					}
 				}
 				names, ps := CheckPromQL(substitute(t.Expr))
+				ps = append(ps, CheckAttribution(substitute(t.Expr))...)
 				for _, p := range ps {
 					problems = append(problems, where+": "+p)
 				}

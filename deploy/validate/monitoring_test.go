@@ -262,6 +262,11 @@ func TestDocsScopeEveryMove(t *testing.T) {
 	if got := UnscopedCommands("`rebound parked replay --canary 5 --rate 50` and `rebound parked replay` and `rebound delayed flush --origin ^a$ --yes`"); len(got) != 1 {
 		t.Errorf("UnscopedCommands found %q, want the first alone", got)
 	}
+	// In code blocks too, a command continued over lines included.
+	block := "```sh\n$ rebound parked replay --canary 5 \\\n    --rate 50   # the rest\nrebound delayed flush \\\n  --origin '^a$' --yes\nrebound parked purge\n```\n"
+	if got := UnscopedCommands(block); len(got) != 1 || got[0] != "`rebound parked replay --canary 5 --rate 50`" {
+		t.Errorf("UnscopedCommands in a code block found %q, want the replay alone", got)
+	}
 }
 
 // TestDashboardNumbersComeFromTheManifests: a size the dashboard states

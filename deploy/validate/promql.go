@@ -43,7 +43,7 @@ var Metrics = []Metric{
 	{Name: "rebound_parked_messages", Labels: map[string][]string{"queue": nil}},
 	{Name: "rebound_delay_queue_messages", Labels: map[string][]string{"queue": nil}},
 	{Name: "rebound_watch_leader"},
-	{Name: "rebound_broker_calls_total", Labels: map[string][]string{"kind": {"inbox", "parked", "delay-queue", "watch", "lease"}}},
+	{Name: "rebound_broker_calls_total", Labels: map[string][]string{"kind": {"inbox", "parked", "delay-queue", "watch", "lease", "place"}}},
 	{Name: "rebound_prefetch"},
 	{Name: "rebound_inflight_bytes"},
 	{Name: "rebound_inbox_stalled_seconds"},

@@ -15,14 +15,28 @@ type Permissions struct {
 	Configure, Write, Read string
 }
 
-var permissionLine = regexp.MustCompile(`(?m)^(CONFIGURE|WRITE|READ)='([^']*)'$`)
+var (
+	permissionLine     = regexp.MustCompile(`(?m)^(CONFIGURE|WRITE|READ)='([^']*)'$`)
+	holdPermissionLine = regexp.MustCompile(`(?m)^HOLD_(CONFIGURE|WRITE|READ)='([^']*)'$`)
+)
 
 // ReadPermissions extracts CONFIGURE='...', WRITE='...' and READ='...' from
-// deploy/rabbitmq/setup.sh.
+// deploy/rabbitmq/setup.sh: the permissions of queues mode.
 func ReadPermissions(script []byte) (Permissions, error) {
+	return readPermissions(script, permissionLine)
+}
+
+// ReadHoldPermissions extracts HOLD_CONFIGURE='...', HOLD_WRITE='...' and
+// HOLD_READ='...' from deploy/rabbitmq/setup.sh: the permissions of hold
+// mode.
+func ReadHoldPermissions(script []byte) (Permissions, error) {
+	return readPermissions(script, holdPermissionLine)
+}
+
+func readPermissions(script []byte, line *regexp.Regexp) (Permissions, error) {
 	var p Permissions
 	found := map[string]bool{}
-	for _, m := range permissionLine.FindAllSubmatch(script, -1) {
+	for _, m := range line.FindAllSubmatch(script, -1) {
 		key, re := string(m[1]), string(m[2])
 		if found[key] {
 			return p, fmt.Errorf("%s set twice", key)
@@ -122,23 +136,17 @@ type Access struct {
 func Needs(c config.Config) []Access {
 	topo := c.Topology()
 	delays := []time.Duration{time.Second, 1200 * time.Millisecond, time.Hour}
-	a := []Access{
-		{"configure", c.DeadLetterExchange, "declare the dead-letter exchange"},
+	a := append(needsInEitherMode(c), []Access{
 		{"configure", c.InboxQueue, "declare the inbox"},
 		{"configure", c.ParkingQueue, "declare the parking queue"},
-		{"write", c.InboxQueue, "bind the inbox to the dead-letter exchange"},
-		{"read", c.DeadLetterExchange, "bind the inbox to the dead-letter exchange"},
-		{"read", c.InboxQueue, "consume the inbox"},
 		{"read", c.ParkingQueue, "rebound parked: list, replay, purge"},
 		{"write", "amq.default", "publish immediate retries, parked messages, replays and leases to the default exchange"},
-		{"configure", topo.InUseQueue(), "declare the queue of the replicas' leases"},
 		{"read", topo.InUseQueue(), "rebound topology prune: read the leases"},
 		{"configure", topo.LockQueue(), "take and release the lock of the delay queues"},
-		{"configure", topo.PlaceQueue(0), "take a replica's place among the replicas (the retry rate budget's share)"},
 		{"configure", topo.PlaceQueue(49), "take a replica's place among the replicas (the retry rate budget's share)"},
 		{"configure", topo.WatchQueue(), "declare the watch queue, whose token elects the replica that reads the broker's counts"},
 		{"read", topo.WatchQueue(), "consume the watch queue"},
-	}
+	}...)
 	for _, d := range delays {
 		queue, _ := topo.DelayQueue(d)
 		q, x := queue.Name, topo.DelayExchangeFor(d).Name
@@ -154,10 +162,69 @@ func Needs(c config.Config) []Access {
 	return a
 }
 
+// NeedsHold lists what rebound does on the broker with configuration c in
+// hold mode, as Needs does for queues mode. It writes nothing to the
+// default exchange, declares no delay queue, and does not declare the
+// queues that dead-letter to the default exchange (the hold queue, a
+// quorum inbox): it checks that they exist (a passive declaration, which
+// RabbitMQ 4.3 lets configure through).
+func NeedsHold(c config.Config) []Access {
+	topo := c.Topology()
+	hold, holdExchange := topo.HoldQueue().Name, topo.HoldExchange().Name
+	probe := hold + ".probe.0a1b2c3d"
+	return append(needsInEitherMode(c), []Access{
+		{"configure", c.InboxQueue, "declare the inbox, or check that it exists"},
+		{"configure", c.ParkingQueue, "declare the parking queue and its exchange"},
+		{"write", c.ParkingQueue, "publish parked messages to the parking exchange, and bind the parking queue to it"},
+		{"read", c.ParkingQueue, "bind the parking queue to its exchange; rebound parked: list"},
+		{"configure", topo.WatchQueue(), "declare the watch queue and its exchange"},
+		{"write", topo.WatchQueue(), "publish the watch token to the watch exchange, and bind the watch queue to it"},
+		{"read", topo.WatchQueue(), "consume the watch queue; bind it to its exchange"},
+		{"configure", hold, "check that the hold queue exists; declare the hold exchange"},
+		{"write", holdExchange, "publish copies to the hold exchange; bind the hold queue to it"},
+		{"read", hold, "hold copies (consume the hold queue over AMQP 1.0); bind it to its exchange"},
+		{"configure", topo.HoldCommandsQueue().Name, "declare the stream of flush and cancel commands"},
+		{"read", topo.HoldCommandsQueue().Name, "read the stream of flush and cancel commands"},
+		{"configure", probe, "declare the start-up probe's queue and exchange"},
+		{"write", probe, "publish the probe; bind the probe's queue"},
+		{"read", probe, "consume the probe; bind the probe's queue"},
+	}...)
+}
+
+// needsInEitherMode lists what rebound does on the broker in both delay
+// modes: receive dead-lettered messages (the dead-letter exchange, the
+// inbox bound to it) and take its place among the replicas.
+func needsInEitherMode(c config.Config) []Access {
+	topo := c.Topology()
+	return []Access{
+		{"configure", c.DeadLetterExchange, "declare the dead-letter exchange"},
+		{"write", c.InboxQueue, "bind the inbox to the dead-letter exchange"},
+		{"read", c.DeadLetterExchange, "bind the inbox to the dead-letter exchange"},
+		{"read", c.InboxQueue, "consume the inbox"},
+		{"configure", topo.InUseQueue(), "declare the queue of the replicas' leases"},
+		{"configure", topo.PlaceQueue(0), "take a replica's place among the replicas (the retry rate budget's share)"},
+	}
+}
+
+// CheckHoldPermissions checks that p allows everything NeedsHold(c) lists,
+// no write on the default exchange, and nothing on names rebound does not
+// own.
+func CheckHoldPermissions(p Permissions, c config.Config) []string {
+	problems := checkPermissions(p, c, NeedsHold(c))
+	if r, err := regexp.Compile(p.Write); err == nil && r.MatchString("amq.default") {
+		problems = append(problems, fmt.Sprintf("write regex %q allows amq.default, which hold mode does without: it reaches every queue of the vhost", p.Write))
+	}
+	return problems
+}
+
 // CheckPermissions checks that p allows everything Needs(c) lists and
 // nothing on names rebound does not own: application queues, other
 // exchanges, lookalike names.
 func CheckPermissions(p Permissions, c config.Config) []string {
+	return checkPermissions(p, c, Needs(c))
+}
+
+func checkPermissions(p Permissions, c config.Config, needs []Access) []string {
 	var problems []string
 	res := map[string]*regexp.Regexp{}
 	for perm, re := range map[string]string{"configure": p.Configure, "write": p.Write, "read": p.Read} {
@@ -173,7 +240,7 @@ func CheckPermissions(p Permissions, c config.Config) []string {
 	if len(problems) > 0 {
 		return problems
 	}
-	for _, a := range Needs(c) {
+	for _, a := range needs {
 		if !res[a.Perm].MatchString(a.Resource) {
 			problems = append(problems, fmt.Sprintf("%s %q is not allowed, but rebound needs it to %s", a.Perm, a.Resource, a.Why))
 		}

@@ -1,6 +1,8 @@
 package validate
 
 import (
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -45,6 +47,54 @@ func TestRabbitMQPermissions(t *testing.T) {
 	cfg := exampleConfig(t)
 	for _, p := range CheckPermissions(setupPermissions(t), cfg) {
 		t.Error(p)
+	}
+}
+
+// TestRabbitMQHoldPermissions: setup.sh's hold-mode permissions allow
+// what rebound does in hold mode, no write on amq.default and nothing
+// foreign; deploy/README.md's tables say what setup.sh grants, per mode.
+func TestRabbitMQHoldPermissions(t *testing.T) {
+	cfg := exampleConfig(t)
+	cfg.DelayMode = config.DelayHold
+	hold, err := ReadHoldPermissions(read(t, setupScript))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range CheckHoldPermissions(hold, cfg) {
+		t.Error(p)
+	}
+	withDefault := hold
+	withDefault.Write = `^(amq\.default|` + strings.TrimPrefix(hold.Write, "^") + ")"
+	if ps := CheckHoldPermissions(withDefault, cfg); !slices.ContainsFunc(ps, func(s string) bool { return strings.Contains(s, "allows amq.default") }) {
+		t.Errorf("write on amq.default not caught: %q", ps)
+	}
+
+	readme := string(read(t, "../README.md"))
+	for _, table := range []struct {
+		header string
+		perms  Permissions
+	}{
+		{"| permission | regex | why |", setupPermissions(t)},
+		{"| permission | regex (`hold` mode) | why |", hold},
+	} {
+		_, rows, ok := strings.Cut(readme, table.header)
+		if !ok {
+			t.Fatalf("deploy/README.md has no table %q", table.header)
+		}
+		got := map[string]string{}
+		for _, line := range strings.Split(rows, "\n")[2:5] {
+			cells := strings.Split(strings.ReplaceAll(line, `\|`, "\x00"), "|")
+			if len(cells) < 3 {
+				t.Fatalf("deploy/README.md, table %q: row %q", table.header, line)
+			}
+			got[strings.TrimSpace(cells[1])] = strings.ReplaceAll(strings.Trim(strings.TrimSpace(cells[2]), "`"), "\x00", "|")
+		}
+		want := map[string]string{"configure": table.perms.Configure, "write": table.perms.Write, "read": table.perms.Read}
+		for perm, re := range want {
+			if got[perm] != re {
+				t.Errorf("deploy/README.md, table %q: %s %q, but setup.sh grants %q", table.header, perm, got[perm], re)
+			}
+		}
 	}
 }
 
@@ -110,6 +160,44 @@ func TestOriginQueuesMatchTheDeadLetterPolicy(t *testing.T) {
 		bad.Named[0].Queues = queues
 		if got := strings.Join(CheckOriginQueues(bad, app), "\n"); !strings.Contains(got, want) {
 			t.Errorf("policy %s for %q: problems %q, want one saying %q", bad.Named[0].Name, queues, got, want)
+		}
+	}
+}
+
+// TestSetupHoldAdvisesOnTheDeadLetterWindow runs setup.sh in hold mode
+// against a stand-in for rabbitmqctl that answers the window's query as a
+// broker would, cannot, or answers nonsense: setup.sh advises raising a
+// window below 512, says so when it cannot read it, and finishes in every
+// case (the advice never stops the setup).
+func TestSetupHoldAdvisesOnTheDeadLetterWindow(t *testing.T) {
+	stub := filepath.Join(t.TempDir(), "rabbitmqctl")
+	// Every command succeeds and prints nothing, but the window's query.
+	script := "#!/bin/sh\ncase \"$*\" in *dead_letter_worker_consumer_prefetch*)\n" +
+		"  [ \"$WINDOW\" = fail ] && { echo 'Error: unable to perform an operation on node' >&2; exit 69; }\n" +
+		"  printf '%s\\n' \"$WINDOW\" ;;\nesac\n"
+	if err := os.WriteFile(stub, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for window, want := range map[string]string{
+		"32":        "dead_letter_worker_consumer_prefetch is 32; set it to 512",
+		"511":       "dead_letter_worker_consumer_prefetch is 511; set it to 512",
+		"512":       "",
+		"4096":      "",
+		"undefined": "could not read the broker's dead_letter_worker_consumer_prefetch (undefined)",
+		"":          "could not read the broker's dead_letter_worker_consumer_prefetch (no answer)",
+		"fail":      "could not read the broker's dead_letter_worker_consumer_prefetch (no answer)",
+	} {
+		setup := exec.Command("bash", setupScript)
+		setup.Env = append(os.Environ(), "RABBITMQCTL="+stub, "WINDOW="+window, "DELAY_MODE=hold",
+			"REBOUND_PASSWORD=pw", "DEFINITIONS_DIR="+t.TempDir())
+		out, err := setup.CombinedOutput()
+		if err != nil {
+			t.Errorf("window %q: setup.sh: %v\n%s", window, err, out)
+			continue
+		}
+		advised := strings.Contains(string(out), "dead_letter_worker_consumer_prefetch")
+		if want == "" && advised || want != "" && !strings.Contains(string(out), want) {
+			t.Errorf("window %q: setup.sh said:\n%s\nwant %q", window, out, want)
 		}
 	}
 }

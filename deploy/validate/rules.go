@@ -15,8 +15,9 @@ var Severities = []string{"critical", "warning", "info"}
 
 // CheckRules parses a Prometheus rules file as Prometheus and promtool do
 // (rulefmt: unknown fields rejected, every expression and annotation
-// template parsed) and checks each rule's expression with CheckPromQL, and
-// that every alert has a severity, a summary and a description.
+// template parsed) and checks each rule's expression with CheckPromQL and
+// CheckAttribution, and that every alert has a severity, a summary and a
+// description.
 func CheckRules(content []byte) (*rulefmt.RuleGroups, []string) {
 	groups, errs := rulefmt.Parse(content, false, model.LegacyValidation)
 	var problems []string
@@ -39,6 +40,7 @@ func CheckRules(content []byte) (*rulefmt.RuleGroups, []string) {
 			// up tells whether the scrape worked; it is the one series
 			// about rebound that rebound cannot export itself.
 			_, ps := CheckPromQL(r.Expr, "up")
+			ps = append(ps, CheckAttribution(r.Expr)...)
 			for _, p := range ps {
 				problems = append(problems, fmt.Sprintf("%s: %s", name, p))
 			}

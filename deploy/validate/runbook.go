@@ -76,17 +76,31 @@ var movingCommand = regexp.MustCompile("`(rebound (?:parked (?:replay|purge)|del
 // scope is a flag that limits such a command to some services' messages.
 var scope = regexp.MustCompile(`--(origin|reason|group|id)\b`)
 
+// commandLine finds such a command on a line of a code block, after an
+// optional shell prompt, with its arguments up to a comment.
+var commandLine = regexp.MustCompile("^\\s*(?:\\$\\s+)?(rebound (?:parked (?:replay|purge)|delayed (?:flush|cancel))\\b[^#`]*)(?:#.*)?$")
+
 // UnscopedCommands returns the examples in text of commands that move or
 // delete parked or waiting messages (parked replay and purge, delayed
 // flush and cancel) with flags but none that limits them to an origin, a
 // reason or a group: on a vhost of fifty services, such a command at 3 am
-// moves every service's messages. A bare mention of a command (no flags)
-// is not an example.
+// moves every service's messages. Examples are code spans and the lines
+// of code blocks (a trailing \ continues one). A bare mention of a
+// command (no flags) is not an example.
 func UnscopedCommands(text string) []string {
 	var out []string
+	check := func(command string) {
+		command = strings.Join(strings.Fields(command), " ")
+		if strings.Contains(command, "--") && !scope.MatchString(command) {
+			out = append(out, "`"+command+"`")
+		}
+	}
 	for _, m := range movingCommand.FindAllStringSubmatch(strings.Join(strings.Fields(text), " "), -1) {
-		if strings.Contains(m[1], "--") && !scope.MatchString(m[1]) {
-			out = append(out, "`"+m[1]+"`")
+		check(m[1])
+	}
+	for _, line := range strings.Split(strings.ReplaceAll(text, "\\\n", " "), "\n") {
+		if m := commandLine.FindStringSubmatch(line); m != nil {
+			check(m[1])
 		}
 	}
 	return out

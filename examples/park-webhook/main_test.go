@@ -67,7 +67,7 @@ func TestForwardsEventsToTheWebhook(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	if err := ch.PublishWithContext(ctx, opt.exchange, events.RoutingKey(want.Reason, want.Origin), false, false,
+	if err := ch.PublishWithContext(ctx, opt.exchange, "parked."+want.Reason+"."+want.Origin, false, false,
 		amqp.Publishing{ContentType: "application/json", Body: body}); err != nil {
 		t.Fatal(err)
 	}

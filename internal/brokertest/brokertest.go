@@ -4,7 +4,10 @@
 // node, and the few helpers every broker test needs (unique names, queue
 // length, private virtual hosts, stopping and starting the node, a run on
 // classic and on quorum queues, a program run in-process in the
-// background, a free port and a broker URL that refuses).
+// background, a free port and a broker URL that refuses), and what several
+// packages' broker tests share besides: a clock a test moves (clock.go),
+// the causes of failure parked by the thousand (errors.go), and the
+// switch and sizes of the measurements (measure.go).
 //
 // The matrix has two brokers, picked by REBOUND_TEST_BROKER:
 //
@@ -687,9 +690,16 @@ func Drain(t testing.TB, ch *amqp.Channel, queue string) []amqp.Delivery {
 // broker's confirm of each.
 func PublishConfirmed(t testing.TB, ch *amqp.Channel, queue string, msgs ...amqp.Publishing) {
 	t.Helper()
+	PublishConfirmedVia(t, ch, "", queue, msgs...)
+}
+
+// PublishConfirmedVia is PublishConfirmed through exchange, with routing
+// key key.
+func PublishConfirmedVia(t testing.TB, ch *amqp.Channel, exchange, key string, msgs ...amqp.Publishing) {
+	t.Helper()
 	confirms := make([]*amqp.DeferredConfirmation, 0, len(msgs))
 	for _, msg := range msgs {
-		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", queue, true, false, msg)
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), exchange, key, true, false, msg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -697,7 +707,7 @@ func PublishConfirmed(t testing.TB, ch *amqp.Channel, queue string, msgs ...amqp
 	}
 	for _, dc := range confirms {
 		if ok, err := dc.WaitContext(context.Background()); !ok || err != nil {
-			t.Fatalf("publish to %s not confirmed: %v", queue, err)
+			t.Fatalf("publish to %q, key %s, not confirmed: %v", exchange, key, err)
 		}
 	}
 }
@@ -715,4 +725,34 @@ func BusiestWindow(counts []int, w int) int {
 		best = max(best, sum)
 	}
 	return best
+}
+
+// SharedDir returns a directory for one test whose path names the same
+// directory on this host and for the node's rabbitmqctl (which reads
+// definitions files itself): a temporary directory on the host, or for
+// a node in a chroot a directory inside it with a link to it at the same
+// path on the host. Files written there must be readable by the node.
+func (b *Broker) SharedDir(t testing.TB) string {
+	t.Helper()
+	if b.root == "" {
+		dir := t.TempDir()
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	dir := "/tmp/rebound-shared-" + RandomSuffix()
+	inside := filepath.Join(b.root, dir)
+	if err := os.Mkdir(inside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(inside, dir); err != nil {
+		os.RemoveAll(inside)
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		os.Remove(dir)
+		os.RemoveAll(inside)
+	})
+	return dir
 }

@@ -8,6 +8,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/internal/topology"
 )
 
@@ -74,6 +75,17 @@ func (d *Deployment) Environ() []string {
 		out = append(out, k+"="+v)
 	}
 	return out
+}
+
+// Config is the configuration rebound loads from the deployment's
+// variables; the test fails when they do not load.
+func (d *Deployment) Config() config.Config {
+	d.T.Helper()
+	cfg, err := config.Load(d.Environ())
+	if err != nil {
+		d.T.Fatalf("the deployment's configuration: %v", err)
+	}
+	return cfg
 }
 
 // Topology returns the deployment's topology as rebound names it, for the

@@ -333,3 +333,15 @@ func BenchmarkReserveStorm(b *testing.B) {
 		c.reserve("orders", t0.Add(time.Duration(i)*time.Millisecond), time.Second, time.Hour, Share{Rate: 40, Replicas: 1}, up2)
 	}
 }
+
+// TestFloorDiv: seconds before the epoch divide downwards, as the
+// shares' arithmetic needs.
+func TestFloorDiv(t *testing.T) {
+	for _, tt := range []struct{ a, b, want int64 }{
+		{7, 2, 3}, {6, 2, 3}, {-7, 2, -4}, {-6, 2, -3}, {7, -2, -4}, {0, 3, 0},
+	} {
+		if got := floorDiv(tt.a, tt.b); got != tt.want {
+			t.Errorf("floorDiv(%d, %d) = %d, want %d", tt.a, tt.b, got, tt.want)
+		}
+	}
+}

@@ -123,9 +123,9 @@ func openParking(ctx context.Context, in invocation, role string) (parking.Queue
 	return q, conn, nil
 }
 
-// ParkedJSON is one message in `parked list --format json`. Its field
+// parkedJSON is one message in `parked list --format json`. Its field
 // names are public interface.
-type ParkedJSON struct {
+type parkedJSON struct {
 	ID            string     `json:"id"`
 	Origin        string     `json:"origin"`
 	Reason        string     `json:"reason"`
@@ -152,14 +152,14 @@ type ParkedJSON struct {
 	RedirectedFrom string `json:"redirected_from,omitempty"`
 }
 
-// ListJSON is the whole `parked list --format json` document. ByReason
+// listJSON is the whole `parked list --format json` document. ByReason
 // and ByOrigin count the matching messages read; "-" stands for an
 // unknown reason or origin. Limited says the reading stopped at --limit,
 // Unread how many parked messages it left unread.
-type ListJSON struct {
+type listJSON struct {
 	Scanned  int            `json:"scanned"`
 	Matched  int            `json:"matched"`
-	Messages []ParkedJSON   `json:"messages"`
+	Messages []parkedJSON   `json:"messages"`
 	ByReason map[string]int `json:"by_reason"`
 	ByOrigin map[string]int `json:"by_origin"`
 	Limited  bool           `json:"limited"`
@@ -175,21 +175,12 @@ change). With --limit it stops reading at that many matches, and says so:
 the summary then covers what it read.`
 
 func runParkedList(ctx context.Context, args []string, in invocation) error {
-	fs := flag.NewFlagSet("parked list", flag.ContinueOnError)
-	f := filterFlags(fs)
-	format := addFormatFlag(fs)
-	by := groupByFlag(fs, "")
-	if done, err := parseFlags(fs, args, parkedListUsage, 0, in); done || err != nil {
+	opt, done, err := parseReadFlags(flag.NewFlagSet("parked list", flag.ContinueOnError), args, parkedListUsage, "", in)
+	if done || err != nil {
 		return err
 	}
-	if err := checkFilter(f); err != nil {
-		return err
-	}
-	if err := checkFormat(*format); err != nil {
-		return err
-	}
-	if *by != "" {
-		return parkedGroups(ctx, in, *f, parking.GroupBy(*by), *format)
+	if opt.by != "" {
+		return parkedGroups(ctx, in, opt.filter, opt.by, opt.format)
 	}
 	q, conn, err := openParking(ctx, in, "parked list")
 	if err != nil {
@@ -197,14 +188,14 @@ func runParkedList(ctx context.Context, args []string, in invocation) error {
 	}
 	defer conn.Close()
 	now := time.Now()
-	l, err := q.List(ctx, *f, now)
+	l, err := q.List(ctx, opt.filter, now)
 	if err != nil {
 		return fmt.Errorf("list %s: %w", q.Name(), err)
 	}
-	doc := ListJSON{Scanned: l.Scanned, Matched: l.Matched, Messages: []ParkedJSON{}, ByReason: dashed(l.ByReason), ByOrigin: dashed(l.ByOrigin),
+	doc := listJSON{Scanned: l.Scanned, Matched: l.Matched, Messages: []parkedJSON{}, ByReason: dashed(l.ByReason), ByOrigin: dashed(l.ByOrigin),
 		Limited: l.Limited, Unread: l.Unread}
 	for _, m := range l.Messages {
-		j := ParkedJSON{
+		j := parkedJSON{
 			ID: m.ID(), Origin: m.Origin, Reason: m.Reason, RetryCount: m.Retries,
 			TaskStartedAt: m.StartedAt, TaskAgeMs: now.Sub(m.StartedAt).Milliseconds(),
 			Error: m.Error, BodyBytes: len(m.Delivery.Body),
@@ -219,7 +210,7 @@ func runParkedList(ctx context.Context, args []string, in invocation) error {
 		}
 		doc.Messages = append(doc.Messages, j)
 	}
-	if *format == "json" {
+	if opt.format == "json" {
 		enc := json.NewEncoder(in.stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(doc)
@@ -241,7 +232,7 @@ func runParkedList(ctx context.Context, args []string, in invocation) error {
 	fmt.Fprintf(in.stdout, "%d shown, %d matching, %d parked read; matching by reason: %s; by origin: %s\n",
 		len(doc.Messages), doc.Matched, doc.Scanned, counts(doc.ByReason), counts(doc.ByOrigin))
 	if doc.Limited {
-		fmt.Fprintf(in.stdout, "stopped reading at --limit %d: %d parked messages not read, and not counted above\n", f.Limit, doc.Unread)
+		fmt.Fprintf(in.stdout, "stopped reading at --limit %d: %d parked messages not read, and not counted above\n", opt.filter.Limit, doc.Unread)
 	}
 	return nil
 }

@@ -17,24 +17,47 @@ import (
 	"github.com/rebound-mq/rebound/internal/parking"
 )
 
-// groupByFlag adds --group-by to fs, with def as its default.
-func groupByFlag(fs *flag.FlagSet, def parking.GroupBy) *string {
-	names := make([]string, len(parking.GroupBys))
-	for i, by := range parking.GroupBys {
-		names[i] = string(by)
+// readFlags are the flags of the commands that read the parking queue
+// and print what matches: `parked list` and `parked groups`.
+type readFlags struct {
+	filter parking.Filter
+	format string
+	by     parking.GroupBy // "": one row a message
+}
+
+// parseReadFlags adds to fs the flags `parked list` and `parked groups`
+// share, and parses and checks them; the two commands differ in the
+// default of --group-by, by. done is parseFlags' (-h was answered).
+func parseReadFlags(fs *flag.FlagSet, args []string, usage string, by parking.GroupBy, in invocation) (opt readFlags, done bool, err error) {
+	f := filterFlags(fs)
+	format := addFormatFlag(fs)
+	groupBy := fs.String("group-by", string(by), "gather the matching messages by `what`: "+groupByNames())
+	if done, err = parseFlags(fs, args, usage, 0, in); done || err != nil {
+		return opt, done, err
 	}
-	return fs.String("group-by", string(def), "gather the matching messages by `what`: "+strings.Join(names, ", "))
+	if err = checkFilter(f); err != nil {
+		return opt, false, err
+	}
+	if err = checkFormat(*format); err != nil {
+		return opt, false, err
+	}
+	return readFlags{filter: *f, format: *format, by: parking.GroupBy(*groupBy)}, false, nil
 }
 
 func checkGroupBy(by string) error {
 	if !slices.Contains(parking.GroupBys, parking.GroupBy(by)) {
-		names := make([]string, len(parking.GroupBys))
-		for i, b := range parking.GroupBys {
-			names[i] = string(b)
-		}
-		return usageError{fmt.Sprintf("--group-by %q: want one of %s", by, strings.Join(names, ", "))}
+		return usageError{fmt.Sprintf("--group-by %q: want one of %s", by, groupByNames())}
 	}
 	return nil
+}
+
+// groupByNames lists what --group-by takes.
+func groupByNames() string {
+	names := make([]string, len(parking.GroupBys))
+	for i, by := range parking.GroupBys {
+		names[i] = string(by)
+	}
+	return strings.Join(names, ", ")
 }
 
 // groupJSON is one row of `parked groups --format json`. Its field names
@@ -56,8 +79,8 @@ type groupJSON struct {
 	GroupCount int            `json:"groups"` // failure groups among the messages (1 when grouped by group)
 }
 
-// GroupsJSON is the whole `parked groups --format json` document.
-type GroupsJSON struct {
+// groupsJSON is the whole `parked groups --format json` document.
+type groupsJSON struct {
 	By      string      `json:"group_by"`
 	Scanned int         `json:"scanned"`
 	Matched int         `json:"matched"`
@@ -78,20 +101,11 @@ gathers by origin, reason, policy or error instead. The same as
 rebound parked list --group-by group.`
 
 func runParkedGroups(ctx context.Context, args []string, in invocation) error {
-	fs := flag.NewFlagSet("parked groups", flag.ContinueOnError)
-	f := filterFlags(fs)
-	format := addFormatFlag(fs)
-	by := groupByFlag(fs, parking.ByGroup)
-	if done, err := parseFlags(fs, args, parkedGroupsUsage, 0, in); done || err != nil {
+	opt, done, err := parseReadFlags(flag.NewFlagSet("parked groups", flag.ContinueOnError), args, parkedGroupsUsage, parking.ByGroup, in)
+	if done || err != nil {
 		return err
 	}
-	if err := checkFilter(f); err != nil {
-		return err
-	}
-	if err := checkFormat(*format); err != nil {
-		return err
-	}
-	return parkedGroups(ctx, in, *f, parking.GroupBy(*by), *format)
+	return parkedGroups(ctx, in, opt.filter, opt.by, opt.format)
 }
 
 // parkedGroups runs `parked groups` and `parked list --group-by`.
@@ -108,7 +122,7 @@ func parkedGroups(ctx context.Context, in invocation, f parking.Filter, by parki
 	if err != nil {
 		return fmt.Errorf("read %s: %w", q.Name(), err)
 	}
-	doc := GroupsJSON{By: string(by), Scanned: l.Scanned, Matched: l.Matched, Groups: []groupJSON{}, Limited: l.Limited, Unread: l.Unread}
+	doc := groupsJSON{By: string(by), Scanned: l.Scanned, Matched: l.Matched, Groups: []groupJSON{}, Limited: l.Limited, Unread: l.Unread}
 	for _, g := range l.Groups {
 		origin, _ := parking.Most(g.Origins)
 		reason, _ := parking.Most(g.Reasons)

@@ -53,7 +53,7 @@ func runSidecar(ctx context.Context, args []string, in invocation) error {
 	b := buildinfo.Read()
 	// Traces are set up before anything connects: a bad OTEL_* setting
 	// stops rebound like a bad REBOUND_* one.
-	tp, stopTracing, err := tracing.Setup(ctx, env.ToMap(in.environ), b.Version)
+	tracer, stopTracing, err := tracing.Setup(ctx, env.ToMap(in.environ), b.Version)
 	if err != nil {
 		return usageError{err.Error()}
 	}
@@ -66,9 +66,7 @@ func runSidecar(ctx context.Context, args []string, in invocation) error {
 	}()
 	opt := consumer.OptionsFrom(cfg, d, log, nil)
 	opt.Metrics = consumer.NewMetrics(reg, opt.Router)
-	if tp != nil {
-		opt.Tracer = tp.Tracer(tracing.ScopeName, trace.WithInstrumentationVersion(b.Version))
-	}
+	opt.Tracer = tracer
 	if cfg.DelayMode == config.DelayHold {
 		// Refused at start, never a silent fallback to delay queues.
 		if err := holder.Probe(ctx, d, opt.Router.Topology); err != nil {
@@ -98,7 +96,7 @@ func runSidecar(ctx context.Context, args []string, in invocation) error {
 	log.Info("starting", zap.String("version", b.Version), zap.String("revision", b.Revision), zap.String("go", b.GoVersion),
 		zap.String("broker", config.Redact(cfg.AMQPURL)),
 		zap.String("http", listener.Addr().String()), zap.String("inbox", cfg.InboxQueue),
-		zap.String("origin_queues", originQueues(cfg)), zap.Bool("tracing", tracing.Enabled(env.ToMap(in.environ))))
+		zap.String("origin_queues", originQueues(cfg)), zap.Bool("tracing", tracer != nil))
 	for _, p := range opt.Router.Policies.All() {
 		log.Info("policy", zap.String("name", p.Name), zap.String("queues", policyQueues(p)),
 			zap.String("fingerprint", p.Fingerprint), zap.String("schedule", p.Summary()))
@@ -161,16 +159,14 @@ func newLogger(cfg config.Config, stderr io.Writer) (*zap.Logger, error) {
 // nothing to flush, unless the environment asks for traces (package
 // tracing).
 func commandTracer(ctx context.Context, in invocation) (trace.Tracer, func(), error) {
-	vars := env.ToMap(in.environ)
-	if !tracing.Enabled(vars) {
-		return nil, func() {}, nil
-	}
-	b := buildinfo.Read()
-	tp, stop, err := tracing.Setup(ctx, vars, b.Version)
+	tracer, stop, err := tracing.Setup(ctx, env.ToMap(in.environ), buildinfo.Read().Version)
 	if err != nil {
 		return nil, nil, usageError{err.Error()}
 	}
-	return tp.Tracer(tracing.ScopeName, trace.WithInstrumentationVersion(b.Version)), func() {
+	if tracer == nil {
+		return nil, func() {}, nil
+	}
+	return tracer, func() {
 		flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := stop(flushCtx); err != nil {

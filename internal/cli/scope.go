@@ -46,15 +46,9 @@ const canaryMargin = time.Minute
 func canaryWait(set policy.Set, origins *regexp.Regexp) (time.Duration, *policy.Named) {
 	var longest time.Duration
 	var which *policy.Named
-	for _, p := range set.All() {
-		if origins != nil && p.Queues != nil && !config.Overlap(p.Queues, origins) {
-			continue
-		}
+	for _, p := range config.Deciders(set, origins) {
 		if d := timeToPark(p.Policy); which == nil || d > longest {
 			longest, which = d, p
-		}
-		if origins != nil && p.Queues != nil && config.Covers(p.Queues, origins) {
-			break // it takes every origin selected: later policies decide none
 		}
 	}
 	return longest + canaryMargin, which

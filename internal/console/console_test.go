@@ -21,7 +21,7 @@ import (
 func (e *env) seedThree(now time.Time) (timeouts, schema, bare string) {
 	e.seed(now,
 		parked{id: "t1", origin: e.App, reason: policy.MaxRetries, errText: "timeout after 3012 ms on 10.1.2.3", age: time.Hour},
-		parked{id: "t2", origin: e.App, reason: policy.MaxDuration, errText: "timeout after 2990 ms on 10.1.2.4", age: 2 * time.Hour},
+		parked{id: "t2", origin: e.App, reason: "max-duration", errText: "timeout after 2990 ms on 10.1.2.4", age: 2 * time.Hour},
 		parked{id: "t3", origin: e.App, reason: policy.MaxRetries, errText: "timeout after 12 ms on 10.1.2.5", age: time.Minute},
 		parked{id: "s1", origin: e.App, reason: policy.NonRetryable, errText: `schema: field "total" missing`,
 			body: `{"order":1,"note":"<script>alert('x')</script>"}`, contentType: "application/json"},

@@ -17,7 +17,6 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/headers"
 	"github.com/rebound-mq/rebound/internal/brokertest"
 	"github.com/rebound-mq/rebound/internal/declarer"
@@ -47,10 +46,7 @@ func newEnv(t testing.TB, tune func(*Options)) *env {
 	t.Helper()
 	b := brokertest.Require(t)
 	d := brokertest.NewDeployment(t, b, nil, nil)
-	cfg, err := config.Load(d.Environ())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := d.Config()
 	router := cfg.Router()
 	router.Topology = router.Topology.ForServer(d.Conn.Properties)
 	if _, err := declarer.Declare(d.Conn, router.Topology); err != nil {

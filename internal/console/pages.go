@@ -90,7 +90,7 @@ func (s *Server) forget(user string) {
 // groupsView is the groups page's data.
 type groupsView struct {
 	Queue   string
-	Groups  []GroupRow
+	Groups  []groupRow
 	Scanned int
 	At      time.Time
 	Took    time.Duration
@@ -124,7 +124,7 @@ func (s *Server) groupsPage(w http.ResponseWriter, r *http.Request, sess *sessio
 
 // groupView is a group page's data.
 type groupView struct {
-	Group    GroupRow
+	Group    groupRow
 	Messages []messageRow
 	Shown    int
 	Stale    string

@@ -71,8 +71,8 @@ func (e busyError) Error() string {
 	return fmt.Sprintf("%s is being read by %s (since %s): try again in a moment", e.queue, e.holder, e.since.UTC().Format(time.TimeOnly))
 }
 
-// GroupRow is one failure group on the groups page.
-type GroupRow struct {
+// groupRow is one failure group on the groups page.
+type groupRow struct {
 	ID           string
 	Count        int
 	Origin       string // the origin most of its messages have; "" when unknown
@@ -88,7 +88,7 @@ type GroupRow struct {
 }
 
 // Spark is the group's sparkline.
-func (g GroupRow) Spark() template.HTML { return sparkline(g.Hours) }
+func (g groupRow) Spark() template.HTML { return sparkline(g.Hours) }
 
 // sparkHours is how many hours the sparkline covers.
 const sparkHours = 24
@@ -103,18 +103,18 @@ type reading struct {
 	at      time.Time
 	took    time.Duration
 	scanned int
-	groups  []GroupRow
+	groups  []groupRow
 	kept    map[string][]parking.Message // by group, at most keepPerGroup each
 }
 
 // group returns the row and the kept messages of group id.
-func (r *reading) group(id string) (GroupRow, []parking.Message, bool) {
+func (r *reading) group(id string) (groupRow, []parking.Message, bool) {
 	for _, g := range r.groups {
 		if g.ID == id {
 			return g, r.kept[id], true
 		}
 	}
-	return GroupRow{}, nil, false
+	return groupRow{}, nil, false
 }
 
 // summary gathers parked messages into failure groups (the group the
@@ -129,7 +129,7 @@ type summary struct {
 }
 
 type groupAcc struct {
-	row                        GroupRow
+	row                        groupRow
 	origins, reasons, policies map[string]int
 }
 
@@ -141,7 +141,7 @@ func newSummary(now time.Time) *summary {
 func (s *summary) add(m parking.Message) {
 	a := s.by[m.Group]
 	if a == nil {
-		a = &groupAcc{row: GroupRow{ID: m.Group, Hours: make([]int, sparkHours)},
+		a = &groupAcc{row: groupRow{ID: m.Group, Hours: make([]int, sparkHours)},
 			origins: map[string]int{}, reasons: map[string]int{}, policies: map[string]int{}}
 		s.by[m.Group] = a
 	}
@@ -171,8 +171,8 @@ func (s *summary) add(m parking.Message) {
 
 // groups returns the groups, largest first, and the messages kept of
 // each.
-func (s *summary) groups() ([]GroupRow, map[string][]parking.Message) {
-	rows := make([]GroupRow, 0, len(s.by))
+func (s *summary) groups() ([]groupRow, map[string][]parking.Message) {
+	rows := make([]groupRow, 0, len(s.by))
 	for _, a := range s.by {
 		g := a.row
 		g.Origin, g.OtherOrigins = parking.Most(a.origins)
@@ -180,7 +180,7 @@ func (s *summary) groups() ([]GroupRow, map[string][]parking.Message) {
 		g.Policy, _ = parking.Most(a.policies)
 		rows = append(rows, g)
 	}
-	slices.SortFunc(rows, func(a, b GroupRow) int { return cmp.Or(b.Count-a.Count, strings.Compare(a.ID, b.ID)) })
+	slices.SortFunc(rows, func(a, b groupRow) int { return cmp.Or(b.Count-a.Count, strings.Compare(a.ID, b.ID)) })
 	return rows, s.kept
 }
 

@@ -25,10 +25,17 @@ import (
 //     headers exchange named DelayExchange) is left alone: older replicas
 //     still publish to it during a rolling upgrade, and the copies it
 //     routed expire back to their origin by routing key, as copies do now.
+//
 //   - A fixed queue that exists without the arguments this version adds
 //     (the quorum inbox's dead-lettering to the parking queue, the
 //     parking queue's delivery limit) cannot be changed: it is used as it
 //     is, and a notice says what it lacks and how to add it by policy.
+//
+//   - A fixed queue that dead-letters to the default exchange (the hold
+//     queue, a quorum inbox) needs write on amq.default to be declared;
+//     refused that (least privilege, in hold mode), rebound uses the
+//     queue an operator declared, and without one says what to declare
+//     or grant.
 //
 // Any other difference, a classic queue where a quorum one is configured
 // say, is an error: PRECONDITION_FAILED. notices are for the log.
@@ -90,6 +97,9 @@ func declareFixedQueue(conn *amqp.Connection, t topology.Topology, q topology.Qu
 		return fmt.Sprintf("cannot declare %s (%v): this replica's leases of the delay queues it uses are lost until it reconnects, "+
 			"and `rebound topology prune` refuses to delete any meanwhile", q.Name, err), nil
 	}
+	if isAccessRefused(err) && deadLettersToDefault(q) {
+		return "", declaredByOperator(conn, q, err)
+	}
 	legacy, missing := topology.WithoutAdded(q)
 	if err == nil || !inequivalentAdded(err, missing) {
 		return "", err
@@ -100,6 +110,34 @@ func declareFixedQueue(conn *amqp.Connection, t topology.Topology, q topology.Qu
 	return fmt.Sprintf("queue %s was declared by an earlier rebound without %s, which a queue's declaration cannot add: %s; "+
 		"apply them by policy (%s: deploy/rabbitmq/setup.sh or `rebound topology print` has it) or see docs/upgrading.md",
 		q.Name, formatArgs(q.Args, missing), why(t, q.Name), policyFor(t, q.Name)), nil
+}
+
+// deadLettersToDefault reports whether q dead-letters to the default
+// exchange (the hold queue, a quorum inbox): RabbitMQ checks write on the
+// dead-letter exchange when such a queue is declared, and rebound's user
+// need not have it in hold mode.
+func deadLettersToDefault(q topology.Queue) bool {
+	dlx, ok := q.Args["x-dead-letter-exchange"].(string)
+	return ok && dlx == ""
+}
+
+// declaredByOperator is what Declare makes of the broker refusing (refused)
+// to declare q, which dead-letters to the default exchange, for want of
+// write on that exchange: nil when q exists (an operator declared it, as
+// deploy/rabbitmq/setup.sh does in hold mode), else an error naming what
+// to declare or grant. The refusal closed its channel: the check takes
+// another.
+func declaredByOperator(conn *amqp.Connection, q topology.Queue, refused error) error {
+	exists, err := QueueExists(conn, q.Name)
+	if err != nil {
+		return fmt.Errorf("%w; and checking whether an operator declared it: %w", refused, err)
+	}
+	if exists {
+		return nil
+	}
+	return fmt.Errorf("%w: declaring queue %s, which dead-letters to the default exchange, needs write on amq.default, which rebound's user "+
+		"lacks (least privilege), and the queue does not exist: have an operator declare it (deploy/rabbitmq/setup.sh with DELAY_MODE=hold, or "+
+		"`rebound topology declare` as a user with write on amq.default), or grant rebound's user write on amq.default", refused, q.Name)
 }
 
 // formatArgs lists the arguments of args that names names as

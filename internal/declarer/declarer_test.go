@@ -3,8 +3,8 @@ package declarer_test
 import (
 	"context"
 	"errors"
+	"regexp"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -115,9 +115,8 @@ func TestOriginsExists(t *testing.T) {
 	t.Parallel()
 	b := brokertest.Require(t)
 	d := brokertest.NewDeployment(t, b, nil, nil)
-	var offset atomic.Int64
-	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	o := declarer.NewOrigins(b.Dial(t, b.URL), nil, nil, now)
+	var clock brokertest.Clock
+	o := declarer.NewOrigins(b.Dial(t, b.URL), nil, nil, clock.Now)
 	for queue, want := range map[string]bool{d.App: true, brokertest.Unique(t) + "missing": false} {
 		got, checked, err := o.Exists(queue)
 		if err != nil || got != want || !checked {
@@ -131,7 +130,7 @@ func TestOriginsExists(t *testing.T) {
 	if ok, _, _ := o.Exists(d.App); !ok {
 		t.Error("Exists rechecked within the minute")
 	}
-	offset.Add(int64(time.Hour))
+	clock.Advance(time.Hour)
 	if ok, _, err := o.Exists(d.App); ok || err != nil {
 		t.Errorf("Exists after the recheck = %v, %v; want false", ok, err)
 	}
@@ -182,5 +181,31 @@ func TestOriginsWithoutPermission(t *testing.T) {
 	}
 	if ok, _, err := o.Exists(gone); ok || err != nil {
 		t.Errorf("Exists(%s) after its copy came back = %v, %v; want false", gone, ok, err)
+	}
+}
+
+// TestDeclareWithoutDefaultExchangeWrite: declaring a queue that
+// dead-letters to the default exchange (a quorum inbox; the hold queue)
+// needs write on amq.default. A user without it (hold mode's least
+// privilege) is told what to declare or grant while the queue is
+// missing, and uses the queue once an operator declared it.
+func TestDeclareWithoutDefaultExchangeWrite(t *testing.T) {
+	t.Parallel()
+	b := brokertest.Require(t)
+	d := brokertest.NewDeployment(t, b, nil, nil)
+	topo := d.Topology(true)
+	own := "^" + regexp.QuoteMeta(d.Prefix) + ".*$"
+	_, url := b.User(t, d.URL(), "pw", own, own, own)
+	conn := b.Dial(t, url)
+	_, err := declarer.Declare(conn, topo)
+	if err == nil || !strings.Contains(err.Error(), topo.InboxQueue) || !strings.Contains(err.Error(), "amq.default") ||
+		!strings.Contains(err.Error(), "have an operator declare it") {
+		t.Fatalf("Declare without write on amq.default, the inbox missing: %v; want an error naming the inbox, amq.default and what to do", err)
+	}
+	if _, err := declarer.Declare(d.Conn, topo); err != nil { // the operator
+		t.Fatal(err)
+	}
+	if notices, err := declarer.Declare(conn, topo); err != nil || len(notices) != 0 {
+		t.Fatalf("Declare without write on amq.default, the operator having declared the inbox: notices %q, %v; want neither", notices, err)
 	}
 }

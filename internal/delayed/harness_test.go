@@ -60,9 +60,6 @@ type waiting struct {
 	due    time.Time     // zero: no due header (a copy of a rebound before it)
 }
 
-// seed publishes the copies into their delay queues as the sidecar does
-// (through the delay queue's exchange, routing key the origin, headers by
-// Codec.Retry), declaring the queues, and waits for the broker's confirms.
 // declareDelays declares the delay queues of ds, as a replica does on
 // first use.
 func (e *env) declareDelays(ds ...time.Duration) {
@@ -79,6 +76,9 @@ func (e *env) declareDelays(ds ...time.Duration) {
 	}
 }
 
+// seed publishes the copies into their delay queues as the sidecar does
+// (through the delay queue's exchange, routing key the origin, headers by
+// Codec.Retry), declaring the queues, and waits for the broker's confirms.
 func (e *env) seed(ws ...waiting) {
 	e.t.Helper()
 	codec := e.dp.Router.Codec
@@ -136,9 +136,8 @@ func (e *env) find() []Queue {
 	return qs
 }
 
-// take drains every queue named and returns what each held, by message
-// id, once every queue's count has settled at what find or the caller
-// expects.
+// take drains queue and returns what it held, by message id, flagging a
+// copy held twice. The caller first waits for the count it expects.
 func (e *env) take(queue string) map[string]amqp.Delivery {
 	e.t.Helper()
 	out := map[string]amqp.Delivery{}

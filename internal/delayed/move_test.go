@@ -11,7 +11,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/rebound-mq/rebound/internal/brokertest"
+	"github.com/rebound-mq/rebound/internal/delayqueue"
 	"github.com/rebound-mq/rebound/policy"
+	"github.com/rebound-mq/rebound/republisher"
 )
 
 // TestFlushAndCancelTwoOrigins: a flush sends the copies of the matching
@@ -276,5 +278,129 @@ func TestReadingQuorumCopiesOftenDropsNothing(t *testing.T) {
 		n, lost, dup, waiting["0"].Headers["x-delivery-count"])
 	if lost != 0 || dup != 0 {
 		t.Errorf("lost %d, duplicates %d; want none", lost, dup)
+	}
+}
+
+// TestSurveyCountsWithoutMoving: what a person sees before flushing or
+// cancelling: the copies waiting per origin queue, most first, when they
+// are due (earliest, latest, and in windows of a minute, ten minutes, an
+// hour...), how many do not say; every copy stays where it was, and a
+// delay queue deleted since it was found is passed over. Classic and
+// quorum delay queues.
+func TestSurveyCountsWithoutMoving(t *testing.T) {
+	brokertest.EachQueueType(t, func(t *testing.T, queueType string) {
+		e := newEnv(t, queueType, nil)
+		a, b := e.app("a"), e.app("b")
+		now := time.Now()
+		e.seed(
+			waiting{id: "a0", origin: a, delay: 10 * time.Minute, due: now.Add(30 * time.Second)},
+			waiting{id: "a1", origin: a, delay: 10 * time.Minute, due: now.Add(5 * time.Minute)},
+			waiting{id: "a2", origin: a, delay: 10 * time.Minute, due: now.Add(6 * time.Minute)},
+			waiting{id: "b0", origin: b, delay: time.Hour, due: now.Add(50 * time.Minute)},
+			waiting{id: "b-old", origin: b, delay: 20 * time.Minute}, // no due time: an older rebound's
+		)
+		held := map[string]int{e.delayQueue(10 * time.Minute): 3, e.delayQueue(time.Hour): 1, e.delayQueue(20 * time.Minute): 1}
+		for q, n := range held {
+			e.WaitQueueLen(q, n, 10*time.Second)
+		}
+		gone := Queue{Name: e.delayQueue(7 * time.Minute), Delay: 7 * time.Minute, Messages: 4}
+
+		s, err := e.dp.Survey(context.Background(), append(e.find(), gone), now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []originWaiting{
+			{Origin: a, Count: 3, Earliest: now.Add(30 * time.Second), Latest: now.Add(6 * time.Minute), Due: [5]int{1, 2, 0, 0, 0}},
+			{Origin: b, Count: 2, NoDueTime: 1, Earliest: now.Add(50 * time.Minute), Latest: now.Add(50 * time.Minute), Due: [5]int{0, 0, 1, 0, 0}},
+		}
+		if s.Read != 5 || len(s.Origins) != len(want) {
+			t.Fatalf("survey: %+v; want 5 copies read of 2 origins", s)
+		}
+		for i, w := range want {
+			got := s.Origins[i]
+			if got.Origin != w.Origin || got.Count != w.Count || got.NoDueTime != w.NoDueTime || got.Due != w.Due ||
+				!got.Earliest.Equal(w.Earliest.Truncate(time.Millisecond)) || !got.Latest.Equal(w.Latest.Truncate(time.Millisecond)) {
+				t.Errorf("origin %d: %+v, want %+v", i, got, w)
+			}
+		}
+		for q, n := range held {
+			e.WaitQueueLen(q, n, 10*time.Second)
+		}
+		if e.QueueLen(a) != 0 || e.QueueLen(b) != 0 {
+			t.Error("the survey sent copies to their origin")
+		}
+	})
+}
+
+// TestMoveWaitsForTheLockThenSaysWhoHoldsIt: while another rebound holds
+// the lock of the delay queues (a replica sweeping, another flush), a
+// flush waits for it up to its LockWait, then gives up with ErrLocked,
+// having moved nothing; a flush whose context ends while it waits says
+// so at once; once the lock is free, the flush runs.
+func TestMoveWaitsForTheLockThenSaysWhoHoldsIt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "classic", nil)
+	a := e.app("a")
+	e.seed(waiting{id: "a0", origin: a, delay: 10 * time.Minute, due: time.Now().Add(5 * time.Minute)})
+	queues := e.find()
+	holder, err := e.Conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := delayqueue.Lock(holder, e.topo); err != nil {
+		t.Fatal(err)
+	}
+	flush := matching(Flush, `^`+regexp.QuoteMeta(a)+`$`)
+
+	dp := e.dp
+	dp.LockWait = 500 * time.Millisecond
+	start := time.Now()
+	res, err := dp.Move(context.Background(), queues, flush, time.Now)
+	if took := time.Since(start); !errors.Is(err, delayqueue.ErrLocked) || res.Read != 0 || took < dp.LockWait {
+		t.Errorf("flush while locked: %+v, %v after %s; want ErrLocked after waiting %s, nothing read", res, err, took, dp.LockWait)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	dp.LockWait = time.Minute
+	if _, err := dp.Move(ctx, queues, flush, time.Now); !errors.Is(err, context.Canceled) {
+		t.Errorf("flush interrupted while waiting for the lock: %v, want context.Canceled", err)
+	}
+	e.WaitQueueLen(e.delayQueue(10*time.Minute), 1, 10*time.Second)
+
+	if err := delayqueue.Unlock(holder, e.topo); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := dp.Move(context.Background(), queues, flush, time.Now); err != nil || res.Sent != 1 {
+		t.Fatalf("flush once the lock is free: %+v, %v; want a0 sent", res, err)
+	}
+	e.WaitQueueLen(a, 1, 10*time.Second)
+}
+
+// TestFlushKeepsWhatTheOriginRefuses: a flush into an origin queue that
+// is full (reject-publish) keeps the copy waiting in its delay queue and
+// says why; a delay queue deleted since it was found (a replica swept it)
+// is passed over.
+func TestFlushKeepsWhatTheOriginRefuses(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "classic", nil)
+	full := e.Prefix + "full"
+	e.Declare(full, amqp.Table{"x-max-length": int64(1), "x-overflow": "reject-publish"})
+	e.Publish(full, amqp.Publishing{MessageId: "filler"})
+	e.seed(waiting{id: "f0", origin: full, delay: 10 * time.Minute, due: time.Now().Add(5 * time.Minute)})
+	queue := e.delayQueue(10 * time.Minute)
+	e.WaitQueueLen(queue, 1, 10*time.Second)
+	gone := Queue{Name: e.delayQueue(7 * time.Minute), Delay: 7 * time.Minute, Messages: 1}
+
+	res, err := e.dp.Move(context.Background(), append(e.find(), gone), matching(Flush, `full$`), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Read != 1 || res.Matched != 1 || res.Sent != 0 || len(res.Kept) != 1 ||
+		res.Kept[0] != (Kept{Queue: queue, ID: "f0", Origin: full, Why: republisher.Nacked.Why()}) {
+		t.Fatalf("flush into a full queue: %+v; want f0 kept, nacked", res)
+	}
+	e.WaitQueueLen(queue, 1, 10*time.Second)
+	if n := e.QueueLen(full); n != 1 {
+		t.Errorf("the full queue holds %d, want its filler alone", n)
 	}
 }

@@ -19,7 +19,7 @@ func TestPlan(t *testing.T) {
 		Topology: topology.Topology{InboxQueue: "in", DeadLetterExchange: "dlx", DelayExchange: "delay", DelayQueuePrefix: "delay.",
 			ParkingQueue: "parked", OriginQueues: regexp.MustCompile(`^(orders|payments)$`)},
 		Policies: policy.NewSet(policy.Policy{Backoff: policy.Constant, MinDelay: time.Second, MaxDelay: time.Hour, Jitter: policy.NoJitter,
-			MaxRetries: 3, Deadline: policy.Clamp}),
+			MaxRetries: 3, Deadline: "clamp"}),
 		Codec: headers.NewCodec(headers.DefaultNames()),
 	}
 	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -93,5 +93,36 @@ func TestPlanFollowsTheRoutingKey(t *testing.T) {
 	st := plan(r, Queue{Delay: time.Minute}, d, Options{Op: Flush, Origins: regexp.MustCompile(`.`)}, time.Now())
 	if st.action != toOrigin || st.dest != topology.Direct("orders") {
 		t.Errorf("plan = %d to %+v, want straight to orders", st.action, st.dest)
+	}
+}
+
+// TestLongestCoversWhatTheRateBudgetDefers: the delay queues the commands
+// look in reach the largest REBOUND_MAX_DELAY of any policy, and, where a
+// policy caps its retry rate, as far as the budget can defer a copy
+// (calendar.Horizon and a second, rounded up to the policy's digits): a
+// copy deferred there is found by flush and cancel like any other.
+func TestLongestCoversWhatTheRateBudgetDefers(t *testing.T) {
+	short := policy.Policy{MaxDelay: time.Minute}
+	long := policy.Policy{MaxDelay: 2 * time.Hour}
+	capped := policy.Policy{MaxDelay: time.Minute, RetryRate: 10}
+	named := func(name string, p policy.Policy) policy.Named {
+		return policy.Named{Name: name, Queues: regexp.MustCompile(name), Policy: p}
+	}
+	for _, tc := range []struct {
+		name string
+		set  policy.Set
+		want time.Duration
+	}{
+		{"the default alone", policy.NewSet(short), time.Minute},
+		{"a named policy's longer max delay", policy.NewSet(short, named("slow", long)), 2 * time.Hour},
+		{"a rate budget, two digits", policy.NewSet(short, named("capped", capped)), 3_700 * time.Second},
+		{"a rate budget, three digits", policy.NewSet(func() policy.Policy { p := capped; p.DelayDigits = 3; return p }()), 3_610 * time.Second},
+		{"a max delay past the budget's reach", policy.NewSet(capped, named("slow", long)), 2 * time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Longest(tc.set); got != tc.want {
+				t.Errorf("Longest = %s, want %s", got, tc.want)
+			}
+		})
 	}
 }

@@ -14,8 +14,8 @@ import (
 	"github.com/rebound-mq/rebound/republisher"
 )
 
-// Leases is what the replicas' leases say (delayqueue.Lease).
-type Leases struct {
+// leases is what the replicas' leases say (delayqueue.Lease).
+type leases struct {
 	Replicas map[string]bool // the replicas that published a lease still alive
 	Queues   map[string]bool // the delay queues they lease
 	// NoQueue says the in-use queue does not exist: no replica of a
@@ -27,7 +27,7 @@ type Leases struct {
 // ReadLeases reads every lease waiting in the in-use queue once, leaving
 // them there. Call it holding the lock: a reader holds the leases it has
 // read, and another reading meanwhile would miss them.
-func (dp Deployment) ReadLeases(ctx context.Context) (l Leases, err error) {
+func (dp Deployment) ReadLeases(ctx context.Context) (l leases, err error) {
 	l.Replicas, l.Queues = map[string]bool{}, map[string]bool{}
 	m, err := republisher.OpenMover(dp.Conn, dp.Router.Topology, dp.Router.Topology.InUseQueue(), 1, time.Second)
 	if errors.Is(err, republisher.ErrNoQueue) {
@@ -80,7 +80,7 @@ type pruned struct {
 
 // Why Prune keeps a delay queue.
 const (
-	WhyLeased     = "a running replica uses it (its lease names it)"
+	whyLeased     = "a running replica uses it (its lease names it)"
 	whyMessages   = "holds messages"
 	whyConsumers  = "has consumers"
 	whyRedeclared = "a replica declared it again while it was being deleted"
@@ -88,7 +88,7 @@ const (
 
 // pruneResult is what Prune did.
 type pruneResult struct {
-	Leases Leases
+	Leases leases
 	// InboxConsumers is the inbox's consumer count: rebound's running
 	// replicas, each of which publishes a lease.
 	InboxConsumers int
@@ -143,7 +143,7 @@ func (dp Deployment) Prune(ctx context.Context, delays []time.Duration, dryRun b
 		pr := pruned{Queue: q}
 		switch {
 		case res.Leases.Queues[q.Name]:
-			pr.Why = WhyLeased
+			pr.Why = whyLeased
 		case q.Messages > 0:
 			pr.Why = whyMessages
 		case q.Consumers > 0:

@@ -2,6 +2,7 @@ package delayed
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"maps"
 	"testing"
@@ -18,7 +19,19 @@ import (
 // a running replica does.
 func (e *env) lease(replica string, queues ...string) {
 	e.t.Helper()
-	e.Publish(e.topo.InUseQueue(), delayqueue.Lease{Replica: replica, Queues: queues}.Publishing(time.Hour))
+	e.publishLease(delayqueue.Lease{Replica: replica, Queues: queues})
+}
+
+// publishLease publishes l into the in-use queue as a replica does (its
+// JSON, expiring after an hour), and waits for the broker's confirm, so
+// that a reading of the leases after it finds it.
+func (e *env) publishLease(l delayqueue.Lease) {
+	e.t.Helper()
+	body, err := json.Marshal(l)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.Publish(e.topo.InUseQueue(), amqp.Publishing{ContentType: "application/json", Expiration: "3600000", Body: body})
 }
 
 // exchangeExists reports whether the exchange exists, with a passive
@@ -66,7 +79,7 @@ func TestPruneDeletesOnlyEmptyUnusedDelayQueues(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := map[string]string{e.delayQueue(time.Second): "", holds: whyMessages, leased: WhyLeased, read: whyConsumers}
+		want := map[string]string{e.delayQueue(time.Second): "", holds: whyMessages, leased: whyLeased, read: whyConsumers}
 		check := func(what string, res pruneResult) {
 			t.Helper()
 			got := map[string]string{}
@@ -170,7 +183,7 @@ func TestReadLeasesTakesEachReplicasNewest(t *testing.T) {
 		{Replica: "b", Queues: []string{"q2"}, Sequence: 8},
 		{Replica: "unsequenced", Queues: []string{"q3"}},
 	} {
-		e.Publish(e.topo.InUseQueue(), l.Publishing(time.Hour))
+		e.publishLease(l)
 	}
 	l, err := e.dp.ReadLeases(context.Background())
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,8 +18,8 @@ import (
 // moves.
 type testEnv struct {
 	*brokertest.Deployment
-	topo   topology.Topology
-	offset atomic.Int64 // added to the real time the test's Sets see
+	topo  topology.Topology
+	clock brokertest.Clock // the time the test's Sets see
 }
 
 func newEnv(t *testing.T, quorum bool) *testEnv {
@@ -33,13 +32,11 @@ func newEnv(t *testing.T, quorum bool) *testEnv {
 	return e
 }
 
-func (e *testEnv) now() time.Time { return time.Now().Add(time.Duration(e.offset.Load())) }
-
 // set returns a Set on a connection of its own, closed at cleanup, that
 // has declared the delay queues of delays.
 func (e *testEnv) set(delays ...time.Duration) *Set {
 	e.T.Helper()
-	s, err := New(e.Broker.Dial(e.T, e.Broker.URL), e.topo, nil, e.now)
+	s, err := New(e.Broker.Dial(e.T, e.Broker.URL), e.topo, nil, e.clock.Now)
 	if err != nil {
 		e.T.Fatal(err)
 	}
@@ -94,7 +91,7 @@ func TestSweepIdleDeletesOnlyEmptyClassicQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 	brokertest.PublishConfirmed(t, confirming, busy.Name, amqp.Publishing{MessageId: "waiting", DeliveryMode: amqp.Persistent})
-	e.offset.Add(int64(time.Hour))
+	e.clock.Advance(time.Hour)
 
 	// While another connection holds the lock of the delay queues (a
 	// `rebound delayed` command may hold messages of this one unacked,
@@ -137,7 +134,7 @@ func TestSweepIdleLeavesQuorumQueues(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, true)
 	s := e.set(time.Second)
-	e.offset.Add(int64(time.Hour))
+	e.clock.Advance(time.Hour)
 	if deleted, err := s.SweepIdle(time.Minute, true); err != nil || len(deleted) != 0 {
 		t.Errorf("SweepIdle = %v, %v; quorum delay queues are never swept", deleted, err)
 	}
@@ -179,7 +176,7 @@ func TestUnusable(t *testing.T) {
 // expiry the broker applies; one that is not JSON is an error.
 func TestLeaseReadsBack(t *testing.T) {
 	lease := Lease{Replica: "pod-a #0001", Queues: []string{"rebound.delay.1000", "rebound.delay.2000"}, Sequence: 3}
-	msg := lease.Publishing(3 * time.Minute)
+	msg := lease.publishing(3 * time.Minute)
 	if msg.Expiration != "180000" || msg.DeliveryMode != amqp.Persistent {
 		t.Errorf("lease published with expiration %q, delivery mode %d", msg.Expiration, msg.DeliveryMode)
 	}

@@ -49,9 +49,9 @@ type Lease struct {
 	Sequence uint64 `json:"sequence,omitempty"`
 }
 
-// Publishing returns the lease as a message that the broker drops after
+// publishing returns the lease as a message that the broker drops after
 // ttl.
-func (l Lease) Publishing(ttl time.Duration) amqp.Publishing {
+func (l Lease) publishing(ttl time.Duration) amqp.Publishing {
 	body, _ := json.Marshal(l) // strings only: cannot fail
 	return amqp.Publishing{
 		ContentType: "application/json", DeliveryMode: amqp.Persistent,
@@ -107,7 +107,7 @@ func (s *Set) PublishLease(l Lease, ttl time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.withChannel(func(ch *amqp.Channel) error {
-		if err := ch.PublishWithContext(context.Background(), "", s.topo.InUseQueue(), false, false, l.Publishing(ttl)); err != nil {
+		if err := ch.PublishWithContext(context.Background(), "", s.topo.InUseQueue(), false, false, l.publishing(ttl)); err != nil {
 			return fmt.Errorf("publish lease: %w", err)
 		}
 		return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -47,6 +48,9 @@ func TestDialSkipsBrokersThatFailAndStartsWithTheLastThatWorked(t *testing.T) {
 	conn.Close()
 	if got := s.next.Load(); got != 2 {
 		t.Errorf("after dialling, the preferred broker is %d, want 2 (the live one)", got)
+	}
+	if u, _ := url.Parse(live); s.Host() != u.Host {
+		t.Errorf("Host = %q, want the live broker's %q, without credentials", s.Host(), u.Host)
 	}
 	if n := firstCalls.Load(); n != 1 {
 		t.Errorf("the first dial reached the first broker %d times, want 1", n)
@@ -182,5 +186,90 @@ func TestDialIntroducesRebound(t *testing.T) {
 		if got[k] != v {
 			t.Errorf("client property %s = %q, want %q", k, got[k], v)
 		}
+	}
+}
+
+// TestDialAsOpensAsThePerson: the console opens a person's connections as
+// that person, whatever user the URL names: a wrong password is refused
+// without the password in the error, and with the right one the broker
+// applies the person's permissions (none here), not the URL's user's.
+func TestDialAsOpensAsThePerson(t *testing.T) {
+	b := brokertest.Require(t)
+	const password = "Qx81vz"
+	user, _ := b.User(t, b.URL, password, "^$", "^$", "^$")
+	d := New([]string{b.URL}, nil, Client{Name: "rebound test"})
+	if _, err := d.DialAs(context.Background(), "console", user, "wrong"+password); err == nil || strings.Contains(err.Error(), password) {
+		t.Errorf("DialAs with a wrong password: %v; want refused, without the password", err)
+	}
+	conn, err := d.DialAs(context.Background(), "console", user, password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err == nil {
+		_, err = ch.QueueDeclare(brokertest.Unique(t)+"q", false, true, false, false, nil)
+	}
+	if err == nil || !strings.Contains(err.Error(), "ACCESS_REFUSED") {
+		t.Errorf("declaring a queue as a person with no permission: %v; want access refused", err)
+	}
+}
+
+// TestDialViaSeesTheFrames: the wrap DialVia lays over the socket sees
+// what the connection reads, as the sidecar's meter of its consume
+// connection needs.
+func TestDialViaSeesTheFrames(t *testing.T) {
+	b := brokertest.Require(t)
+	var read atomic.Int64
+	wrap := func(c net.Conn) net.Conn { return &countingConn{Conn: c, read: &read} }
+	conn, err := New([]string{b.URL}, nil, Client{Name: "rebound test"}).DialVia(context.Background(), "consume", wrap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	before := read.Load()
+	if before == 0 {
+		t.Fatal("the wrap saw nothing of the handshake")
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if after := read.Load(); after <= before {
+		t.Errorf("the wrap read %d bytes before opening a channel and %d after; want the channel's reply counted", before, after)
+	}
+}
+
+// countingConn counts the bytes read through it.
+type countingConn struct {
+	net.Conn
+	read *atomic.Int64
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.read.Add(int64(n))
+	return n, err
+}
+
+// TestDial10 opens an AMQP 1.0 connection as the holder of hold mode
+// does, on a broker that serves it (RabbitMQ 4.x), and a refused one
+// names the broker without its password.
+func TestDial10(t *testing.T) {
+	b := brokertest.Require(t)
+	if !b.AtLeast(4, 0) {
+		t.Skipf("RabbitMQ %s serves AMQP 1.0 only with a plugin; hold mode needs 4.3", b.Version())
+	}
+	conn, err := New([]string{b.URL}, nil, Client{Name: "rebound test"}).Dial10(context.Background(), "hold")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	_, err = New([]string{brokertest.RefusingURL(t), brokertest.RefusingURL(t)}, nil, Client{Name: "rebound test"}).Dial10(context.Background(), "hold")
+	if err == nil || !strings.Contains(err.Error(), "broker 2 of 2") || strings.Contains(err.Error(), brokertest.RefusingPassword) {
+		t.Errorf("Dial10 with every broker refusing: %v; want an error naming each broker, without the password", err)
 	}
 }

@@ -52,10 +52,10 @@ func NewParked(messageID, origin, reason, policy, group, errText string, retryCo
 
 const maxError = 1024
 
-// RoutingKey is parked.<reason>.<origin>, cut to the 255 bytes AMQP allows
+// routingKey is parked.<reason>.<origin>, cut to the 255 bytes AMQP allows
 // a routing key (at a character boundary). An origin's dots become more
 // words of the key: bind parked.*.payments.# for one service's origins.
-func RoutingKey(reason, origin string) string {
+func routingKey(reason, origin string) string {
 	return cut("parked."+reason+"."+origin, 255)
 }
 
@@ -214,7 +214,7 @@ func (p *Publisher) publish(ch *channel, e Parked) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), confirmTimeout)
 	defer cancel()
-	confirm, err := ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange, RoutingKey(e.Reason, e.Origin), false, false, amqp.Publishing{
+	confirm, err := ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange, routingKey(e.Reason, e.Origin), false, false, amqp.Publishing{
 		ContentType: "application/json", DeliveryMode: amqp.Persistent, MessageId: e.MessageID,
 		Type: "rebound.parked", Timestamp: time.Now(), Body: body,
 	})

@@ -2,11 +2,43 @@ package events
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/rebound-mq/rebound/internal/brokertest"
 )
+
+// outcomes counts a Publisher's outcomes while a test reads them.
+type outcomes struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (o *outcomes) count(outcome string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.n[outcome]++
+}
+
+func (o *outcomes) get(outcome string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.n[outcome]
+}
+
+func (o *outcomes) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return fmt.Sprint(o.n)
+}
 
 func TestRoutingKey(t *testing.T) {
 	for _, tc := range []struct {
@@ -18,9 +50,9 @@ func TestRoutingKey(t *testing.T) {
 		{"a whole character that fits stays", "max-retries", strings.Repeat("q", 234) + "ééé", "parked.max-retries." + strings.Repeat("q", 234) + "é"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := RoutingKey(tc.reason, tc.origin)
+			got := routingKey(tc.reason, tc.origin)
 			if got != tc.want {
-				t.Errorf("RoutingKey = %q (%d bytes), want %q", got, len(got), tc.want)
+				t.Errorf("routingKey = %q (%d bytes), want %q", got, len(got), tc.want)
 			}
 			if len(got) > 255 || !utf8.ValidString(got) {
 				t.Errorf("%d bytes, valid UTF-8 %v", len(got), utf8.ValidString(got))
@@ -52,5 +84,121 @@ func TestParkedEventJSON(t *testing.T) {
 	}
 	if len(fields) != len(want)+1 {
 		t.Errorf("fields %v: schema 1 has exactly these nine", fields)
+	}
+}
+
+// TestSendNeverWaits: an event that finds the queue full, one still
+// queued when the publisher closes, and one sent after it closed are each
+// dropped and counted, and Send returns at once.
+func TestSendNeverWaits(t *testing.T) {
+	counts := map[string]int{}
+	p := &Publisher{log: zap.NewNop(), count: func(outcome string) { counts[outcome]++ },
+		queue: make(chan Parked, 1), stop: make(chan struct{})} // no publishing goroutine: nothing leaves the queue
+	e := NewParked("m1", "orders", "max-retries", "default", "0123456789ab", "", 3, time.Now())
+	p.Send(e)
+	p.Send(e) // the queue holds one
+	if counts[dropped] != 1 {
+		t.Fatalf("after a send to a full queue: %v, want 1 dropped", counts)
+	}
+	p.Close()
+	p.Send(e)
+	if counts[dropped] != 3 || counts[published]+counts[failed] != 0 {
+		t.Errorf("after close and a send: %v, want 3 dropped and nothing else", counts)
+	}
+}
+
+// TestPublisherOnTheBroker: what a subscriber bound to parked.# gets of a
+// park (the event as JSON, its routing key, type and message id); while
+// the exchange is missing (deleted by hand), events fail, are counted and
+// logged, and parks go on; once it exists again, events flow again.
+func TestPublisherOnTheBroker(t *testing.T) {
+	b := brokertest.Require(t)
+	conn := b.Dial(t, b.URL)
+	prefix := brokertest.Unique(t)
+	b.CleanupPrefix(t, b.URL, prefix)
+	exchange, queue := prefix+"events", prefix+"subscriber"
+	core, logs := observer.New(zap.WarnLevel)
+	o := &outcomes{n: map[string]int{}}
+	p := Start(conn, exchange, zap.New(core), o.count)
+	defer p.Close()
+
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(queue, false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(queue, "parked.#", exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 11, 27, 2, 10, 3, 0, time.UTC)
+	p.Send(NewParked("m1", "payments.capture", "max-retries", "default", "0123456789ab", "boom", 10, at))
+	if !brokertest.Await(10*time.Second, func() bool { return o.get(published) == 1 }) {
+		t.Fatalf("outcomes %v, want one published", o)
+	}
+	d, ok, err := ch.Get(queue, true)
+	if err != nil || !ok {
+		t.Fatalf("the subscriber got nothing: %v, %v", ok, err)
+	}
+	var got Parked
+	if err := json.Unmarshal(d.Body, &got); err != nil {
+		t.Fatal(err)
+	}
+	if d.RoutingKey != "parked.max-retries.payments.capture" || d.ContentType != "application/json" || d.Type != "rebound.parked" ||
+		d.MessageId != "m1" || got.MessageID != "m1" || got.Error != "boom" || got.ParkedAt != "2026-11-27T02:10:03.000Z" {
+		t.Errorf("event: routing key %s, content type %s, type %s, id %s, %+v", d.RoutingKey, d.ContentType, d.Type, d.MessageId, got)
+	}
+
+	if err := ch.ExchangeDelete(exchange, false, false); err != nil {
+		t.Fatal(err)
+	}
+	p.Send(NewParked("m2", "orders", "max-retries", "default", "0123456789ab", "", 10, at))
+	if !brokertest.Await(10*time.Second, func() bool { return o.get(failed) == 1 }) {
+		t.Fatalf("outcomes %v, want one failed", o)
+	}
+	// The failure is counted, then logged: wait for the warning too.
+	warnings := func() int {
+		return len(logs.FilterMessage("events: park event not published").FilterField(zap.String("message_id", "m2")).All())
+	}
+	if brokertest.Await(10*time.Second, func() bool { return warnings() >= 1 }); warnings() != 1 {
+		t.Errorf("%d warnings for m2's event, want 1", warnings())
+	}
+
+	if err := ch.ExchangeDeclare(exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(queue, "parked.#", exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	p.Send(NewParked("m3", "orders", "max-retries", "default", "0123456789ab", "", 10, at))
+	if !brokertest.Await(10*time.Second, func() bool { return o.get(published) == 2 }) {
+		t.Fatalf("outcomes %v, want a second published once the exchange is back", o)
+	}
+	if d, ok, err := ch.Get(queue, true); err != nil || !ok || d.MessageId != "m3" {
+		t.Errorf("after the exchange came back the subscriber got %q, %v, %v; want m3", d.MessageId, ok, err)
+	}
+}
+
+// TestStartWithAnExchangeItCannotDeclare: an exchange of the name with
+// another type is refused at start: rebound warns and starts anyway.
+func TestStartWithAnExchangeItCannotDeclare(t *testing.T) {
+	b := brokertest.Require(t)
+	conn := b.Dial(t, b.URL)
+	prefix := brokertest.Unique(t)
+	b.CleanupPrefix(t, b.URL, prefix)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if err := ch.ExchangeDeclare(prefix+"events", amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.WarnLevel)
+	p := Start(conn, prefix+"events", zap.New(core), func(string) {})
+	p.Close()
+	if l := logs.FilterMessage("events: exchange not declared; park events will fail until it exists").All(); len(l) != 1 {
+		t.Errorf("%d warnings about the exchange, want 1", len(l))
 	}
 }

@@ -46,9 +46,9 @@ func NewCommand(op string, origins *regexp.Regexp, now time.Time) Command {
 	return Command{Op: op, Origin: origins.String(), Issued: now.UnixMilli(), origins: origins}
 }
 
-// ReadCommand reads a command as Publish wrote it; a command that does not
+// readCommand reads a command as Publish wrote it; a command that does not
 // read is an error.
-func ReadCommand(body []byte) (Command, error) {
+func readCommand(body []byte) (Command, error) {
 	var c Command
 	if err := json.Unmarshal(body, &c); err != nil {
 		return Command{}, fmt.Errorf("read hold command: %w", err)
@@ -149,7 +149,7 @@ func (cs *commands) follow(conn *amqp.Connection, queue string, from time.Time, 
 	go func() {
 		defer close(finished)
 		for d := range deliveries {
-			if c, err := ReadCommand(d.Body); err != nil {
+			if c, err := readCommand(d.Body); err != nil {
 				onBad(err)
 			} else {
 				cs.add(c)

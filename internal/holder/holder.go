@@ -15,6 +15,7 @@ import (
 	"github.com/rebound-mq/rebound/headers"
 	"github.com/rebound-mq/rebound/internal/declarer"
 	"github.com/rebound-mq/rebound/internal/dialer"
+	"github.com/rebound-mq/rebound/internal/topology"
 	"github.com/rebound-mq/rebound/policy"
 )
 
@@ -24,7 +25,7 @@ type Options struct {
 	Dialer  *dialer.Dialer
 	Rules   Rules
 	Logger  *zap.Logger
-	Metrics *Metrics
+	Metrics *metrics
 	// Drain says the hold queue is not this deployment's delay mode
 	// (REBOUND_DELAY_MODE=queues): the holder consumes it only while it
 	// exists, so that switching back from hold strands no copy.
@@ -43,7 +44,7 @@ type Options struct {
 type Holder struct {
 	opt   Options
 	log   *zap.Logger
-	m     *Metrics
+	m     *metrics
 	homes *homes // the origins' ways home, kept across sessions
 }
 
@@ -198,12 +199,6 @@ func (h *Holder) session(ctx context.Context) error {
 	return loopErr
 }
 
-// settlers is how many copies a session settles at once: a settlement
-// waits for its frame to be written, and several in flight keep the
-// connection busy (measured on 4.3.6 on a loaded 2-core machine: 1.7k
-// holds/s one at a time, 2.3k eight at a time).
-const settlers = 8
-
 // followCommands reads the hold commands stream into ss.cmds, from the
 // oldest command that may still last, when the stream exists. stop closes
 // the connection and waits for the reader.
@@ -234,12 +229,23 @@ func (ss *session) followCommands(ctx context.Context) (stop func(), err error) 
 // loop settles each copy as it arrives, until ctx is cancelled or a
 // settlement fails. It returns once every settler has ended: no
 // settlement is in flight when the link is detached.
+//
+// There is a settler per unit of link credit, so every copy the broker
+// has handed over can be in settlement at once, and a copy that waits on
+// the broker (its home publish or park confirmed, or the answer to
+// another copy's home publish, release.go) holds up its own settler, not
+// the holding of the copies behind it; with eight settlers, eight due
+// copies for an origin whose publish hung stopped all holding. The
+// credit already bounds the copies in hand, so it bounds the settlers
+// too. What it does not buy is speed: a go-amqp settlement returns once
+// its frame is written, and on RabbitMQ 4.3.6 the holder waits on the
+// broker, not on its writes (docs/delay-modes.md, measurement).
 func (ss *session) loop(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	copies := make(chan *amqp10.Message)
 	var settling sync.WaitGroup
-	for range settlers {
+	for range ss.h.opt.Credit {
 		settling.Add(1)
 		go func() {
 			defer settling.Done()
@@ -279,7 +285,7 @@ func (ss *session) loop(ctx context.Context) error {
 func (ss *session) settle(ctx context.Context, msg *amqp10.Message) error {
 	h := ss.h
 	now := h.opt.Now()
-	v := h.opt.Rules.Judge(Copy{Annotations: msg.Annotations, Properties: msg.ApplicationProperties}, now, ss.cmds.active(now, h.opt.Rules.Slice))
+	v := h.opt.Rules.judge(heldCopy{Annotations: msg.Annotations, Properties: msg.ApplicationProperties}, now, ss.cmds.active(now, h.opt.Rules.Slice))
 	if v.Problem != "" {
 		h.m.Invalid.Inc()
 		h.log.Warn("held copy with untrusted headers", zap.Any("message_id", msg.Properties.MessageID),
@@ -290,7 +296,7 @@ func (ss *session) settle(ctx context.Context, msg *amqp10.Message) error {
 	settleCtx := context.WithoutCancel(ctx)
 	var err error
 	switch v.Action {
-	case Hold:
+	case hold:
 		annotations := amqp10.Annotations{headers.XOptDeliveryTime: v.Until.UnixMilli()}
 		if _, annotated := msg.Annotations[h.opt.Rules.Codec.Names.DueAt]; annotated {
 			// Rewritten clamped: a due time past the max delay would
@@ -301,9 +307,9 @@ func (ss *session) settle(ctx context.Context, msg *amqp10.Message) error {
 		if err == nil {
 			h.m.held(now, h.opt.Rules.Slice)
 		}
-	case Release:
+	case release:
 		err = ss.release(ctx, settleCtx, msg, &v, now)
-	case Park:
+	case park:
 		err = ss.parkCopy(ctx, settleCtx, msg, &v, now)
 	}
 	if err != nil {
@@ -314,10 +320,10 @@ func (ss *session) settle(ctx context.Context, msg *amqp10.Message) error {
 }
 
 // parkCopy parks msg as v says, then accepts it; a copy the parking
-// queue did not take is held again (v.Action becomes Hold). An error
+// queue did not take is held again (v.Action becomes hold). An error
 // other than a settlement's leaves msg unsettled: the session ends, and
 // the broker returns it to the hold queue with the link.
-func (ss *session) parkCopy(ctx, settleCtx context.Context, msg *amqp10.Message, v *Verdict, now time.Time) error {
+func (ss *session) parkCopy(ctx, settleCtx context.Context, msg *amqp10.Message, v *verdict, now time.Time) error {
 	h := ss.h
 	err := ss.park.publish(ctx, msg, *v, now)
 	if errors.Is(err, errParkReturned) {
@@ -327,7 +333,7 @@ func (ss *session) parkCopy(ctx, settleCtx context.Context, msg *amqp10.Message,
 		until := now.Add(min(parkRetry, h.opt.Rules.Slice))
 		h.log.Warn("the parking queue did not take a held copy; held again", zap.Any("message_id", msg.Properties.MessageID),
 			zap.String("origin", v.Origin), zap.Time("until", until), zap.Error(err))
-		v.Action = Hold
+		v.Action = hold
 		if err := ss.rcv.ModifyMessage(settleCtx, msg, &amqp10.ModifyMessageOptions{
 			Annotations: amqp10.Annotations{headers.XOptDeliveryTime: until.UnixMilli()}}); err != nil {
 			return err
@@ -345,22 +351,41 @@ func (ss *session) parkCopy(ctx, settleCtx context.Context, msg *amqp10.Message,
 // (release.go): published, dead-lettered, or held while its origin
 // refuses, and parked origin-refused once its policy's budget is spent.
 // v.Action says what was done.
-func (ss *session) release(ctx, settleCtx context.Context, msg *amqp10.Message, v *Verdict, now time.Time) error {
+func (ss *session) release(ctx, settleCtx context.Context, msg *amqp10.Message, v *verdict, now time.Time) error {
 	h := ss.h
-	w, until := h.homes.way(v.Origin, now)
+	w, until, answered := h.homes.way(v.Origin, now)
+	for w == wayAwait {
+		select {
+		case <-answered:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		now = h.opt.Now()
+		w, until, answered = h.homes.way(v.Origin, now)
+	}
 	if _, whole := msg.Annotations[headers.HeldTables]; !whole && w == wayPublish {
 		// Written by an earlier rebound: its AMQP 1.0 view may lack
 		// headers, which dead-lettering keeps.
+		h.homes.published(v.Origin)
 		w = wayDeadLetter
 	}
 	if w == wayPublish {
-		out, err := ss.park.send(ctx, v.Origin, rebuilt(msg))
+		// The copies awaiting this publish are never left waiting: an
+		// answer (accepted, refused, returned, forbidden) ends their wait
+		// at once, no answer when this copy is done with.
+		defer h.homes.published(v.Origin)
+	}
+	if w == wayPublish {
+		out, err := ss.park.send(ctx, topology.Direct(v.Origin), rebuilt(msg))
 		switch {
 		case errors.Is(err, errNoWrite):
 			if h.homes.forbidden() {
-				h.log.Warn("no write access to the default exchange: due copies go home by dead-lettering, and an origin's refusals are not seen",
+				// Hold mode's least privilege (deploy/README.md): not a fault.
+				h.log.Info("no write access to the default exchange: due copies go home by dead-lettering, and an origin's refusals are not seen "+
+					"(grant write on amq.default to see them)",
 					zap.Error(err))
 			}
+			h.homes.published(v.Origin)
 			w = wayDeadLetter
 		case err != nil:
 			return fmt.Errorf("send a held copy home to %s: %w", v.Origin, err)
@@ -372,7 +397,8 @@ func (ss *session) release(ctx, settleCtx context.Context, msg *amqp10.Message, 
 		case out == sendReturned:
 			// No such queue: parked, as the sidecar parks a copy whose
 			// origin does not exist.
-			v.Action, v.Reason = Park, policy.UnknownOrigin
+			v.Action, v.Reason = park, policy.UnknownOrigin
+			h.homes.published(v.Origin)
 			h.log.Warn("the origin of a held copy does not exist; parked", zap.Any("message_id", msg.Properties.MessageID), zap.String("origin", v.Origin))
 			return ss.parkCopy(ctx, settleCtx, msg, v, now)
 		default: // nacked: the origin refuses
@@ -395,17 +421,17 @@ func (ss *session) release(ctx, settleCtx context.Context, msg *amqp10.Message, 
 // for that long, or parks it origin-refused once its policy's budget is
 // spent (policy.Policy.Refused). Without a duration budget each wait
 // counts as a retry: the copy's retry count is written up.
-func (ss *session) waitForOrigin(ctx, settleCtx context.Context, msg *amqp10.Message, v *Verdict, now, until time.Time) error {
+func (ss *session) waitForOrigin(ctx, settleCtx context.Context, msg *amqp10.Message, v *verdict, now, until time.Time) error {
 	h := ss.h
 	names := h.opt.Rules.Codec.Names
 	s, _ := h.opt.Rules.Codec.Decode(rebuilt(msg).Headers, time.Time{}, now, nil)
 	p := h.opt.Rules.Policies.For(v.Origin).Policy
 	d := p.Refused(s.State, now, until.Sub(now))
 	if !d.Retry {
-		v.Action, v.Reason = Park, policy.OriginRefused
+		v.Action, v.Reason = park, policy.OriginRefused
 		return ss.parkCopy(ctx, settleCtx, msg, v, now)
 	}
-	v.Action = Hold
+	v.Action = hold
 	back := now.Add(min(d.Delay, h.opt.Rules.Slice))
 	annotations := amqp10.Annotations{headers.XOptDeliveryTime: back.UnixMilli()}
 	if p.MaxDuration <= 0 {
@@ -418,7 +444,7 @@ func (ss *session) waitForOrigin(ctx, settleCtx context.Context, msg *amqp10.Mes
 	return nil
 }
 
-func (ss *session) observeLateness(v Verdict, now time.Time) {
+func (ss *session) observeLateness(v verdict, now time.Time) {
 	if !v.Due.IsZero() {
 		ss.h.m.Lateness.Observe(now.Sub(v.Due).Seconds())
 	}
@@ -449,9 +475,10 @@ type parker struct {
 	mu      sync.Mutex
 }
 
-func (p *parker) publish(ctx context.Context, msg *amqp10.Message, v Verdict, now time.Time) error {
-	queue := p.h.opt.Rules.Topology.ParkingQueue
-	switch out, err := p.send(ctx, queue, Parked(msg, p.h.opt.Rules.Codec.Names, v, now)); {
+func (p *parker) publish(ctx context.Context, msg *amqp10.Message, v verdict, now time.Time) error {
+	dest := p.h.opt.Rules.Topology.Parked()
+	queue := dest.RoutingKey
+	switch out, err := p.send(ctx, dest, parked(msg, p.h.opt.Rules.Codec.Names, v, now)); {
 	case err != nil:
 		return fmt.Errorf("park a held copy: %w", err)
 	case out == sendReturned:
@@ -472,14 +499,16 @@ const (
 )
 
 // errNoWrite says the broker refused rebound's user write access to the
-// default exchange.
-var errNoWrite = errors.New("no write access to the default exchange")
+// exchange of a publish.
+var errNoWrite = errors.New("no write access to the exchange")
 
-// send publishes pub to queue through the default exchange, mandatory,
-// and waits for the broker's answer. An error says the publish has no
+// send publishes pub to dest, mandatory, and waits for the broker's
+// answer: a copy home goes through the default exchange (topology.Direct),
+// a park through the topology's parking destination (topology.Parked,
+// its own exchange in hold mode). An error says the publish has no
 // answer (the channel or connection failed, or the wait timed out);
 // errNoWrite is among them.
-func (p *parker) send(ctx context.Context, queue string, pub amqp.Publishing) (sendOutcome, error) {
+func (p *parker) send(ctx context.Context, dest topology.Destination, pub amqp.Publishing) (sendOutcome, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.ch != nil && p.ch.IsClosed() {
@@ -506,7 +535,7 @@ func (p *parker) send(ctx context.Context, queue string, pub amqp.Publishing) (s
 	}
 	confirmCtx, cancel := context.WithTimeout(ctx, p.h.opt.ConfirmTimeout)
 	defer cancel()
-	confirm, err := p.ch.PublishWithDeferredConfirmWithContext(confirmCtx, "", queue, true, false, pub)
+	confirm, err := p.ch.PublishWithDeferredConfirmWithContext(confirmCtx, dest.Exchange, dest.RoutingKey, true, false, pub)
 	if err != nil {
 		p.reset()
 		return 0, err

@@ -8,7 +8,7 @@
 // copy is held at most a slice at a time, so that it comes back to a
 // holder at least once a slice.
 //
-// The decision for one copy is Judge, a pure function of what the copy
+// The decision for one copy is judge, a pure function of what the copy
 // carries and the time; Holder is the I/O around it. Every header a copy
 // carries is untrusted: its due time is clamped to its policy's max delay
 // from now, and a copy that would go somewhere rebound may not send it is
@@ -45,38 +45,38 @@ type Rules struct {
 	Slice    time.Duration     // REBOUND_HOLD_SLICE
 }
 
-// Copy is what a holder reads of a held copy: its message annotations
+// heldCopy is what a holder reads of a held copy: its message annotations
 // (AMQP 0-9-1 headers whose names start with x-, and the broker's) and its
 // application properties (the other headers).
-type Copy struct {
+type heldCopy struct {
 	Annotations map[any]any
 	Properties  map[string]any
 }
 
-// Action is what is done with a copy.
-type Action int
+// action is what is done with a copy.
+type action int
 
 // Actions.
 const (
-	Hold    Action = iota // return it to wait until Verdict.Until
-	Release               // reject it: the broker sends it to its origin
-	Park                  // publish it to the parking queue, then accept it
+	hold    action = iota // return it to wait until verdict.Until
+	release               // reject it: the broker sends it to its origin
+	park                  // publish it to the parking queue, then accept it
 )
 
-func (a Action) String() string {
+func (a action) String() string {
 	switch a {
-	case Hold:
+	case hold:
 		return "held"
-	case Release:
+	case release:
 		return "released"
 	default:
 		return "parked"
 	}
 }
 
-// Verdict is what Judge decided for a copy.
-type Verdict struct {
-	Action Action
+// verdict is what judge decided for a copy.
+type verdict struct {
+	Action action
 	Origin string
 	// Due is the copy's due time as trusted: read, and clamped to its
 	// policy's max delay from now. Zero when unreadable (the copy is then
@@ -92,26 +92,26 @@ type Verdict struct {
 	Problem string
 }
 
-// Judge decides what is done with c as of now: parked when its origin
+// judge decides what is done with c as of now: parked when its origin
 // is missing, one of rebound's own queues, not allowed, or joined by CC
 // queues (the broker would dead-letter it to those too); released when
 // due; held otherwise. Of cmds, the first that applies to c (a flush or
 // cancel of its origin, issued after c entered the hold queue, and still
 // lasting) releases it now or parks it cancelled.
-func (r Rules) Judge(c Copy, now time.Time, cmds []Command) Verdict {
+func (r Rules) judge(c heldCopy, now time.Time, cmds []Command) verdict {
 	origin, _ := c.Annotations[routingKeyAnnotation].(string)
-	v := Verdict{Origin: origin}
+	v := verdict{Origin: origin}
 	switch {
 	case origin == "" || r.Topology.Owns(origin):
-		v.Action, v.Reason = Park, policy.UnknownOrigin
+		v.Action, v.Reason = park, policy.UnknownOrigin
 		v.Problem = fmt.Sprintf("routing key %q is not an application queue", origin)
 		return v
 	case !r.Topology.Allows(origin):
-		v.Action, v.Reason = Park, policy.OriginNotAllowed
+		v.Action, v.Reason = park, policy.OriginNotAllowed
 		v.Problem = fmt.Sprintf("origin %q does not match REBOUND_ORIGIN_QUEUES", origin)
 		return v
 	case c.Annotations[ccAnnotation] != nil:
-		v.Action, v.Reason = Park, policy.OriginNotAllowed
+		v.Action, v.Reason = park, policy.OriginNotAllowed
 		v.Problem = "the copy carries CC queues, which the broker would send it to as well"
 		return v
 	}
@@ -123,7 +123,7 @@ func (r Rules) Judge(c Copy, now time.Time, cmds []Command) Verdict {
 	s, problems := r.Codec.Decode(amqp.Table{name: raw}, time.Time{}, now, nil)
 	due := s.DueAt
 	if !ok || len(problems) > 0 || due.IsZero() {
-		v.Action = Release
+		v.Action = release
 		v.Problem = fmt.Sprintf("%s %v unreadable: due now", name, raw)
 		return v
 	}
@@ -138,18 +138,18 @@ func (r Rules) Judge(c Copy, now time.Time, cmds []Command) Verdict {
 				continue
 			}
 			if cmd.Op == OpCancel {
-				v.Action, v.Reason = Park, policy.Cancelled
+				v.Action, v.Reason = park, policy.Cancelled
 			} else {
-				v.Action, v.Due = Release, time.Time{}
+				v.Action, v.Due = release, time.Time{}
 			}
 			return v
 		}
 	}
 	if !due.After(now) {
-		v.Action = Release
+		v.Action = release
 		return v
 	}
-	v.Action, v.Until = Hold, due
+	v.Action, v.Until = hold, due
 	if slice := now.Add(r.Slice); slice.Before(due) {
 		v.Until = slice
 	}
@@ -159,7 +159,7 @@ func (r Rules) Judge(c Copy, now time.Time, cmds []Command) Verdict {
 // lastDelay is the delay c was published with (x-retry-last-delay-ms, the
 // delay drawn), which puts when it entered the hold queue at its due time
 // less that; 0 when unreadable.
-func (r Rules) lastDelay(c Copy) time.Duration {
+func (r Rules) lastDelay(c heldCopy) time.Duration {
 	name := r.Codec.Names.LastDelay
 	raw, ok := c.Annotations[name]
 	if !ok {

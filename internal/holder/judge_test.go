@@ -3,6 +3,7 @@ package holder
 import (
 	"encoding/json"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 func testRules() Rules {
 	topo := topology.Topology{InboxQueue: "rebound.inbox", DeadLetterExchange: "rebound.dlx", DelayExchange: "rebound.delay",
 		DelayQueuePrefix: "rebound.delay.", ParkingQueue: "rebound.parked", Hold: true, OriginQueues: regexp.MustCompile(`^orders\.`)}
-	p := policy.Policy{Backoff: policy.Constant, MinDelay: time.Second, MaxDelay: time.Hour, Jitter: policy.NoJitter, MaxRetries: 5, Deadline: policy.Clamp}
+	p := policy.Policy{Backoff: policy.Constant, MinDelay: time.Second, MaxDelay: time.Hour, Jitter: policy.NoJitter, MaxRetries: 5, Deadline: "clamp"}
 	return Rules{Topology: topo, Policies: policy.NewSet(p), Codec: headers.NewCodec(headers.DefaultNames()), Slice: 5 * time.Minute}
 }
 
@@ -27,8 +28,8 @@ func TestJudge(t *testing.T) {
 	now := time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC)
 	ms := func(d time.Duration) int64 { return now.Add(d).UnixMilli() }
 	at := func(d time.Duration) time.Time { return time.UnixMilli(ms(d)) }
-	copyTo := func(origin string, due any) Copy {
-		c := Copy{Annotations: map[any]any{routingKeyAnnotation: origin}}
+	copyTo := func(origin string, due any) heldCopy {
+		c := heldCopy{Annotations: map[any]any{routingKeyAnnotation: origin}}
 		if due != nil {
 			c.Annotations["x-retry-due-at"] = due
 		}
@@ -36,31 +37,31 @@ func TestJudge(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name    string
-		c       Copy
-		want    Verdict
+		c       heldCopy
+		want    verdict
 		problem bool
 	}{
-		{"due in the past", copyTo("orders.created", ms(-time.Second)), Verdict{Action: Release, Origin: "orders.created", Due: at(-time.Second)}, false},
-		{"due now", copyTo("orders.created", ms(0)), Verdict{Action: Release, Origin: "orders.created", Due: at(0)}, false},
-		{"due within the slice", copyTo("orders.created", ms(time.Minute)), Verdict{Action: Hold, Origin: "orders.created", Due: at(time.Minute), Until: at(time.Minute)}, false},
-		{"due past the slice", copyTo("orders.created", ms(20*time.Minute)), Verdict{Action: Hold, Origin: "orders.created", Due: at(20 * time.Minute), Until: at(5 * time.Minute)}, false},
-		{"due past the max delay", copyTo("orders.created", ms(10*time.Hour)), Verdict{Action: Hold, Origin: "orders.created", Due: at(time.Hour), Until: at(5 * time.Minute)}, true},
-		{"due as RFC 3339", copyTo("orders.created", now.Add(time.Minute).Format(time.RFC3339Nano)), Verdict{Action: Hold, Origin: "orders.created", Due: at(time.Minute), Until: at(time.Minute)}, false},
-		{"due as an application property", Copy{Annotations: map[any]any{routingKeyAnnotation: "orders.created"}, Properties: map[string]any{"x-retry-due-at": ms(time.Minute)}},
-			Verdict{Action: Hold, Origin: "orders.created", Due: at(time.Minute), Until: at(time.Minute)}, false},
-		{"due unreadable", copyTo("orders.created", "tomorrow"), Verdict{Action: Release, Origin: "orders.created"}, true},
-		{"no due time", copyTo("orders.created", nil), Verdict{Action: Release, Origin: "orders.created"}, true},
-		{"no routing key", Copy{Annotations: map[any]any{"x-retry-due-at": ms(time.Minute)}}, Verdict{Action: Park, Reason: policy.UnknownOrigin}, true},
-		{"routing key not a string", Copy{Annotations: map[any]any{routingKeyAnnotation: int64(7)}}, Verdict{Action: Park, Reason: policy.UnknownOrigin}, true},
-		{"origin not allowed", copyTo("payments.capture", ms(0)), Verdict{Action: Park, Origin: "payments.capture", Reason: policy.OriginNotAllowed}, true},
-		{"origin is the inbox", copyTo("rebound.inbox", ms(0)), Verdict{Action: Park, Origin: "rebound.inbox", Reason: policy.UnknownOrigin}, true},
-		{"origin is the hold queue", copyTo("rebound.delay.hold", ms(0)), Verdict{Action: Park, Origin: "rebound.delay.hold", Reason: policy.UnknownOrigin}, true},
-		{"origin is the parking queue", copyTo("rebound.parked", ms(0)), Verdict{Action: Park, Origin: "rebound.parked", Reason: policy.UnknownOrigin}, true},
-		{"CC queues", Copy{Annotations: map[any]any{routingKeyAnnotation: "orders.created", ccAnnotation: []any{"orders.other"}, "x-retry-due-at": ms(0)}},
-			Verdict{Action: Park, Origin: "orders.created", Reason: policy.OriginNotAllowed}, true},
+		{"due in the past", copyTo("orders.created", ms(-time.Second)), verdict{Action: release, Origin: "orders.created", Due: at(-time.Second)}, false},
+		{"due now", copyTo("orders.created", ms(0)), verdict{Action: release, Origin: "orders.created", Due: at(0)}, false},
+		{"due within the slice", copyTo("orders.created", ms(time.Minute)), verdict{Action: hold, Origin: "orders.created", Due: at(time.Minute), Until: at(time.Minute)}, false},
+		{"due past the slice", copyTo("orders.created", ms(20*time.Minute)), verdict{Action: hold, Origin: "orders.created", Due: at(20 * time.Minute), Until: at(5 * time.Minute)}, false},
+		{"due past the max delay", copyTo("orders.created", ms(10*time.Hour)), verdict{Action: hold, Origin: "orders.created", Due: at(time.Hour), Until: at(5 * time.Minute)}, true},
+		{"due as RFC 3339", copyTo("orders.created", now.Add(time.Minute).Format(time.RFC3339Nano)), verdict{Action: hold, Origin: "orders.created", Due: at(time.Minute), Until: at(time.Minute)}, false},
+		{"due as an application property", heldCopy{Annotations: map[any]any{routingKeyAnnotation: "orders.created"}, Properties: map[string]any{"x-retry-due-at": ms(time.Minute)}},
+			verdict{Action: hold, Origin: "orders.created", Due: at(time.Minute), Until: at(time.Minute)}, false},
+		{"due unreadable", copyTo("orders.created", "tomorrow"), verdict{Action: release, Origin: "orders.created"}, true},
+		{"no due time", copyTo("orders.created", nil), verdict{Action: release, Origin: "orders.created"}, true},
+		{"no routing key", heldCopy{Annotations: map[any]any{"x-retry-due-at": ms(time.Minute)}}, verdict{Action: park, Reason: policy.UnknownOrigin}, true},
+		{"routing key not a string", heldCopy{Annotations: map[any]any{routingKeyAnnotation: int64(7)}}, verdict{Action: park, Reason: policy.UnknownOrigin}, true},
+		{"origin not allowed", copyTo("payments.capture", ms(0)), verdict{Action: park, Origin: "payments.capture", Reason: policy.OriginNotAllowed}, true},
+		{"origin is the inbox", copyTo("rebound.inbox", ms(0)), verdict{Action: park, Origin: "rebound.inbox", Reason: policy.UnknownOrigin}, true},
+		{"origin is the hold queue", copyTo("rebound.delay.hold", ms(0)), verdict{Action: park, Origin: "rebound.delay.hold", Reason: policy.UnknownOrigin}, true},
+		{"origin is the parking queue", copyTo("rebound.parked", ms(0)), verdict{Action: park, Origin: "rebound.parked", Reason: policy.UnknownOrigin}, true},
+		{"CC queues", heldCopy{Annotations: map[any]any{routingKeyAnnotation: "orders.created", ccAnnotation: []any{"orders.other"}, "x-retry-due-at": ms(0)}},
+			verdict{Action: park, Origin: "orders.created", Reason: policy.OriginNotAllowed}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := r.Judge(tc.c, now, nil)
+			got := r.judge(tc.c, now, nil)
 			if (got.Problem != "") != tc.problem {
 				t.Errorf("problem %q, want one: %v", got.Problem, tc.problem)
 			}
@@ -70,13 +71,13 @@ func TestJudge(t *testing.T) {
 			}
 			got.Due, got.Until, tc.want.Due, tc.want.Until = time.Time{}, time.Time{}, time.Time{}, time.Time{}
 			if got != tc.want {
-				t.Errorf("Judge = %+v, want %+v", got, tc.want)
+				t.Errorf("judge = %+v, want %+v", got, tc.want)
 			}
 		})
 	}
 }
 
-// FuzzJudge: whatever a copy carries, Judge never panics, never holds a
+// FuzzJudge: whatever a copy carries, judge never panics, never holds a
 // copy past a slice or past its max delay, and never sends one home to a
 // queue rebound may not write to.
 func FuzzJudge(f *testing.F) {
@@ -86,7 +87,7 @@ func FuzzJudge(f *testing.F) {
 	f.Add("rebound.inbox", int64(0), "2026-11-27T04:00:00Z", true)
 	f.Add("", int64(-5), "99999999999999999999", false)
 	f.Fuzz(func(t *testing.T, origin string, dueMs int64, dueText string, cc bool) {
-		c := Copy{Annotations: map[any]any{routingKeyAnnotation: origin}}
+		c := heldCopy{Annotations: map[any]any{routingKeyAnnotation: origin}}
 		if dueText != "" {
 			c.Annotations["x-retry-due-at"] = dueText
 		} else {
@@ -95,18 +96,18 @@ func FuzzJudge(f *testing.F) {
 		if cc {
 			c.Annotations[ccAnnotation] = []any{"x"}
 		}
-		v := r.Judge(c, now, nil)
+		v := r.judge(c, now, nil)
 		switch v.Action {
-		case Hold:
+		case hold:
 			if v.Until.After(now.Add(r.Slice)) || !v.Until.After(now) || v.Due.After(now.Add(time.Hour)) {
 				t.Errorf("held until %v (due %v) as of %v", v.Until, v.Due, now)
 			}
-		case Release:
+		case release:
 			if v.Due.After(now) {
 				t.Errorf("released before due %v", v.Due)
 			}
 		}
-		if v.Action != Park && (cc || r.Topology.Owns(origin) || !r.Topology.Allows(origin) || origin == "") {
+		if v.Action != park && (cc || r.Topology.Owns(origin) || !r.Topology.Allows(origin) || origin == "") {
 			t.Errorf("copy to %q (cc %v) %s, want parked", origin, cc, v.Action)
 		}
 	})
@@ -114,7 +115,7 @@ func FuzzJudge(f *testing.F) {
 
 // TestHeldGauge: the held gauge counts the holds of the last slice.
 func TestHeldGauge(t *testing.T) {
-	m := &Metrics{}
+	m := &metrics{}
 	now := time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC)
 	slice := time.Minute
 	for i := range 120 {
@@ -140,44 +141,44 @@ func TestJudgeCommands(t *testing.T) {
 	flush := NewCommand(OpFlush, regexp.MustCompile(`^orders\.created$`), issued)
 	cancel := NewCommand(OpCancel, regexp.MustCompile(`^orders\.`), issued)
 	// held is a copy to origin published at entered with a delay of an hour.
-	held := func(origin string, entered time.Time) Copy {
-		return Copy{Annotations: map[any]any{routingKeyAnnotation: origin,
+	held := func(origin string, entered time.Time) heldCopy {
+		return heldCopy{Annotations: map[any]any{routingKeyAnnotation: origin,
 			"x-retry-due-at": entered.Add(time.Hour).UnixMilli(), "x-retry-last-delay-ms": time.Hour.Milliseconds()}}
 	}
 	before, after := issued.Add(-10*time.Minute), issued.Add(time.Second)
 	for _, tc := range []struct {
 		name   string
-		c      Copy
+		c      heldCopy
 		now    time.Time
 		cmds   []Command
-		action Action
+		action action
 		reason policy.Reason
 	}{
-		{"flush", held("orders.created", before), issued.Add(time.Minute), []Command{flush}, Release, ""},
-		{"flush, last moment", held("orders.created", before), issued.Add(2*r.Slice + time.Minute - time.Millisecond), []Command{flush}, Release, ""},
-		{"flush past its time", held("orders.created", before), issued.Add(2*r.Slice + time.Minute), []Command{flush}, Hold, ""},
-		{"flush of another origin", held("orders.paid", before), issued.Add(time.Minute), []Command{flush}, Hold, ""},
-		{"flush, copy entered after it", held("orders.created", after), issued.Add(time.Minute), []Command{flush}, Hold, ""},
-		{"cancel", held("orders.paid", before), issued.Add(time.Minute), []Command{flush, cancel}, Park, policy.Cancelled},
-		{"the first command that applies", held("orders.created", before), issued.Add(time.Minute), []Command{cancel, flush}, Park, policy.Cancelled},
+		{"flush", held("orders.created", before), issued.Add(time.Minute), []Command{flush}, release, ""},
+		{"flush, last moment", held("orders.created", before), issued.Add(2*r.Slice + time.Minute - time.Millisecond), []Command{flush}, release, ""},
+		{"flush past its time", held("orders.created", before), issued.Add(2*r.Slice + time.Minute), []Command{flush}, hold, ""},
+		{"flush of another origin", held("orders.paid", before), issued.Add(time.Minute), []Command{flush}, hold, ""},
+		{"flush, copy entered after it", held("orders.created", after), issued.Add(time.Minute), []Command{flush}, hold, ""},
+		{"cancel", held("orders.paid", before), issued.Add(time.Minute), []Command{flush, cancel}, park, policy.Cancelled},
+		{"the first command that applies", held("orders.created", before), issued.Add(time.Minute), []Command{cancel, flush}, park, policy.Cancelled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmds := make([]Command, len(tc.cmds))
 			for i, c := range tc.cmds {
 				body, _ := json.Marshal(c)
-				if cmds[i], _ = ReadCommand(body); cmds[i].origins == nil {
+				if cmds[i], _ = readCommand(body); cmds[i].origins == nil {
 					t.Fatalf("command %+v does not read back", c)
 				}
 			}
-			v := r.Judge(tc.c, tc.now, cmds)
+			v := r.judge(tc.c, tc.now, cmds)
 			if v.Action != tc.action || v.Reason != tc.reason {
-				t.Errorf("Judge = %s %q, want %s %q", v.Action, v.Reason, tc.action, tc.reason)
+				t.Errorf("judge = %s %q, want %s %q", v.Action, v.Reason, tc.action, tc.reason)
 			}
 		})
 	}
 	for _, body := range []string{`{"op":"purge","origin":"."}`, `{"op":"flush","origin":"("}`, `not json`} {
-		if _, err := ReadCommand([]byte(body)); err == nil {
-			t.Errorf("ReadCommand(%s) read", body)
+		if _, err := readCommand([]byte(body)); err == nil {
+			t.Errorf("readCommand(%s) read", body)
 		}
 	}
 }
@@ -192,6 +193,40 @@ func TestQueueAddress(t *testing.T) {
 	} {
 		if got := queueAddress(queue); got != want {
 			t.Errorf("queueAddress(%q) = %q, want %q", queue, got, want)
+		}
+	}
+}
+
+// TestCommandsLastTwoSlicesAndAMinute: a holder applies a flush or cancel
+// for two slices and a minute after it was issued (every copy held then
+// comes back within a slice, a late reader's at its next return), then
+// forgets it.
+func TestCommandsLastTwoSlicesAndAMinute(t *testing.T) {
+	slice := 5 * time.Minute
+	issued := time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC)
+	var cs commands
+	early := NewCommand(OpFlush, regexp.MustCompile(`^orders$`), issued)
+	late := NewCommand(OpCancel, regexp.MustCompile(`^payments$`), issued.Add(time.Minute))
+	cs.add(early)
+	cs.add(late)
+	if until := early.Until(slice); !until.Equal(issued.Add(11 * time.Minute)) {
+		t.Errorf("Until = %v, want 11 minutes after it was issued", until)
+	}
+	for _, step := range []struct {
+		at   time.Duration // after issued
+		want []string      // the ops still applied
+	}{
+		{10 * time.Minute, []string{OpFlush, OpCancel}},
+		{11*time.Minute - time.Millisecond, []string{OpFlush, OpCancel}},
+		{11 * time.Minute, []string{OpCancel}},
+		{12 * time.Minute, nil},
+	} {
+		var ops []string
+		for _, c := range cs.active(issued.Add(step.at), slice) {
+			ops = append(ops, c.Op)
+		}
+		if !slices.Equal(ops, step.want) {
+			t.Errorf("%s after the first was issued: %v active, want %v", step.at, ops, step.want)
 		}
 	}
 }

@@ -7,8 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics are the holder's Prometheus metrics.
-type Metrics struct {
+// metrics are the holder's Prometheus metrics.
+type metrics struct {
 	// Held is rebound_held_messages: the copies this replica returned to
 	// the hold queue within the last slice. Every held copy comes back
 	// within a slice, so the sum over replicas bounds what the hold queue
@@ -38,8 +38,8 @@ type heldBucket struct {
 
 // NewMetrics registers the holder's metrics with reg; now is the clock
 // the held gauge is read by.
-func NewMetrics(reg prometheus.Registerer, now func() time.Time, slice time.Duration) *Metrics {
-	m := &Metrics{
+func NewMetrics(reg prometheus.Registerer, now func() time.Time, slice time.Duration) *metrics {
+	m := &metrics{
 		Settled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rebound_hold_settlements_total",
 			Help: "Copies of the hold queue settled by this replica: held (returned with a delivery time), released (dead-lettered home by the broker), parked.",
@@ -73,7 +73,7 @@ func NewMetrics(reg prometheus.Registerer, now func() time.Time, slice time.Dura
 		Name: "rebound_held_messages",
 		Help: "Copies this replica returned to the hold queue within the last REBOUND_HOLD_SLICE (an upper bound of those it holds).",
 	}, func() float64 { return float64(m.heldWithin(now(), slice)) })
-	for _, outcome := range []Action{Hold, Release, Park} {
+	for _, outcome := range []action{hold, release, park} {
 		m.Settled.WithLabelValues(outcome.String())
 	}
 	reg.MustRegister(m.Held, m.Settled, m.Lateness, m.Invalid, m.ParkReturned, m.Released, m.OriginRefused)
@@ -81,7 +81,7 @@ func NewMetrics(reg prometheus.Registerer, now func() time.Time, slice time.Dura
 }
 
 // held counts one copy held at now.
-func (m *Metrics) held(now time.Time, slice time.Duration) {
+func (m *metrics) held(now time.Time, slice time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expire(now, slice)
@@ -92,7 +92,7 @@ func (m *Metrics) held(now time.Time, slice time.Duration) {
 	m.buckets = append(m.buckets, heldBucket{start: now, n: 1})
 }
 
-func (m *Metrics) heldWithin(now time.Time, slice time.Duration) int64 {
+func (m *metrics) heldWithin(now time.Time, slice time.Duration) int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expire(now, slice)
@@ -103,7 +103,7 @@ func (m *Metrics) heldWithin(now time.Time, slice time.Duration) int64 {
 	return n
 }
 
-func (m *Metrics) expire(now time.Time, slice time.Duration) {
+func (m *metrics) expire(now time.Time, slice time.Duration) {
 	i := 0
 	for i < len(m.buckets) && now.Sub(m.buckets[i].start) >= slice {
 		i++

@@ -24,7 +24,7 @@ var brokerAnnotations = map[string]bool{
 // the AMQP 1.0 view of a message (AMQP 1.0 has no such property).
 const basicTypeAnnotation = "x-basic-type"
 
-// Parked is the AMQP 0-9-1 copy of msg, a held copy that goes to the
+// parked is the AMQP 0-9-1 copy of msg, a held copy that goes to the
 // parking queue with reason v.Reason, parked at now: its body, its
 // properties and its headers as the broker handed them over AMQP 1.0
 // (application properties, and annotations but the broker's), its origin
@@ -32,8 +32,8 @@ const basicTypeAnnotation = "x-basic-type"
 // message annotation, tables and arrays included, and any other header to
 // an application property, but leaves out those whose values are tables
 // or arrays, which AMQP 1.0 application properties cannot hold: the copy
-// carries those in headers.HeldTables, and Parked puts them back.
-func Parked(msg *amqp10.Message, n headers.Names, v Verdict, now time.Time) amqp.Publishing {
+// carries those in headers.HeldTables, and parked puts them back.
+func parked(msg *amqp10.Message, n headers.Names, v verdict, now time.Time) amqp.Publishing {
 	pub := rebuilt(msg)
 	if v.Origin != "" {
 		pub.Headers[n.OriginQueue] = v.Origin
@@ -43,7 +43,7 @@ func Parked(msg *amqp10.Message, n headers.Names, v Verdict, now time.Time) amqp
 	return pub
 }
 
-// rebuilt is the AMQP 0-9-1 message of msg, as Parked says, without the
+// rebuilt is the AMQP 0-9-1 message of msg, as parked says, without the
 // parking headers.
 func rebuilt(msg *amqp10.Message) amqp.Publishing {
 	h := amqp.Table{}

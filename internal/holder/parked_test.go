@@ -1,4 +1,4 @@
-package holder_test
+package holder
 
 import (
 	"reflect"
@@ -9,11 +9,10 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/rebound-mq/rebound/headers"
-	"github.com/rebound-mq/rebound/internal/holder"
 	"github.com/rebound-mq/rebound/policy"
 )
 
-// TestParkedFromTheAMQP10View: Parked rebuilds the 0-9-1 message from the
+// TestParkedFromTheAMQP10View: parked rebuilds the 0-9-1 message from the
 // AMQP 1.0 view RabbitMQ 4.3 gives (as go-amqp decodes it): x- tables and
 // arrays from the annotations, the others from HeldTables, the type from
 // x-basic-type, the app id from group-id, a UUID id as urn:uuid; none of
@@ -32,8 +31,8 @@ func TestParkedFromTheAMQP10View(t *testing.T) {
 		Properties:            &amqp10.MessageProperties{MessageID: id, GroupID: &app},
 		Data:                  [][]byte{[]byte("bo"), []byte("dy")},
 	}
-	v := holder.Verdict{Action: holder.Park, Origin: "orders", Reason: policy.Cancelled}
-	pub := holder.Parked(msg, headers.DefaultNames(), v, time.UnixMilli(1e12))
+	v := verdict{Action: park, Origin: "orders", Reason: policy.Cancelled}
+	pub := parked(msg, headers.DefaultNames(), v, time.UnixMilli(1e12))
 	want := map[string]any{
 		"x-nested": amqp.Table{"a": amqp.Table{"b": int64(1)}}, "x-arr": []any{int64(1), "two"}, "x-small": uint8(3),
 		"tenant": amqp.Table{"id": int32(7)}, "arr": []any{"x"}, "plain": "s",

@@ -19,8 +19,8 @@ import (
 // probeWait is how long the probe asks the broker to hold its message.
 const probeWait = time.Second
 
-// ErrCannotHold says the broker cannot do hold mode.
-var ErrCannotHold = errors.New("the broker cannot hold returned messages (hold mode needs RabbitMQ 4.3+ quorum queues with delayed retry, served over AMQP 1.0)")
+// errCannotHold says the broker cannot do hold mode.
+var errCannotHold = errors.New("the broker cannot hold returned messages (hold mode needs RabbitMQ 4.3+ quorum queues with delayed retry, served over AMQP 1.0)")
 
 // Probe finds out whether the broker can do hold mode by doing it once:
 // a message published through an exchange of its own into a queue of its
@@ -36,7 +36,7 @@ var ErrCannotHold = errors.New("the broker cannot hold returned messages (hold m
 func Probe(ctx context.Context, d *dialer.Dialer, topo topology.Topology) error {
 	var err error
 	for attempt := range probeAttempts {
-		if err = probeOnce(ctx, d, topo); err == nil || errors.Is(err, ErrCannotHold) {
+		if err = probeOnce(ctx, d, topo); err == nil || errors.Is(err, errCannotHold) {
 			return err
 		}
 		t := time.NewTimer(time.Duration(attempt+1) * 2 * time.Second)
@@ -67,10 +67,15 @@ func probeOnce(ctx context.Context, d *dialer.Dialer, topo topology.Topology) er
 	}
 	args := topology.HoldQueueArgs()
 	args["x-expires"] = int64(10 * time.Minute / time.Millisecond)
+	// The probe's message is never dead-lettered, and declaring a queue
+	// that dead-letters to the default exchange needs write on it, which
+	// hold mode does without.
+	delete(args, "x-dead-letter-exchange")
+	delete(args, "x-dead-letter-strategy")
 	if _, err := ch.QueueDeclare(queue, true, false, false, false, args); err != nil {
 		var aerr *amqp.Error
 		if errors.As(err, &aerr) && aerr.Code == amqp.PreconditionFailed {
-			return fmt.Errorf("%w: declare %s: %v", ErrCannotHold, queue, err)
+			return fmt.Errorf("%w: declare %s: %v", errCannotHold, queue, err)
 		}
 		return fmt.Errorf("declare probe queue %s: %w", queue, err)
 	}
@@ -94,16 +99,16 @@ func probeOnce(ctx context.Context, d *dialer.Dialer, topo topology.Topology) er
 
 	c10, err := d.Dial10(ctx, "hold probe")
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrCannotHold, err)
+		return fmt.Errorf("%w: %v", errCannotHold, err)
 	}
 	defer c10.Close()
 	sess, err := c10.NewSession(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("%w: begin AMQP 1.0 session: %v", ErrCannotHold, err)
+		return fmt.Errorf("%w: begin AMQP 1.0 session: %v", errCannotHold, err)
 	}
 	rcv, err := sess.NewReceiver(ctx, queueAddress(queue), &amqp10.ReceiverOptions{Credit: 1})
 	if err != nil {
-		return fmt.Errorf("%w: consume %s over AMQP 1.0: %v", ErrCannotHold, queue, err)
+		return fmt.Errorf("%w: consume %s over AMQP 1.0: %v", errCannotHold, queue, err)
 	}
 	defer rcv.Close(context.WithoutCancel(ctx))
 	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -119,14 +124,14 @@ func probeOnce(ctx context.Context, d *dialer.Dialer, topo topology.Topology) er
 		return fmt.Errorf("return the probe: %w", err)
 	}
 	if msg, err = rcv.Receive(waitCtx, nil); err != nil {
-		return fmt.Errorf("%w: the probe returned with a delivery time did not come back within 30s: %v", ErrCannotHold, err)
+		return fmt.Errorf("%w: the probe returned with a delivery time did not come back within 30s: %v", errCannotHold, err)
 	}
 	back := time.Since(returned)
 	_ = rcv.AcceptMessage(ctx, msg)
 	// A broker that cannot hold returns the message at once; some
 	// margin for the clocks' millisecond rounding.
 	if back < probeWait-100*time.Millisecond {
-		return fmt.Errorf("%w: the probe returned with a delivery time %s ahead came back after %s", ErrCannotHold, probeWait, back.Round(time.Millisecond))
+		return fmt.Errorf("%w: the probe returned with a delivery time %s ahead came back after %s", errCannotHold, probeWait, back.Round(time.Millisecond))
 	}
 	return nil
 }

@@ -21,9 +21,15 @@ import (
 //
 // A copy is published when the holder has not seen its origin take a
 // copy within the last homeTrust, and dead-lettered when it has: one
-// publish per origin per homeTrust, the rest as before. An origin that
-// fills up within homeTrust of taking a publish can still refuse copies
-// dead-lettered meanwhile; those wait in the broker's care, not lost.
+// publish per origin per homeTrust, the rest as before. One at a time:
+// the copies for an origin judged while one of its copies is being
+// published wait for that publish's outcome, then go its way. Without
+// that, every settler judging a due copy for the origin in that round
+// trip would publish too, and a burst for one origin would be published
+// one confirm at a time while the holder's settlers waited in line. An
+// origin that fills up within homeTrust of taking a publish can still
+// refuse copies dead-lettered meanwhile; those wait in the broker's care,
+// not lost.
 //
 // A holder whose user may not write to the default exchange dead-letters
 // every copy (least privilege; refusals unseen, as before).
@@ -50,6 +56,7 @@ const (
 	wayPublish    way = iota // published by the holder, refusal seen
 	wayDeadLetter            // rejected, dead-lettered by the broker
 	wayWait                  // its origin refuses: held until it may try again
+	wayAwait                 // a copy for its origin is being published: ask again once it is
 )
 
 // homes is what a holder knows of origins, for choosing a copy's way.
@@ -61,31 +68,54 @@ type homes struct {
 }
 
 type homeState struct {
-	accepted time.Time     // when the origin last took a published copy
-	wait     time.Duration // the last refusal's wait; 0 when not refusing
-	until    time.Time     // no copy tries the origin before
+	accepted   time.Time     // when the origin last took a published copy
+	wait       time.Duration // the last refusal's wait; 0 when not refusing
+	until      time.Time     // no copy tries the origin before
+	publishing chan struct{} // closed when the copy being published is answered; nil when none is
 }
 
 func newHomes() *homes { return &homes{origins: map[string]*homeState{}} }
 
-// way returns how a copy for origin, due as of now, goes home, and for
-// wayWait until when it waits.
-func (hs *homes) way(origin string, now time.Time) (way, time.Time) {
+// way returns how a copy for origin, due as of now, goes home; for
+// wayWait until when it waits, and for wayAwait a channel closed once the
+// copy being published for origin is answered. A caller given wayPublish
+// records the answer (accepted, refused), or calls published when there
+// is none.
+func (hs *homes) way(origin string, now time.Time) (w way, until time.Time, answered <-chan struct{}) {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	if hs.noWrite {
-		return wayDeadLetter, time.Time{}
+		return wayDeadLetter, time.Time{}, nil
 	}
 	st := hs.origins[origin]
 	switch {
-	case st == nil:
-		return wayPublish, time.Time{}
-	case now.Before(st.until):
-		return wayWait, st.until
-	case st.wait == 0 && now.Sub(st.accepted) < homeTrust:
-		return wayDeadLetter, time.Time{}
+	case st != nil && st.publishing != nil:
+		return wayAwait, time.Time{}, st.publishing
+	case st != nil && now.Before(st.until):
+		return wayWait, st.until, nil
+	case st != nil && st.wait == 0 && now.Sub(st.accepted) < homeTrust:
+		return wayDeadLetter, time.Time{}, nil
 	}
-	return wayPublish, time.Time{}
+	hs.state(origin, now).publishing = make(chan struct{})
+	return wayPublish, time.Time{}, nil
+}
+
+// published says the publish of a copy for origin that way chose is over;
+// accepted and refused say so too. The copies awaiting it ask their way
+// again.
+func (hs *homes) published(origin string) {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if st := hs.origins[origin]; st != nil {
+		st.answered()
+	}
+}
+
+func (st *homeState) answered() {
+	if st.publishing != nil {
+		close(st.publishing)
+		st.publishing = nil
+	}
 }
 
 // accepted records that origin took a published copy at now.
@@ -94,6 +124,7 @@ func (hs *homes) accepted(origin string, now time.Time) {
 	defer hs.mu.Unlock()
 	st := hs.state(origin, now)
 	st.accepted, st.wait, st.until = now, 0, time.Time{}
+	st.answered()
 }
 
 // refused records that origin refused a published copy at now, and
@@ -110,6 +141,7 @@ func (hs *homes) refused(origin string, now time.Time) time.Duration {
 		st.wait = min(2*st.wait, refusedLongest)
 	}
 	st.until = now.Add(st.wait)
+	st.answered()
 	return st.wait
 }
 
@@ -124,7 +156,8 @@ func (hs *homes) forbidden() (first bool) {
 }
 
 // state returns origin's state, made when absent; when the map is full,
-// states neither refusing nor trusted as of now are forgotten first.
+// states neither refusing nor trusted nor being published as of now are
+// forgotten first.
 func (hs *homes) state(origin string, now time.Time) *homeState {
 	st := hs.origins[origin]
 	if st != nil {
@@ -132,7 +165,7 @@ func (hs *homes) state(origin string, now time.Time) *homeState {
 	}
 	if len(hs.origins) >= maxHomes {
 		for o, s := range hs.origins {
-			if !now.Before(s.until) && now.Sub(s.accepted) >= homeTrust {
+			if !now.Before(s.until) && now.Sub(s.accepted) >= homeTrust && s.publishing == nil {
 				delete(hs.origins, o)
 			}
 		}

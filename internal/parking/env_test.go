@@ -2,6 +2,7 @@ package parking
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -44,7 +45,7 @@ func newEnv(t *testing.T, quorum bool) *env {
 
 // testPolicy is the deployment's one policy, the one seeded messages say
 // parked them.
-var testPolicy = policy.Policy{Backoff: policy.Constant, MinDelay: time.Second, MaxDelay: time.Second, Jitter: policy.NoJitter, MaxRetries: 3, Deadline: policy.Clamp}
+var testPolicy = policy.Policy{Backoff: policy.Constant, MinDelay: time.Second, MaxDelay: time.Second, Jitter: policy.NoJitter, MaxRetries: 3, Deadline: "clamp"}
 
 // queue declares a durable queue named prefix + suffix with args.
 func (e *env) queue(suffix string, args amqp.Table) string {
@@ -107,6 +108,17 @@ func (e *env) seed(now time.Time, ps ...parked) {
 	brokertest.PublishConfirmed(e.t, e.Ch, e.q.Name(), msgs...)
 }
 
+// park parks n messages of the application queue at at, for max-retries
+// after 10 retries: ids prefix0, prefix1, ...
+func (e *env) park(prefix string, n int, at time.Time) {
+	e.t.Helper()
+	ps := make([]parked, n)
+	for i := range ps {
+		ps[i] = parked{id: fmt.Sprint(prefix, i), origin: e.App, reason: policy.MaxRetries, retries: 10}
+	}
+	e.seed(at, ps...)
+}
+
 // settled waits up to 10s until the broker reports n messages in the
 // parking queue. The operations read as many messages as the first read
 // says the queue holds, and a quorum queue hands the messages an operation
@@ -155,4 +167,15 @@ func kept(res ReplayResult) map[string]string {
 		out[k.Message.ID()] = k.Why
 	}
 	return out
+}
+
+// replay is ReplayWith with no pacing and no record.
+func (q Queue) replay(ctx context.Context, f Filter, now time.Time, dryRun bool) (res ReplayResult, err error) {
+	return q.ReplayWith(ctx, f, now, ReplayOptions{DryRun: dryRun})
+}
+
+// groupMessages lists the messages of one failure group, at most limit (0:
+// all), leaving them parked: what a page that opens a group shows.
+func (q Queue) groupMessages(ctx context.Context, id string, limit int, now time.Time) (listing, error) {
+	return q.List(ctx, Filter{Group: id, Limit: limit}, now)
 }

@@ -21,8 +21,8 @@ type Exporter interface {
 	Sync() error
 }
 
-// ExpireResult is what Expire did.
-type ExpireResult struct {
+// expireResult is what Expire did.
+type expireResult struct {
 	Scanned  int // messages read from the queue
 	Matched  int // messages parked longer ago than the retention (and matching the filter)
 	Exported int // of them, written to the Exporter
@@ -39,7 +39,7 @@ const expireBatch = 256
 // export synced before it is removed; an export that fails stops Expire
 // with that batch still parked. With dryRun nothing is removed (export
 // still writes: an export without a removal is a backup).
-func (q Queue) Expire(ctx context.Context, retention time.Duration, f Filter, now time.Time, export Exporter, dryRun bool) (res ExpireResult, err error) {
+func (q Queue) Expire(ctx context.Context, retention time.Duration, f Filter, now time.Time, export Exporter, dryRun bool) (res expireResult, err error) {
 	if retention <= 0 {
 		return res, errors.New("expire: no retention (REBOUND_PARKED_RETENTION) set")
 	}
@@ -90,10 +90,10 @@ func (q Queue) Expire(ctx context.Context, retention time.Duration, f Filter, no
 	return res, ctx.Err()
 }
 
-// ExportJSON is one line of an export (`rebound parked expire --export`):
+// exportJSON is one line of an export (`rebound parked expire --export`):
 // what rebound read of the message, its properties, its headers and its
 // body in base64. Its field names are public interface.
-type ExportJSON struct {
+type exportJSON struct {
 	ID             string         `json:"id"`
 	Origin         string         `json:"origin"`
 	Reason         string         `json:"reason"`
@@ -111,23 +111,24 @@ type ExportJSON struct {
 	ExportedSchema int            `json:"schema"` // 1
 }
 
-// JSONLines is an Exporter that writes one ExportJSON a line to w, and
+// jsonLines is an Exporter that writes one exportJSON a line to w, and
 // calls sync (nil: none) when asked to Sync.
-type JSONLines struct {
+type jsonLines struct {
 	enc  *json.Encoder
 	sync func() error
 	now  func() time.Time
 }
 
-// NewJSONLines returns a JSONLines on w; now stamps each line.
-func NewJSONLines(w io.Writer, sync func() error, now func() time.Time) *JSONLines {
-	return &JSONLines{enc: json.NewEncoder(w), sync: sync, now: now}
+// NewJSONLines returns an Exporter that writes JSON lines to w; now
+// stamps each line.
+func NewJSONLines(w io.Writer, sync func() error, now func() time.Time) Exporter {
+	return &jsonLines{enc: json.NewEncoder(w), sync: sync, now: now}
 }
 
 // Export writes m's line.
-func (j *JSONLines) Export(m Message) error {
+func (j *jsonLines) Export(m Message) error {
 	d := m.Delivery
-	line := ExportJSON{
+	line := exportJSON{
 		ID: m.ID(), Origin: m.Origin, Reason: m.Reason, Policy: m.Policy, Group: m.Group, Error: m.Error,
 		RetryCount: m.Retries, TaskStartedAt: m.StartedAt, Headers: jsonTable(d.Headers),
 		Body: base64.StdEncoding.EncodeToString(d.Body), BodyEncoding: "base64", ExportedAt: j.now().UTC(), ExportedSchema: 1,
@@ -144,7 +145,7 @@ func (j *JSONLines) Export(m Message) error {
 }
 
 // Sync calls the sync function.
-func (j *JSONLines) Sync() error {
+func (j *jsonLines) Sync() error {
 	if j.sync == nil {
 		return nil
 	}

@@ -16,32 +16,32 @@ type GroupBy string
 // What Groups can gather by.
 const (
 	ByGroup  GroupBy = "group"  // the failure group (package group)
-	ByOrigin GroupBy = "origin" // the origin queue
-	ByReason GroupBy = "reason" // the parked reason
-	ByPolicy GroupBy = "policy" // the label of the policy that parked it
-	ByError  GroupBy = "error"  // the reported error, normalised
+	byOrigin GroupBy = "origin" // the origin queue
+	byReason GroupBy = "reason" // the parked reason
+	byPolicy GroupBy = "policy" // the label of the policy that parked it
+	byError  GroupBy = "error"  // the reported error, normalised
 )
 
 // GroupBys lists them, in the order `--group-by` documents.
-var GroupBys = []GroupBy{ByGroup, ByOrigin, ByReason, ByPolicy, ByError}
+var GroupBys = []GroupBy{ByGroup, byOrigin, byReason, byPolicy, byError}
 
 // key returns what m is gathered under.
 func (by GroupBy) key(m Message) string {
 	switch by {
-	case ByOrigin:
+	case byOrigin:
 		return m.Origin
-	case ByReason:
+	case byReason:
 		return m.Reason
-	case ByPolicy:
+	case byPolicy:
 		return m.Policy
-	case ByError:
+	case byError:
 		return group.Normalize(m.Reported)
 	}
 	return m.Group
 }
 
-// Group is one row of Groups: the parked messages that share a key.
-type Group struct {
+// groupRow is one row of Groups: the parked messages that share a key.
+type groupRow struct {
 	Key   string // the group id, origin, reason, policy or normalised error; "" when unknown
 	Count int
 	// Origins, Reasons and Policies count the messages by each ("" when
@@ -58,12 +58,12 @@ type Group struct {
 	First, Last time.Time
 }
 
-// GroupListing is what Groups found.
-type GroupListing struct {
+// groupListing is what Groups found.
+type groupListing struct {
 	By      GroupBy
-	Scanned int     // messages read from the queue
-	Matched int     // messages read that matched the filter
-	Groups  []Group // largest first, then by key
+	Scanned int        // messages read from the queue
+	Matched int        // messages read that matched the filter
+	Groups  []groupRow // largest first, then by key
 	// Limited says Groups stopped reading at the filter's limit; Unread
 	// is how many of the messages the queue held it did not read (then, or
 	// because another command held them).
@@ -78,15 +78,15 @@ type GroupListing struct {
 // grows with the groups, not the queue. The CLI's `rebound parked groups`
 // and the console call it alike; a group's messages are List with
 // Filter.Group.
-func (q Queue) Groups(ctx context.Context, f Filter, by GroupBy, now time.Time) (GroupListing, error) {
-	l := GroupListing{By: by}
-	rows := map[string]*Group{}
+func (q Queue) Groups(ctx context.Context, f Filter, by GroupBy, now time.Time) (groupListing, error) {
+	l := groupListing{By: by}
+	rows := map[string]*groupRow{}
 	var err error
 	l.Scanned, l.Matched, l.Unread, l.Limited, err = q.scan(ctx, f, now, func(m Message) {
 		k := by.key(m)
 		g := rows[k]
 		if g == nil {
-			g = &Group{Key: k, Origins: map[string]int{}, Reasons: map[string]int{}, Policies: map[string]int{}, Groups: map[string]int{}}
+			g = &groupRow{Key: k, Origins: map[string]int{}, Reasons: map[string]int{}, Policies: map[string]int{}, Groups: map[string]int{}}
 			rows[k] = g
 		}
 		g.add(m)
@@ -94,13 +94,13 @@ func (q Queue) Groups(ctx context.Context, f Filter, by GroupBy, now time.Time) 
 	for _, g := range rows {
 		l.Groups = append(l.Groups, *g)
 	}
-	slices.SortFunc(l.Groups, func(a, b Group) int {
+	slices.SortFunc(l.Groups, func(a, b groupRow) int {
 		return cmp.Or(b.Count-a.Count, strings.Compare(a.Key, b.Key))
 	})
 	return l, err
 }
 
-func (g *Group) add(m Message) {
+func (g *groupRow) add(m Message) {
 	g.Count++
 	g.Origins[m.Origin]++
 	g.Reasons[m.Reason]++
@@ -129,10 +129,4 @@ func Most(counts map[string]int) (value string, others int) {
 		}
 	}
 	return value, max(len(counts)-1, 0)
-}
-
-// GroupMessages lists the messages of one failure group, at most limit (0:
-// all), leaving them parked: what a page that opens a group shows.
-func (q Queue) GroupMessages(ctx context.Context, id string, limit int, now time.Time) (Listing, error) {
-	return q.List(ctx, Filter{Group: id, Limit: limit}, now)
 }

@@ -33,7 +33,7 @@ func (e *env) seedGroups(now time.Time) (timeouts, schema, none string) {
 	e.seed(now,
 		parked{id: "t1", origin: e.App, reason: policy.MaxRetries, age: 50 * time.Minute, retries: 3, errText: "timeout after 3012 ms on 10.1.2.3"},
 		parked{id: "t2", origin: e.App, reason: policy.MaxRetries, age: 40 * time.Minute, retries: 3, errText: "timeout after 2990 ms on 10.1.2.4"},
-		parked{id: "t3", origin: e.App, reason: policy.MaxDuration, age: 30 * time.Minute, retries: 2, errText: "timeout after 15 ms on 10.1.2.4"},
+		parked{id: "t3", origin: e.App, reason: "max-duration", age: 30 * time.Minute, retries: 2, errText: "timeout after 15 ms on 10.1.2.4"},
 		parked{id: "t4", origin: e.App, reason: policy.MaxRetries, age: 20 * time.Minute, retries: 3, errText: "timeout after 1 ms on 10.9.9.9", legacy: true},
 		parked{id: "s1", origin: e.App, reason: policy.NonRetryable, age: 10 * time.Minute, errText: `schema error: field "amount" missing`},
 		parked{id: "s2", origin: e.App, reason: policy.NonRetryable, age: 5 * time.Minute, errText: `schema error: field "currency" missing`},
@@ -87,10 +87,10 @@ func TestGroups(t *testing.T) {
 			by   GroupBy
 			want map[string]int
 		}{
-			{ByReason, map[string]int{"max-retries": 5, "max-duration": 1, "non-retryable": 2}},
-			{ByOrigin, map[string]int{e.App: 8}},
-			{ByError, map[string]int{"timeout after <n> ms on <ip>": 4, "schema error: field <q> missing": 2, "": 2}},
-			{ByPolicy, map[string]int{e.q.Router.Policies.Default().Label(): 8}},
+			{byReason, map[string]int{"max-retries": 5, "max-duration": 1, "non-retryable": 2}},
+			{byOrigin, map[string]int{e.App: 8}},
+			{byError, map[string]int{"timeout after <n> ms on <ip>": 4, "schema error: field <q> missing": 2, "": 2}},
+			{byPolicy, map[string]int{e.q.Router.Policies.Default().Label(): 8}},
 		} {
 			e.settled(8)
 			l, err := e.q.Groups(ctx, Filter{}, tc.by, now)
@@ -108,7 +108,7 @@ func TestGroups(t *testing.T) {
 
 		// A group's messages, then a purge of one group.
 		e.settled(8)
-		gl, err := e.q.GroupMessages(ctx, timeouts, 0, now)
+		gl, err := e.q.groupMessages(ctx, timeouts, 0, now)
 		if err != nil || !slices.Equal(ids(gl.Messages), []string{"t1", "t2", "t3", "t4"}) {
 			t.Errorf("the timeouts' messages: %v, %v", ids(gl.Messages), err)
 		}
@@ -245,9 +245,7 @@ func TestReplayGroupInterrupted(t *testing.T) {
 // run removes nothing.
 func TestExpire(t *testing.T) {
 	brokertest.EachQueueType(t, func(t *testing.T, queueType string) {
-		e := newEnv(t, queueType == "quorum")
-		now := time.Now()
-		e.seedFive(now, e.queue("other", nil)) // a2 and o1 parked 3h ago, the rest 10 minutes ago
+		e, _, now := newFiveEnv(t, queueType) // a2 and o1 parked 3h ago, the rest 10 minutes ago
 		ctx := context.Background()
 
 		var dry bytes.Buffer
@@ -263,15 +261,15 @@ func TestExpire(t *testing.T) {
 			t.Errorf("expire: %+v, %v, %d syncs; want 2 of 5 exported, synced once, removed", res, err, syncs)
 		}
 		e.wantParked(now, "after the expiry", "a1", "a3", "u1")
-		var lines []ExportJSON
+		var lines []exportJSON
 		for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
-			var j ExportJSON
+			var j exportJSON
 			if err := json.Unmarshal([]byte(line), &j); err != nil {
 				t.Fatalf("export line %q: %v", line, err)
 			}
 			lines = append(lines, j)
 		}
-		slices.SortFunc(lines, func(a, b ExportJSON) int { return strings.Compare(a.ID, b.ID) })
+		slices.SortFunc(lines, func(a, b exportJSON) int { return strings.Compare(a.ID, b.ID) })
 		if len(lines) != 2 || lines[0].ID != "a2" || lines[1].ID != "o1" || lines[0].Body != "Ym9keSBvZiBhMg==" || lines[0].Headers["tenant"] != "acme" ||
 			lines[0].Reason != "max-retries" || lines[0].Group == "" || lines[0].ParkedAt == nil {
 			t.Errorf("export = %+v", lines)
@@ -295,18 +293,12 @@ func TestGroupsOfTenThousand(t *testing.T) {
 	brokertest.EachQueueType(t, func(t *testing.T, queueType string) {
 		e := newEnv(t, queueType == "quorum")
 		const n = 10_000
-		causes := []string{
-			"TimeoutError: POST https://10.1.%d.%d/capture timed out after %d ms",
-			"SchemaError: field \"amount%d\" missing in order %d (%d)",
-			"ConnectionRefused: 10.2.%d.%d:%d",
-			"DeadlockDetected: transaction %d aborted after %d.%d s",
-			"NotFound: customer 7f3c2a9e-1b4d-4c8e-9f00-3a2b1c0d%04x (%d, %d)",
-		}
+		causes := brokertest.ErrorCauses
 		now := time.Now()
 		c := e.q.Router.Codec
 		msgs := make([]amqp.Publishing, 0, n)
 		for i := range n {
-			text := fmt.Sprintf(causes[i%len(causes)], i%250, i%7+1, 1000+i)
+			text := brokertest.ErrorText(i)
 			s := headers.State{State: policy.State{Retries: 10, StartedAt: now.Add(-time.Hour)}, Origin: e.App,
 				Error: text, ErrorCurrent: true, Group: group.Of(e.App, text, "max-retries")}
 			h := amqp.Table{c.Names.Error: text}

@@ -12,8 +12,8 @@ import (
 	"github.com/rebound-mq/rebound/republisher"
 )
 
-// Listing is what List found.
-type Listing struct {
+// listing is what List found.
+type listing struct {
 	Scanned  int       // messages read from the queue
 	Matched  int       // messages read that matched the filter
 	Messages []Message // the matches
@@ -29,7 +29,7 @@ type Listing struct {
 // List reads the messages once, up to the filter's limit of matches, and
 // returns the matching ones, leaving them all in the queue. Everything it
 // counts covers what it read.
-func (q Queue) List(ctx context.Context, f Filter, now time.Time) (l Listing, err error) {
+func (q Queue) List(ctx context.Context, f Filter, now time.Time) (l listing, err error) {
 	l.ByReason, l.ByOrigin = map[string]int{}, map[string]int{}
 	l.Scanned, l.Matched, l.Unread, l.Limited, err = q.scan(ctx, f, now, func(m Message) {
 		l.ByReason[m.Reason]++
@@ -54,7 +54,7 @@ func (q Queue) Visit(ctx context.Context, f Filter, now time.Time, visit func(Me
 // stopped at the limit.
 func (q Queue) scan(ctx context.Context, f Filter, now time.Time, visit func(Message)) (scanned, matched, unread int, limited bool, err error) {
 	scanned, unread, err = q.browse(ctx, func(d amqp.Delivery) bool {
-		m := q.Decode(d, now)
+		m := q.decode(d, now)
 		if f.match(m, now) {
 			matched++
 			visit(m)
@@ -98,7 +98,7 @@ func (q Queue) eachMatch(ctx context.Context, r *republisher.Mover, f Filter, no
 			return err
 		}
 		*scanned++
-		m := q.Decode(d, now)
+		m := q.decode(d, now)
 		if !f.match(m, now) {
 			continue
 		}
@@ -141,7 +141,7 @@ type ReplayOptions struct {
 	Progress func(ReplayResult)
 }
 
-// ReplayResult is what Replay did.
+// ReplayResult is what ReplayWith did.
 type ReplayResult struct {
 	Scanned  int    // messages read from the queue
 	Matched  int    // matches acted on (at most the limit)
@@ -160,23 +160,19 @@ type ReplayResult struct {
 	Took time.Duration
 }
 
-// replayBatch is how many copies are in flight before Replay waits for
+// replayBatch is how many copies are in flight before ReplayWith waits for
 // their confirms.
 const replayBatch = 256
 
-// Replay sends each matching message back to its origin queue through the
-// default exchange (mandatory, with publisher confirms), with the retry
+// ReplayWith sends each matching message back to its origin queue through
+// the default exchange (mandatory, with publisher confirms), with the retry
 // state reset as of now (route.Router.Replay), and removes the parked copy
 // only once the broker has confirmed the new one and not returned it. A
 // message whose origin is unknown, one of rebound's own queues, not
 // allowed by the allowlist or missing stays parked and is reported in
-// Kept: the sidecar's rules (route.Router.CheckOrigin). With dryRun
-// nothing is published or removed; Replayed counts what would be.
-func (q Queue) Replay(ctx context.Context, f Filter, now time.Time, dryRun bool) (res ReplayResult, err error) {
-	return q.ReplayWith(ctx, f, now, ReplayOptions{DryRun: dryRun})
-}
-
-// ReplayWith is Replay, paced and recorded as opt says.
+// Kept: the sidecar's rules (route.Router.CheckOrigin). With opt.DryRun
+// nothing is published or removed; Replayed counts what would be. It is
+// paced and recorded as opt says.
 func (q Queue) ReplayWith(ctx context.Context, f Filter, now time.Time, opt ReplayOptions) (res ReplayResult, err error) {
 	dryRun := opt.DryRun
 	pace := pacer{rate: opt.Rate}

@@ -28,18 +28,26 @@ func (e *env) seedFive(now time.Time, other string) {
 	e.seed(now,
 		parked{id: "a1", origin: e.App, reason: policy.MaxRetries, age: 10 * time.Minute, retries: 10, errText: "timeout"},
 		parked{id: "a2", origin: e.App, reason: policy.MaxRetries, age: 3 * time.Hour, retries: 10},
-		parked{id: "a3", origin: e.App, reason: policy.MaxDuration, age: 10 * time.Minute, retries: 4},
+		parked{id: "a3", origin: e.App, reason: "max-duration", age: 10 * time.Minute, retries: 4},
 		parked{id: "o1", origin: other, reason: policy.NonRetryable, age: 3 * time.Hour},
 		parked{id: "u1", reason: policy.UnknownOrigin, age: 10 * time.Minute},
 	)
 }
 
+// newFiveEnv is newEnv on queueType with seedFive's messages parked as of
+// now, o1 from a queue of its own, other.
+func newFiveEnv(t *testing.T, queueType string) (e *env, other string, now time.Time) {
+	t.Helper()
+	e = newEnv(t, queueType == "quorum")
+	other = e.queue("other", nil)
+	now = time.Now()
+	e.seedFive(now, other)
+	return e, other, now
+}
+
 func TestList(t *testing.T) {
 	brokertest.EachQueueType(t, func(t *testing.T, queueType string) {
-		e := newEnv(t, queueType == "quorum")
-		other := e.queue("other", nil)
-		now := time.Now()
-		e.seedFive(now, other)
+		e, other, now := newFiveEnv(t, queueType)
 		ctx := context.Background()
 
 		for _, tc := range []struct {
@@ -107,10 +115,7 @@ func TestList(t *testing.T) {
 
 func TestPurge(t *testing.T) {
 	brokertest.EachQueueType(t, func(t *testing.T, queueType string) {
-		e := newEnv(t, queueType == "quorum")
-		other := e.queue("other", nil)
-		now := time.Now()
-		e.seedFive(now, other)
+		e, _, now := newFiveEnv(t, queueType)
 		ctx := context.Background()
 
 		scanned, removed, err := e.q.Purge(ctx, Filter{Reason: "max-retries", Limit: 1}, now)
@@ -153,7 +158,7 @@ func TestReplay(t *testing.T) {
 		}
 		ctx := context.Background()
 
-		res, err := e.q.Replay(ctx, Filter{}, now, true)
+		res, err := e.q.replay(ctx, Filter{}, now, true)
 		if err != nil || res.Scanned != 6 || res.Matched != 6 || res.Replayed != 2 || !maps.Equal(kept(res), wantKept) {
 			t.Errorf("dry run: %+v, %v; want 2 of 6 replayable, kept %v", res, err, wantKept)
 		}
@@ -162,7 +167,7 @@ func TestReplay(t *testing.T) {
 			t.Fatalf("after the dry run the origin holds %d, want 0", n)
 		}
 
-		res, err = e.q.Replay(ctx, Filter{Reason: "max-retries", Limit: 1}, now, false)
+		res, err = e.q.replay(ctx, Filter{Reason: "max-retries", Limit: 1}, now, false)
 		if err != nil || res.Matched != 1 || res.Replayed != 1 || len(res.Kept) != 0 {
 			t.Errorf("replay max-retries, limit 1: %+v, %v; want one replayed", res, err)
 		}
@@ -172,7 +177,7 @@ func TestReplay(t *testing.T) {
 		}
 
 		replayedAt := now.Add(time.Minute)
-		res, err = e.q.Replay(ctx, Filter{}, replayedAt, false)
+		res, err = e.q.replay(ctx, Filter{}, replayedAt, false)
 		if err != nil || res.Scanned != 5 || res.Matched != 5 || res.Replayed != 1 || !maps.Equal(kept(res), wantKept) {
 			t.Errorf("replay: %+v, %v; want 1 replayed of 5, kept %v", res, err, wantKept)
 		}
@@ -219,14 +224,24 @@ func TestReplayKeepsWhatTheBrokerRefuses(t *testing.T) {
 	e.Publish(full, amqp.Publishing{MessageId: "filler"})
 	now := time.Now()
 	e.seed(now, parked{id: "r1", origin: full, reason: policy.MaxRetries})
-	res, err := e.q.Replay(context.Background(), Filter{}, now, false)
-	if err != nil || res.Replayed != 0 || !maps.Equal(kept(res), map[string]string{"r1": republisher.Nacked.Why()}) {
-		t.Errorf("replay into a full queue: %+v, %v; want r1 kept, nacked", res, err)
+	res, err := e.q.replay(context.Background(), Filter{}, now, false)
+	if err != nil {
+		t.Fatal(err)
 	}
-	e.wantParked(now, "after the replay into a full queue", "r1")
+	e.wantKeptAlone(now, "the replay into a full queue", res, 0, "r1", republisher.Nacked.Why())
 	if n := e.QueueLen(full); n != 1 {
 		t.Errorf("the full queue holds %d, want its filler alone", n)
 	}
+}
+
+// wantKeptAlone checks that a replay sent replayed copies and kept the
+// message id parked for why, and that it alone is parked after what.
+func (e *env) wantKeptAlone(now time.Time, what string, res ReplayResult, replayed int, id, why string) {
+	e.t.Helper()
+	if res.Replayed != replayed || !maps.Equal(kept(res), map[string]string{id: why}) {
+		e.t.Errorf("%s: %d replayed, kept %v; want %d, %s kept: %s", what, res.Replayed, kept(res), replayed, id, why)
+	}
+	e.wantParked(now, "after "+what, id)
 }
 
 // TestReplayKeepsWhatTheBrokerReturns: the origin queue is deleted while
@@ -266,7 +281,7 @@ func TestReplayKeepsWhatTheBrokerReturns(t *testing.T) {
 		deleted <- err
 	}()
 
-	res, err := e.q.Replay(context.Background(), Filter{}, now, false)
+	res, err := e.q.replay(context.Background(), Filter{}, now, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,10 +293,7 @@ func TestReplayKeepsWhatTheBrokerReturns(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first copy never reached its queue")
 	}
-	if res.Replayed != 1001 || !maps.Equal(kept(res), map[string]string{"last": republisher.Returned.Why()}) {
-		t.Errorf("replay: %d replayed, kept %v; want 1001, last kept as returned", res.Replayed, kept(res))
-	}
-	e.wantParked(now, "after the replay into a deleted queue", "last")
+	e.wantKeptAlone(now, "the replay into a deleted queue", res, 1001, "last", republisher.Returned.Why())
 	if n := e.QueueLen(others); n != 1000 {
 		t.Errorf("the other origin holds %d, want 1000", n)
 	}
@@ -307,7 +319,7 @@ func TestReplayDryRunWithoutPermissionOnTheOrigin(t *testing.T) {
 	q := e.q
 	q.Conn = e.Broker.Dial(t, url)
 
-	res, err := q.Replay(context.Background(), Filter{}, now, true)
+	res, err := q.replay(context.Background(), Filter{}, now, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +392,7 @@ func TestDeliveryLimitParkedByTheBroker(t *testing.T) {
 		t.Errorf("decoded %+v; want m1 from %s, parked between %v and %v, first rejected there", m, orders, before, now)
 	}
 	e.settled(1)
-	res, err := e.q.Replay(context.Background(), Filter{ID: "m1"}, now, false)
+	res, err := e.q.replay(context.Background(), Filter{ID: "m1"}, now, false)
 	if err != nil || res.Replayed != 1 {
 		t.Fatalf("replay: %+v, %v", res, err)
 	}
@@ -405,7 +417,7 @@ func TestErrNoQueue(t *testing.T) {
 		t.Errorf("Purge: %v, want republisher.ErrNoQueue", err)
 	}
 	for _, dryRun := range []bool{true, false} {
-		if _, err := missing.Replay(ctx, Filter{}, now, dryRun); !errors.Is(err, republisher.ErrNoQueue) {
+		if _, err := missing.replay(ctx, Filter{}, now, dryRun); !errors.Is(err, republisher.ErrNoQueue) {
 			t.Errorf("Replay (dry run %v): %v, want republisher.ErrNoQueue", dryRun, err)
 		}
 	}
@@ -429,7 +441,7 @@ func TestCancelledOperationsLeaveTheQueue(t *testing.T) {
 	if _, removed, err := e.q.Purge(ctx, Filter{}, now); !errors.Is(err, context.Canceled) || removed != 0 {
 		t.Errorf("Purge: removed %d, %v; want 0, context.Canceled", removed, err)
 	}
-	if res, err := e.q.Replay(ctx, Filter{}, now, false); !errors.Is(err, context.Canceled) || res.Replayed != 0 {
+	if res, err := e.q.replay(ctx, Filter{}, now, false); !errors.Is(err, context.Canceled) || res.Replayed != 0 {
 		t.Errorf("Replay: %+v, %v; want nothing replayed, context.Canceled", res, err)
 	}
 	e.settled(5)

@@ -127,12 +127,12 @@ type Queue struct {
 // Name is the parking queue's name.
 func (q Queue) Name() string { return q.Router.Topology.ParkingQueue }
 
-// Decode reads what rebound wrote on a parked delivery, or, for a message
+// decode reads what rebound wrote on a parked delivery, or, for a message
 // the broker moved there from rebound's quorum inbox after its delivery
 // limit, what the broker wrote: reason delivery-limit, parked when the
 // inbox dead-lettered it, origin the queue that dead-lettered it into the
 // inbox before (else the origin header).
-func (q Queue) Decode(d amqp.Delivery, now time.Time) Message {
+func (q Queue) decode(d amqp.Delivery, now time.Time) Message {
 	codec := q.Router.Codec
 	s, _ := codec.Decode(d.Headers, d.Timestamp, now, nil)
 	m := Message{Delivery: d, Origin: s.Origin, Retries: s.Retries, StartedAt: s.StartedAt,

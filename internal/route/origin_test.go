@@ -56,7 +56,7 @@ func testRouter(allowed *regexp.Regexp) Router {
 		},
 		Policies: policy.NewSet(policy.Policy{
 			Backoff: policy.Constant, MinDelay: time.Second, MaxDelay: time.Second, Jitter: policy.NoJitter,
-			MaxRetries: 3, Deadline: policy.Clamp,
+			MaxRetries: 3, Deadline: "clamp",
 		}),
 		Codec: headers.NewCodec(headers.DefaultNames()),
 	}

@@ -206,10 +206,12 @@ func (r Router) Budget(rt Route, s headers.State, now time.Time, cal *calendar.C
 //     (rt.Refused) into a delay queue again, counted as a retry only when
 //     the policy has no duration budget (policy.Policy.Refused).
 //
-// In hold mode every retry, at once or later, goes through the hold
-// queue with its due time (now for one at once), and the holder sends it
-// back when it is due (holder/release.go): the sidecar then never writes
-// to an origin queue itself. Such a copy carries its table and array headers twice
+// In hold mode every retry, at once or later, and every returning copy
+// goes through the hold queue with its due time (now for one at once),
+// and the holder sends it back when it is due (holder/release.go), and
+// a park goes through the parking exchange (Topology.Parked): the
+// sidecar then never writes to the default exchange, which reaches every
+// queue of the vhost. Such a copy carries its table and array headers twice
 // (headers.HoldTables), so that a holder can park it whole.
 //
 // The copy keeps the body, the properties (but expiration and user id)
@@ -227,7 +229,17 @@ func (r Router) Plan(d amqp.Delivery, s headers.State, rt Route, now time.Time) 
 	}
 	switch decision := rt.Decision; {
 	case !decision.Retry:
-		return topology.Direct(r.Topology.ParkingQueue), copyOf(d, r.Codec.Park(d.Headers, s, decision.Reason, now))
+		return r.Topology.Parked(), copyOf(d, r.Codec.Park(d.Headers, s, decision.Reason, now))
+	case rt.Returning && r.Topology.Hold:
+		// A copy a delay queue of queues mode sent back, after a switch to
+		// hold: home through the hold queue too, due when its delay ended.
+		due := now.Add(decision.Delay)
+		if decision.Delay == 0 && !s.DueAt.IsZero() {
+			due = s.DueAt
+		}
+		h := r.Codec.Moved(d.Headers, due)
+		headers.HoldTables(h)
+		return r.Topology.Held(s.Origin), copyOf(d, h)
 	case rt.Returning && decision.Delay == 0:
 		// Its delay did end: the copy keeps saying when, for the
 		// application (the retry rate budget's promise is counted from it).

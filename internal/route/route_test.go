@@ -33,16 +33,16 @@ func TestPlan(t *testing.T) {
 	failed := func() amqp.Delivery {
 		return amqp.Delivery{
 			Headers: amqp.Table{
-				"tenant":                 "acme",
-				n.Error:                  "timeout",
-				n.RetryCount:             int64(2),
-				n.TaskStartedAt:          started.UnixMilli(),
-				n.LastDelay:              int64(2000),
-				n.OriginQueue:            "orders",
-				"CC":                     []any{"billing"},
-				"BCC":                    []any{"audit"},
-				"rebound-delay-ms":       int64(2000),
-				headers.XFirstDeathQueue: "orders", headers.XFirstDeathReason: "rejected", "x-first-death-exchange": "",
+				"tenant":              "acme",
+				n.Error:               "timeout",
+				n.RetryCount:          int64(2),
+				n.TaskStartedAt:       started.UnixMilli(),
+				n.LastDelay:           int64(2000),
+				n.OriginQueue:         "orders",
+				"CC":                  []any{"billing"},
+				"BCC":                 []any{"audit"},
+				"rebound-delay-ms":    int64(2000),
+				"x-first-death-queue": "orders", "x-first-death-reason": "rejected", "x-first-death-exchange": "",
 				"x-last-death-queue": "orders", "x-last-death-reason": "rejected", "x-last-death-exchange": "",
 				headers.XDeath: []any{
 					amqp.Table{"queue": "orders", "reason": "rejected", "count": int64(3), "exchange": "", "routing-keys": []any{"orders"}, "time": died},
@@ -140,7 +140,7 @@ func TestPlan(t *testing.T) {
 			}
 			// Never carried: routing headers (a copy is routed by its
 			// destination alone) and the broker's dead-letter headers.
-			for _, name := range []string{"CC", "BCC", "rebound-delay-ms", headers.XDeath, headers.XFirstDeathQueue, headers.XFirstDeathReason,
+			for _, name := range []string{"CC", "BCC", "rebound-delay-ms", headers.XDeath, "x-first-death-queue", "x-first-death-reason",
 				"x-first-death-exchange", "x-last-death-queue", "x-last-death-reason", "x-last-death-exchange"} {
 				if v, ok := msg.Headers[name]; ok {
 					t.Errorf("header %s = %#v, want it stripped", name, v)
@@ -176,10 +176,12 @@ func TestPlan(t *testing.T) {
 	}
 }
 
-// TestPlanHold: in hold mode a retry, at once or after a delay, goes to
-// the hold exchange with its origin as routing key and its due time (now
-// for one at once); a parked message still goes to the parking queue; the
-// hold queue's delivery time left on a message by the broker is dropped.
+// TestPlanHold: in hold mode a retry, at once or after a delay, and a
+// copy a delay queue sent back (after a switch from queues mode) go to
+// the hold exchange with their origin as routing key and their due time
+// (now for one at once); a parked message goes through the parking
+// queue's own exchange: nothing through the default exchange. The hold
+// queue's delivery time left on a message by the broker is dropped.
 func TestPlanHold(t *testing.T) {
 	r := testRouter(nil)
 	r.Topology.Hold = true
@@ -190,18 +192,20 @@ func TestPlanHold(t *testing.T) {
 		headers.XDeath: []any{amqp.Table{"queue": "orders", "reason": "rejected", "count": int64(1), "exchange": "", "routing-keys": []any{"orders"}}},
 	}}
 	for _, tc := range []struct {
-		name     string
-		decision policy.Decision
-		dest     topology.Destination
-		due      any
+		name      string
+		decision  policy.Decision
+		returning bool
+		dest      topology.Destination
+		due       any
 	}{
-		{"retry at once", policy.Decision{Retry: true}, r.Topology.Held("orders"), now.UnixMilli()},
-		{"retry after a delay", policy.Decision{Retry: true, Delay: 90 * time.Second, Drawn: 90 * time.Second}, r.Topology.Held("orders"), now.Add(90 * time.Second).UnixMilli()},
-		{"park", policy.Decision{Reason: policy.MaxRetries}, topology.Direct(r.Topology.ParkingQueue), nil},
+		{"retry at once", policy.Decision{Retry: true}, false, r.Topology.Held("orders"), now.UnixMilli()},
+		{"retry after a delay", policy.Decision{Retry: true, Delay: 90 * time.Second, Drawn: 90 * time.Second}, false, r.Topology.Held("orders"), now.Add(90 * time.Second).UnixMilli()},
+		{"returning from a delay queue", policy.Decision{Retry: true}, true, r.Topology.Held("orders"), now.UnixMilli()},
+		{"park", policy.Decision{Reason: policy.MaxRetries}, false, topology.Destination{Exchange: r.Topology.ParkingQueue, RoutingKey: r.Topology.ParkingQueue}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			state, _ := r.Codec.Decode(d.Headers, d.Timestamp, now, nil)
-			rt := Route{Origin: r.CheckOrigin(state.Origin, state.ClaimedOrigin), Policy: r.Policies.Default(), Decision: tc.decision}
+			rt := Route{Origin: r.CheckOrigin(state.Origin, state.ClaimedOrigin), Policy: r.Policies.Default(), Decision: tc.decision, Returning: tc.returning}
 			dest, msg := r.Plan(d, state, rt, now)
 			if dest != tc.dest {
 				t.Errorf("destination %+v, want %+v", dest, tc.dest)
@@ -225,7 +229,7 @@ func TestPlanHold(t *testing.T) {
 func TestDecide(t *testing.T) {
 	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	constant := func(d time.Duration, retries int) policy.Policy {
-		return policy.Policy{Backoff: policy.Constant, MinDelay: d, MaxDelay: d, Jitter: policy.NoJitter, MaxRetries: retries, Deadline: policy.Clamp}
+		return policy.Policy{Backoff: policy.Constant, MinDelay: d, MaxDelay: d, Jitter: policy.NoJitter, MaxRetries: retries, Deadline: "clamp"}
 	}
 	r := testRouter(regexp.MustCompile(`^(orders|payments|mail)\.`))
 	r.Policies = policy.NewSet(constant(time.Second, 3),

@@ -8,16 +8,16 @@ import (
 // BenchmarkBurst runs the default burst experiment once per strategy. The
 // target: well under a second for all six.
 func BenchmarkBurst(b *testing.B) {
-	c := DefaultBurst()
-	for _, name := range BurstStrategyNames() {
-		s, err := DefaultBackoffs(defaultPolicy(b)).Strategy(name)
+	c := defaultBurst()
+	for _, name := range burstStrategyNames() {
+		s, err := defaultBackoffs(defaultPolicy(b)).Strategy(name)
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := Burst(c, s); err != nil {
+				if _, err := playBurst(c, s); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -30,17 +30,17 @@ func BenchmarkBurst(b *testing.B) {
 // collapsing strategies are the slow ones (the dependency ends up holding
 // hundreds of thousands of abandoned calls).
 func BenchmarkOutage(b *testing.B) {
-	c := DefaultOutage()
+	c := defaultOutage()
 	def := defaultPolicy(b)
-	for _, s := range []OutageStrategy{
+	for _, s := range []outageStrategy{
 		{Name: "policy", Policy: def},
-		{Name: "fixed", Policy: FixedInterval(def, 100*time.Millisecond)},
-		{Name: "immediate", Policy: Immediate(def)},
+		{Name: "fixed", Policy: fixedInterval(def, 100*time.Millisecond)},
+		{Name: "immediate", Policy: immediate(def)},
 	} {
 		b.Run(s.Name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := Outage(c, s); err != nil {
+				if _, err := playOutage(c, s); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -45,8 +45,8 @@ import (
 //   - Latency is counted from a client's first request to the end of the
 //     tick its successful response is sent, in ticks.
 
-// BurstConfig is the experiment's setup. DefaultBurst returns the text's.
-type BurstConfig struct {
+// burstConfig is the experiment's setup. defaultBurst returns the text's.
+type burstConfig struct {
 	Ticks        int     // length of the run
 	SendTicks    int     // first requests fall in [0, SendTicks); retries go on after
 	Clients      int     // clients, one request each to get answered
@@ -59,21 +59,21 @@ type BurstConfig struct {
 	Seed         uint64  // seeds every random draw of the run
 }
 
-// DefaultBurst returns the setup of "Exploring backoff": 3000 ticks, 800
+// defaultBurst returns the setup of "Exploring backoff": 3000 ticks, 800
 // clients sending their first request in the first 1000 ticks, 20 % of them
 // at tick 0, a service processing 5 requests of 5 ticks each, rejections
 // after 1 tick, overwhelmed past 25 outstanding requests; aftershocks are
 // measured against a 31-tick moving average, one period of EB once capped.
-func DefaultBurst() BurstConfig {
-	return BurstConfig{
+func defaultBurst() burstConfig {
+	return burstConfig{
 		Ticks: 3000, SendTicks: 1000, Clients: 800, Spike: 0.2,
 		Capacity: 5, ServiceTicks: 5, RejectTicks: 1, Overwhelmed: 25,
 		ShockWindow: 31, Seed: 1,
 	}
 }
 
-// Validate reports every field outside its range, naming the field.
-func (c BurstConfig) Validate() error {
+// validate reports every field outside its range, naming the field.
+func (c burstConfig) validate() error {
 	var errs []error
 	check := func(ok bool, field string, value any, allowed string) {
 		if !ok {
@@ -103,12 +103,12 @@ type failure struct {
 	LastDelay float64
 }
 
-// BurstStrategy is how a client backs off. Delay returns how many ticks to
+// burstStrategy is how a client backs off. Delay returns how many ticks to
 // wait before the next request and the delay it chose, which the next
 // Failure carries as LastDelay (the same but for the policy strategy), or
 // giveUp to stop trying (the client is then never answered). It must draw
 // only from r.
-type BurstStrategy struct {
+type burstStrategy struct {
 	Name  string
 	Delay func(f failure, r *rand.Rand) (wait, chosen float64, giveUp bool)
 	// RetryRate is the retry rate budget Delay applies, for the summary;
@@ -127,8 +127,8 @@ const (
 	strategyPolicy = "policy" // rebound's policy, converted to ticks
 )
 
-// BurstStrategyNames lists the strategy names in the text's order.
-func BurstStrategyNames() []string {
+// burstStrategyNames lists the strategy names in the text's order.
+func burstStrategyNames() []string {
 	return []string{strategyNB, strategyCB, strategyURB, strategyEB, strategyREB, strategyPolicy}
 }
 
@@ -142,51 +142,51 @@ type backoffs struct {
 	Tick       time.Duration // what one tick is to the policy (1s)
 }
 
-// DefaultBackoffs returns the text's parameters with p and one second per
+// defaultBackoffs returns the text's parameters with p and one second per
 // tick.
-func DefaultBackoffs(p policy.Policy) backoffs {
+func defaultBackoffs(p policy.Policy) backoffs {
 	return backoffs{Constant: 5, UniformMax: 5, ExpCap: 30, Policy: p, Tick: time.Second}
 }
 
-// Strategy returns the named strategy (see BurstStrategyNames).
+// Strategy returns the named strategy (see burstStrategyNames).
 //
 // EB's delay is min(2^attempts, ExpCap). The text writes max(2^attempts,
 // 30), but as a floor that would make EB wait at least 30 ticks every time,
 // which contradicts its results (EB's latencies are among the best, with a
 // 75th percentile better than REB's); 30 is read as a cap, as in every
 // other exponential backoff.
-func (b backoffs) Strategy(name string) (BurstStrategy, error) {
+func (b backoffs) Strategy(name string) (burstStrategy, error) {
 	switch name {
 	case strategyNB:
-		return BurstStrategy{Name: strategyNB, Delay: func(failure, *rand.Rand) (float64, float64, bool) { return 0, 0, false }}, nil
+		return burstStrategy{Name: strategyNB, Delay: func(failure, *rand.Rand) (float64, float64, bool) { return 0, 0, false }}, nil
 	case strategyCB:
 		d := b.Constant
-		return BurstStrategy{Name: strategyCB, Delay: func(failure, *rand.Rand) (float64, float64, bool) { return d, d, false }}, nil
+		return burstStrategy{Name: strategyCB, Delay: func(failure, *rand.Rand) (float64, float64, bool) { return d, d, false }}, nil
 	case strategyURB:
 		hi := b.UniformMax
-		return BurstStrategy{Name: strategyURB, Delay: func(_ failure, r *rand.Rand) (float64, float64, bool) {
+		return burstStrategy{Name: strategyURB, Delay: func(_ failure, r *rand.Rand) (float64, float64, bool) {
 			d := r.Float64() * hi
 			return d, d, false
 		}}, nil
 	case strategyEB:
 		limit := b.ExpCap
-		return BurstStrategy{Name: strategyEB, Delay: func(f failure, _ *rand.Rand) (float64, float64, bool) {
+		return burstStrategy{Name: strategyEB, Delay: func(f failure, _ *rand.Rand) (float64, float64, bool) {
 			d := math.Min(math.Exp2(float64(f.Attempts)), limit)
 			return d, d, false
 		}}, nil
 	case strategyREB:
 		limit := b.ExpCap
-		return BurstStrategy{Name: strategyREB, Delay: func(f failure, r *rand.Rand) (float64, float64, bool) {
+		return burstStrategy{Name: strategyREB, Delay: func(f failure, r *rand.Rand) (float64, float64, bool) {
 			d := r.Float64() * math.Min(math.Exp2(float64(f.Attempts)), limit)
 			return d, d, false
 		}}, nil
 	case strategyPolicy:
 		if b.Tick <= 0 {
-			return BurstStrategy{}, fmt.Errorf("strategy %s: tick %s: want a duration above 0", strategyPolicy, b.Tick)
+			return burstStrategy{}, fmt.Errorf("strategy %s: tick %s: want a duration above 0", strategyPolicy, b.Tick)
 		}
 		return policyBackoff(b.Policy, b.Tick), nil
 	}
-	return BurstStrategy{}, fmt.Errorf("unknown strategy %q: want one of %s", name, strings.Join(BurstStrategyNames(), ", "))
+	return burstStrategy{}, fmt.Errorf("unknown strategy %q: want one of %s", name, strings.Join(burstStrategyNames(), ", "))
 }
 
 // epoch is the simulated time 0 given to policy.Decide, which only looks
@@ -205,10 +205,10 @@ func epoch() time.Time { return time.Unix(0, 0).UTC() }
 // retries of all the messages of one application queue do: a copy whose
 // second is full waits for one with room. Each strategy PolicyBackoff
 // returns keeps its own calendar: use it for one run.
-func policyBackoff(p policy.Policy, tick time.Duration) BurstStrategy {
+func policyBackoff(p policy.Policy, tick time.Duration) burstStrategy {
 	perTick := float64(tick)
 	b := newBudget(p)
-	return BurstStrategy{Name: strategyPolicy, RetryRate: p.RetryRate, Delay: func(f failure, r *rand.Rand) (float64, float64, bool) {
+	return burstStrategy{Name: strategyPolicy, RetryRate: p.RetryRate, Delay: func(f failure, r *rand.Rand) (float64, float64, bool) {
 		s := policy.State{
 			Retries:   f.Attempts - 1,
 			StartedAt: epoch(),
@@ -239,13 +239,13 @@ type clientOutcome struct {
 	GaveUp   bool // its strategy gave up (policy parked)
 }
 
-// BurstSummary is one strategy's result: the row of the table and the
+// burstSummary is one strategy's result: the row of the table and the
 // element of the JSON results. Latency percentiles are nearest-rank over
 // every client, a client never answered ranking last: a percentile that
 // falls on such a client is null (the table shows "-"), never the
 // percentile of the lucky ones alone. Aftershocks is the aftershock index
 // (see Aftershocks).
-type BurstSummary struct {
+type burstSummary struct {
 	Strategy    string  `json:"strategy"`
 	Clients     int     `json:"clients"`
 	Completed   int     `json:"completed"`
@@ -263,11 +263,11 @@ type BurstSummary struct {
 	RetryRate float64 `json:"retry_rate"`
 }
 
-// BurstResult is one run: the summary, the service's view tick by tick and
+// burstResult is one run: the summary, the service's view tick by tick and
 // every client's outcome, sorted by latency (clients never answered last,
 // by requests sent).
-type BurstResult struct {
-	Summary BurstSummary
+type burstResult struct {
+	Summary burstSummary
 	Ticks   []burstTick
 	Clients []clientOutcome
 }
@@ -280,15 +280,15 @@ type held struct {
 	reject bool
 }
 
-// Burst runs the experiment for one strategy. Runs with the same
+// playBurst runs the experiment for one strategy. Runs with the same
 // configuration share their first-request times, so strategies are
 // compared on the same clients.
-func Burst(c BurstConfig, s BurstStrategy) (BurstResult, error) {
-	if err := c.Validate(); err != nil {
-		return BurstResult{}, fmt.Errorf("burst: %w", err)
+func playBurst(c burstConfig, s burstStrategy) (burstResult, error) {
+	if err := c.validate(); err != nil {
+		return burstResult{}, fmt.Errorf("burst: %w", err)
 	}
 	if s.Delay == nil {
-		return BurstResult{}, fmt.Errorf("burst: strategy %q has no Delay", s.Name)
+		return burstResult{}, fmt.Errorf("burst: strategy %q has no Delay", s.Name)
 	}
 	arrivals := rand.New(rand.NewPCG(c.Seed, 1))
 	service := rand.New(rand.NewPCG(c.Seed, 2))
@@ -309,7 +309,7 @@ func Burst(c BurstConfig, s BurstStrategy) (BurstResult, error) {
 		due[first[i]] = append(due[first[i]], int32(i))
 	}
 
-	res := BurstResult{Ticks: make([]burstTick, c.Ticks)}
+	res := burstResult{Ticks: make([]burstTick, c.Ticks)}
 	sum := &res.Summary
 	sum.Strategy, sum.Clients, sum.RetryRate = s.Name, c.Clients, s.RetryRate
 	var queue []held

@@ -24,19 +24,19 @@ func defaultPolicy(t testing.TB) policy.Policy {
 	if err != nil {
 		t.Fatalf("default configuration: %v", err)
 	}
-	return cfg.Policy()
+	return cfg.PolicySet().Default().Policy
 }
 
 // burstAll runs every strategy of the text on c.
-func burstAll(t testing.TB, c BurstConfig, p policy.Policy) map[string]BurstSummary {
+func burstAll(t testing.TB, c burstConfig, p policy.Policy) map[string]burstSummary {
 	t.Helper()
-	out := map[string]BurstSummary{}
-	for _, name := range BurstStrategyNames() {
-		s, err := DefaultBackoffs(p).Strategy(name)
+	out := map[string]burstSummary{}
+	for _, name := range burstStrategyNames() {
+		s, err := defaultBackoffs(p).Strategy(name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := Burst(c, s)
+		r, err := playBurst(c, s)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -63,7 +63,7 @@ func TestBurstFindings(t *testing.T) {
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 			t.Parallel()
-			c := DefaultBurst()
+			c := defaultBurst()
 			c.Seed = seed
 			r := burstAll(t, c, p)
 			for _, good := range []string{strategyEB, strategyREB} {
@@ -105,12 +105,12 @@ func TestBurstFindings(t *testing.T) {
 // TestBurstByHand runs setups small enough to follow tick by tick; each
 // want is derived from the model's rules in the comment, not from a run.
 func TestBurstByHand(t *testing.T) {
-	two := BurstConfig{Ticks: 100, SendTicks: 1, Clients: 2, Spike: 1, Capacity: 1,
+	two := burstConfig{Ticks: 100, SendTicks: 1, Clients: 2, Spike: 1, Capacity: 1,
 		ServiceTicks: 5, RejectTicks: 1, Overwhelmed: 100, ShockWindow: 1, Seed: 1}
-	backoffs := DefaultBackoffs(policy.Policy{})
+	backoffs := defaultBackoffs(policy.Policy{})
 	tests := []struct {
 		name     string
-		c        BurstConfig
+		c        burstConfig
 		strategy string
 		// The second client's outcome (the first is answered at once).
 		latency, requests, rejected int
@@ -132,7 +132,7 @@ func TestBurstByHand(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := Burst(tt.c, s)
+			r, err := playBurst(tt.c, s)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -157,12 +157,12 @@ func TestBurstByHand(t *testing.T) {
 // cannot come before tick 20, where an unthrottled service would answer
 // all of them at tick 5.
 func TestBurstOverwhelmedProgress(t *testing.T) {
-	c := BurstConfig{Ticks: 100, SendTicks: 1, Clients: 40, Spike: 1, Capacity: 40,
+	c := burstConfig{Ticks: 100, SendTicks: 1, Clients: 40, Spike: 1, Capacity: 40,
 		ServiceTicks: 5, RejectTicks: 1, Overwhelmed: 10, ShockWindow: 1}
 	for _, seed := range seeds {
 		c.Seed = seed
-		s, _ := DefaultBackoffs(policy.Policy{}).Strategy(strategyNB)
-		r, err := Burst(c, s)
+		s, _ := defaultBackoffs(policy.Policy{}).Strategy(strategyNB)
+		r, err := playBurst(c, s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,14 +181,14 @@ func TestBurstOverwhelmedProgress(t *testing.T) {
 func TestBurstInvariants(t *testing.T) {
 	r := rand.New(rand.NewPCG(42, 0))
 	for i := range 200 {
-		c := BurstConfig{
+		c := burstConfig{
 			Ticks: 50 + r.IntN(500), Clients: 1 + r.IntN(200), Spike: r.Float64(),
 			Capacity: 1 + r.IntN(6), ServiceTicks: 1 + r.IntN(6), RejectTicks: 1 + r.IntN(3),
 			Overwhelmed: 1 + r.IntN(30), Seed: r.Uint64(),
 		}
 		c.SendTicks = 1 + r.IntN(c.Ticks)
 		c.ShockWindow = 1 + r.IntN(c.Ticks)
-		name := BurstStrategyNames()[r.IntN(len(BurstStrategyNames()))]
+		name := burstStrategyNames()[r.IntN(len(burstStrategyNames()))]
 		checkBurst(t, i, c, name, r.IntN(5))
 	}
 }
@@ -202,19 +202,19 @@ func FuzzBurst(f *testing.F) {
 	f.Add(uint16(50), uint16(0), -0.5, uint8(0), uint8(9), uint8(0), uint8(0), uint16(60), uint16(0), uint64(7), uint8(3), uint8(2))
 	f.Fuzz(func(t *testing.T, ticks, clients uint16, spike float64, capacity, service, reject, overwhelmed uint8,
 		send, window uint16, seed uint64, strategy, retries uint8) {
-		c := BurstConfig{
+		c := burstConfig{
 			Ticks: int(ticks % 4000), Clients: int(clients % 1000), Spike: spike,
 			Capacity: int(capacity % 16), ServiceTicks: int(service % 16), RejectTicks: int(reject % 8),
 			Overwhelmed: int(overwhelmed % 64), SendTicks: int(send % 4000), ShockWindow: int(window % 4000), Seed: seed,
 		}
-		name := BurstStrategyNames()[int(strategy)%len(BurstStrategyNames())]
-		if c.Validate() != nil {
-			s, err := DefaultBackoffs(testPolicy(0)).Strategy(name)
+		name := burstStrategyNames()[int(strategy)%len(burstStrategyNames())]
+		if c.validate() != nil {
+			s, err := defaultBackoffs(testPolicy(0)).Strategy(name)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := Burst(c, s); err == nil {
-				t.Fatalf("Burst ran %+v, which Validate refuses", c)
+			if _, err := playBurst(c, s); err == nil {
+				t.Fatalf("playBurst ran %+v, which validate refuses", c)
 			}
 			return
 		}
@@ -226,7 +226,7 @@ func FuzzBurst(f *testing.F) {
 // given retry limit and an hour's budget.
 func testPolicy(retries int) policy.Policy {
 	return policy.Policy{Backoff: policy.Exponential, MinDelay: time.Second, MaxDelay: time.Minute,
-		Multiplier: 2, Jitter: policy.FullJitter, MaxRetries: retries, MaxDuration: time.Hour, Deadline: policy.Clamp}
+		Multiplier: 2, Jitter: "full", MaxRetries: retries, MaxDuration: time.Hour, Deadline: "clamp"}
 }
 
 // checkBurst runs case i, strategy name (the policy strategy with retries
@@ -234,13 +234,13 @@ func testPolicy(retries int) policy.Policy {
 // add up to the summary, every accepted request is answered or still
 // worked on, only the policy gives up, latencies are sorted and at least
 // the service time, and percentiles increase.
-func checkBurst(t *testing.T, i int, c BurstConfig, name string, retries int) {
+func checkBurst(t *testing.T, i int, c burstConfig, name string, retries int) {
 	t.Helper()
-	s, err := DefaultBackoffs(testPolicy(retries)).Strategy(name)
+	s, err := defaultBackoffs(testPolicy(retries)).Strategy(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Burst(c, s)
+	res, err := playBurst(c, s)
 	if err != nil {
 		t.Fatalf("case %d %+v: %v", i, c, err)
 	}
@@ -292,19 +292,19 @@ func checkBurst(t *testing.T, i int, c BurstConfig, name string, retries int) {
 
 func TestBurstDeterministic(t *testing.T) {
 	p := defaultPolicy(t)
-	for _, name := range BurstStrategyNames() {
-		s, _ := DefaultBackoffs(p).Strategy(name)
-		c := DefaultBurst()
-		a, err := Burst(c, s)
+	for _, name := range burstStrategyNames() {
+		s, _ := defaultBackoffs(p).Strategy(name)
+		c := defaultBurst()
+		a, err := playBurst(c, s)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, _ := Burst(c, s)
+		b, _ := playBurst(c, s)
 		if !reflect.DeepEqual(a, b) {
 			t.Errorf("%s: two runs with seed %d differ", name, c.Seed)
 		}
 		c.Seed++
-		d, _ := Burst(c, s)
+		d, _ := playBurst(c, s)
 		if reflect.DeepEqual(a.Ticks, d.Ticks) {
 			t.Errorf("%s: seeds %d and %d give the same run", name, c.Seed-1, c.Seed)
 		}
@@ -313,7 +313,7 @@ func TestBurstDeterministic(t *testing.T) {
 
 func TestBurstStrategies(t *testing.T) {
 	constant := policy.Policy{Backoff: policy.Constant, MinDelay: 2 * time.Second, MaxDelay: 2 * time.Second,
-		Jitter: policy.NoJitter, MaxRetries: 3, Deadline: policy.Clamp}
+		Jitter: policy.NoJitter, MaxRetries: 3, Deadline: "clamp"}
 	b := backoffs{Constant: 5, UniformMax: 5, ExpCap: 30, Policy: constant, Tick: time.Second}
 	r := rand.New(rand.NewPCG(1, 1))
 	tests := []struct {
@@ -387,31 +387,31 @@ func TestPolicyBackoffIsDecide(t *testing.T) {
 func TestBurstValidate(t *testing.T) {
 	tests := []struct {
 		field string
-		edit  func(*BurstConfig)
+		edit  func(*burstConfig)
 	}{
-		{"ticks", func(c *BurstConfig) { c.Ticks = 0 }},
-		{"send-ticks", func(c *BurstConfig) { c.SendTicks = c.Ticks + 1 }},
-		{"clients", func(c *BurstConfig) { c.Clients = 0 }},
-		{"spike", func(c *BurstConfig) { c.Spike = 1.5 }},
-		{"spike", func(c *BurstConfig) { c.Spike = math.NaN() }},
-		{"capacity", func(c *BurstConfig) { c.Capacity = 0 }},
-		{"service-ticks", func(c *BurstConfig) { c.ServiceTicks = 0 }},
-		{"reject-ticks", func(c *BurstConfig) { c.RejectTicks = -1 }},
-		{"overwhelmed", func(c *BurstConfig) { c.Overwhelmed = 0 }},
-		{"shock-window", func(c *BurstConfig) { c.ShockWindow = 0 }},
+		{"ticks", func(c *burstConfig) { c.Ticks = 0 }},
+		{"send-ticks", func(c *burstConfig) { c.SendTicks = c.Ticks + 1 }},
+		{"clients", func(c *burstConfig) { c.Clients = 0 }},
+		{"spike", func(c *burstConfig) { c.Spike = 1.5 }},
+		{"spike", func(c *burstConfig) { c.Spike = math.NaN() }},
+		{"capacity", func(c *burstConfig) { c.Capacity = 0 }},
+		{"service-ticks", func(c *burstConfig) { c.ServiceTicks = 0 }},
+		{"reject-ticks", func(c *burstConfig) { c.RejectTicks = -1 }},
+		{"overwhelmed", func(c *burstConfig) { c.Overwhelmed = 0 }},
+		{"shock-window", func(c *burstConfig) { c.ShockWindow = 0 }},
 	}
 	for _, tt := range tests {
-		c := DefaultBurst()
+		c := defaultBurst()
 		tt.edit(&c)
-		err := c.Validate()
+		err := c.validate()
 		if err == nil || !strings.HasPrefix(err.Error(), tt.field+" ") {
 			t.Errorf("%s: error %v, want one naming it", tt.field, err)
 		}
-		if _, err := Burst(c, BurstStrategy{Name: strategyNB, Delay: func(failure, *rand.Rand) (float64, float64, bool) { return 0, 0, false }}); err == nil {
-			t.Errorf("%s: Burst ran an invalid configuration", tt.field)
+		if _, err := playBurst(c, burstStrategy{Name: strategyNB, Delay: func(failure, *rand.Rand) (float64, float64, bool) { return 0, 0, false }}); err == nil {
+			t.Errorf("%s: playBurst ran an invalid configuration", tt.field)
 		}
 	}
-	if err := DefaultBurst().Validate(); err != nil {
+	if err := defaultBurst().validate(); err != nil {
 		t.Errorf("defaults: %v", err)
 	}
 }

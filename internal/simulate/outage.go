@@ -69,8 +69,8 @@ import (
 // the horizon (Backlog) are failures the dependency has yet to see again,
 // so a run with any is not recovered, however healthy its last seconds.
 
-// OutageConfig is the scenario. DefaultOutage returns the text's.
-type OutageConfig struct {
+// outageConfig is the scenario. defaultOutage returns the text's.
+type outageConfig struct {
 	Rate        float64       // messages per second, Poisson
 	Concurrency int           // messages the consumer handles at once
 	MinLatency  time.Duration // the dependency's latency up to Limit calls
@@ -86,7 +86,7 @@ type OutageConfig struct {
 	Seed        uint64        // seeds every random draw of the run
 }
 
-// DefaultOutage returns the scenario of the 003 text and its code: 100
+// defaultOutage returns the scenario of the 003 text and its code: 100
 // messages a second, latency 100 ms up to 30 concurrent calls then ×1.05
 // every 15 more, a 2 s timeout; the dependency stops 30 s in for 60 s; ten
 // minutes in all. The consumer handles up to 2000 messages at once: more
@@ -94,8 +94,8 @@ type OutageConfig struct {
 // the text's 1000 clients were, but with room for the backlog a queue
 // builds during the outage (see docs/simulate.md's concurrency table; set it to
 // your consumers' prefetch times their replicas).
-func DefaultOutage() OutageConfig {
-	return OutageConfig{
+func defaultOutage() outageConfig {
+	return outageConfig{
 		Rate: 100, Concurrency: 2000,
 		MinLatency: 100 * time.Millisecond, Limit: 30, Factor: 1.05, K: 15,
 		Timeout: 2 * time.Second,
@@ -104,8 +104,8 @@ func DefaultOutage() OutageConfig {
 	}
 }
 
-// Validate reports every field outside its range, naming the field.
-func (c OutageConfig) Validate() error {
+// validate reports every field outside its range, naming the field.
+func (c outageConfig) validate() error {
 	var errs []error
 	check := func(ok bool, field string, value any, allowed string) {
 		if !ok {
@@ -133,12 +133,12 @@ func (c OutageConfig) Validate() error {
 }
 
 // latencyDuration returns the dependency's latency while it holds n calls.
-func (c OutageConfig) latencyDuration(n int) time.Duration {
+func (c outageConfig) latencyDuration(n int) time.Duration {
 	return toDuration(c.latency(n))
 }
 
 // latency is Latency in float64 nanoseconds, +Inf past what a float holds.
-func (c OutageConfig) latency(n int) float64 {
+func (c outageConfig) latency(n int) float64 {
 	if n <= c.Limit {
 		return float64(c.MinLatency)
 	}
@@ -171,25 +171,25 @@ func (b budget) reserve(state policy.State, now time.Time, delay time.Duration) 
 	return b.cal.Retry("origin", now, b.p, state, delay, calendar.Share{Replicas: 1})
 }
 
-// OutageStrategy is a retry policy under a name.
-type OutageStrategy struct {
+// outageStrategy is a retry policy under a name.
+type outageStrategy struct {
 	Name   string
 	Policy policy.Policy
 }
 
-// FixedInterval returns p retrying after interval every time, without
+// fixedInterval returns p retrying after interval every time, without
 // jitter: the 003 text's fixed-interval client, with p's budget (retry
 // limit, duration budget, deadline) so that only the delays differ.
-func FixedInterval(p policy.Policy, interval time.Duration) policy.Policy {
+func fixedInterval(p policy.Policy, interval time.Duration) policy.Policy {
 	p.Backoff, p.Jitter = policy.Constant, policy.NoJitter
 	p.MinDelay, p.MaxDelay = interval, interval
 	p.ImmediateRetries = 0
 	return p
 }
 
-// Immediate returns p retrying at once every time (REBOUND_IMMEDIATE_RETRIES
+// immediate returns p retrying at once every time (REBOUND_IMMEDIATE_RETRIES
 // covering every retry), with p's budget.
-func Immediate(p policy.Policy) policy.Policy {
+func immediate(p policy.Policy) policy.Policy {
 	p.ImmediateRetries = math.MaxInt
 	return p
 }
@@ -205,14 +205,14 @@ type outageSecond struct {
 	Healthy     bool    // see the recovery rule in the package's outage model
 }
 
-// OutageSummary is one strategy's result: the row of the table and the
+// outageSummary is one strategy's result: the row of the table and the
 // element of the JSON results. Latency percentiles are end to end (arrival
 // to delivery), nearest-rank over every message that arrived, a message
 // never delivered (parked, or still pending at the horizon) ranking last:
 // a percentile that falls on one is null (the table shows "-"). Attempts
 // count calls per message made by the horizon, over every message (for a
 // pending one, a lower bound).
-type OutageSummary struct {
+type outageSummary struct {
 	Strategy          string         `json:"strategy"`
 	Recovered         bool           `json:"recovered"`
 	RecoveryS         *float64       `json:"recovery_s"` // null when not recovered
@@ -241,10 +241,10 @@ type OutageSummary struct {
 	Overflow  int     `json:"overflow"`
 }
 
-// OutageResult is one run: the summary and the timeline, one element per
+// outageResult is one run: the summary and the timeline, one element per
 // second.
-type OutageResult struct {
-	Summary  OutageSummary
+type outageResult struct {
+	Summary  outageSummary
 	Timeline []outageSecond
 }
 
@@ -263,12 +263,12 @@ type call struct {
 	start int32 // step it was made at
 }
 
-// Outage runs the scenario for one strategy. Runs with the same
+// playOutage runs the scenario for one strategy. Runs with the same
 // configuration share their arrivals, so strategies meet the same
 // messages.
-func Outage(c OutageConfig, s OutageStrategy) (OutageResult, error) {
-	if err := c.Validate(); err != nil {
-		return OutageResult{}, fmt.Errorf("outage: %w", err)
+func playOutage(c outageConfig, s outageStrategy) (outageResult, error) {
+	if err := c.validate(); err != nil {
+		return outageResult{}, fmt.Errorf("outage: %w", err)
 	}
 	arrivals := rand.New(rand.NewPCG(c.Seed, 1))
 	jitter := rand.New(rand.NewPCG(c.Seed, 2))
@@ -396,7 +396,7 @@ func Outage(c OutageConfig, s OutageStrategy) (OutageResult, error) {
 		}
 	}
 
-	res := OutageResult{Timeline: timeline}
+	res := outageResult{Timeline: timeline}
 	sum := &res.Summary
 	sum.Strategy, sum.Parked, sum.DelayQueues = s.Name, parked, len(queues)
 	sum.RetryRate, sum.Deferred, sum.Overflow = s.Policy.RetryRate, deferred[calendar.Deferred], deferred[calendar.Overflow]

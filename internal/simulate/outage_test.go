@@ -28,12 +28,12 @@ func load(t testing.TB, environ ...string) policy.Policy {
 	if err != nil {
 		t.Fatalf("config %v: %v", environ, err)
 	}
-	return cfg.Policy()
+	return cfg.PolicySet().Default().Policy
 }
 
-func outage(t testing.TB, c OutageConfig, name string, p policy.Policy) OutageResult {
+func outage(t testing.TB, c outageConfig, name string, p policy.Policy) outageResult {
 	t.Helper()
-	r, err := Outage(c, OutageStrategy{Name: name, Policy: p})
+	r, err := playOutage(c, outageStrategy{Name: name, Policy: p})
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
@@ -51,9 +51,9 @@ func TestOutageFindings(t *testing.T) {
 		name string
 		p    policy.Policy
 	}{
-		{"fixed", FixedInterval(def, 100*time.Millisecond)},
-		{"fixed, no retry limit (the text's client)", FixedInterval(text, 100*time.Millisecond)},
-		{"immediate", Immediate(def)},
+		{"fixed", fixedInterval(def, 100*time.Millisecond)},
+		{"fixed, no retry limit (the text's client)", fixedInterval(text, 100*time.Millisecond)},
+		{"immediate", immediate(def)},
 	}
 	recovers := []struct {
 		name string
@@ -65,7 +65,7 @@ func TestOutageFindings(t *testing.T) {
 	for _, seed := range seeds[:5] {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 			t.Parallel()
-			c := DefaultOutage()
+			c := defaultOutage()
 			c.Seed = seed
 			var peakBad int
 			for _, s := range never {
@@ -99,7 +99,7 @@ func TestOutageFindings(t *testing.T) {
 
 // knee is the largest concurrency at which the dependency still answers
 // within the timeout: no consumer this small can push it over.
-func knee(c OutageConfig) int {
+func knee(c outageConfig) int {
 	n := c.Limit
 	for c.latencyDuration(n+1) < c.Timeout {
 		n++
@@ -124,7 +124,7 @@ func randomPolicy(t testing.TB, r *rand.Rand) (policy.Policy, []string) {
 			"REBOUND_IMMEDIATE_RETRIES=" + pick("0", "0", "1", "3"),
 		}
 		if cfg, err := config.Load(env); err == nil {
-			return cfg.Policy(), env
+			return cfg.PolicySet().Default().Policy, env
 		}
 	}
 }
@@ -137,7 +137,7 @@ func randomPolicy(t testing.TB, r *rand.Rand) (policy.Policy, []string) {
 // the delay queues at the horizon.
 func TestOutageBelowKnee(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 9))
-	base := DefaultOutage()
+	base := defaultOutage()
 	base.Horizon = 5 * time.Minute
 	top := knee(base)
 	for i := range 12 {
@@ -162,7 +162,7 @@ func TestOutageInvariants(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 5))
 	for i := range 25 {
 		p, env := randomPolicy(t, r)
-		c := OutageConfig{
+		c := outageConfig{
 			Rate: 5 + 200*r.Float64(), Concurrency: 1 + r.IntN(3000),
 			MinLatency: time.Duration(10+r.IntN(300)) * time.Millisecond, Limit: r.IntN(100),
 			Factor: 1 + r.Float64()/5, K: 1 + 30*r.Float64(), Timeout: time.Duration(200+r.IntN(5000)) * time.Millisecond,
@@ -184,7 +184,7 @@ func FuzzOutage(f *testing.F) {
 	f.Add(500.0, uint16(1), uint16(1), uint8(255), 2.0, 1.0, uint16(1), uint8(1), uint8(200), uint8(1), uint8(50), uint64(3), uint8(7))
 	f.Fuzz(func(t *testing.T, rate float64, concurrency, minLatencyMs uint16, limit uint8, factor, k float64,
 		timeoutMs uint16, atS, outageS, sustainS, stepMs uint8, seed uint64, pick uint8) {
-		c := OutageConfig{
+		c := outageConfig{
 			Rate: math.Mod(rate, 1000), Concurrency: int(concurrency % 5000),
 			MinLatency: time.Duration(minLatencyMs%1000) * time.Millisecond, Limit: int(limit),
 			Factor: factor, K: k, Timeout: time.Duration(timeoutMs%10000) * time.Millisecond,
@@ -194,9 +194,9 @@ func FuzzOutage(f *testing.F) {
 		c.Horizon = c.At + c.Outage + c.Sustain + time.Duration(pick%60)*time.Second
 		r := rand.New(rand.NewPCG(seed, uint64(pick)))
 		p, env := randomPolicy(t, r)
-		if c.Validate() != nil {
-			if _, err := Outage(c, OutageStrategy{Name: "fuzz", Policy: p}); err == nil {
-				t.Fatalf("Outage ran %+v, which Validate refuses", c)
+		if c.validate() != nil {
+			if _, err := playOutage(c, outageStrategy{Name: "fuzz", Policy: p}); err == nil {
+				t.Fatalf("playOutage ran %+v, which validate refuses", c)
 			}
 			return
 		}
@@ -209,7 +209,7 @@ func FuzzOutage(f *testing.F) {
 // pending, for reasons the policy has; attempts and latencies are ordered;
 // the timeline has a second per second of the horizon and none of the
 // outage is healthy; no more calls reach the dependency than are made.
-func checkOutage(t *testing.T, i int, c OutageConfig, p policy.Policy, env []string) {
+func checkOutage(t *testing.T, i int, c outageConfig, p policy.Policy, env []string) {
 	t.Helper()
 	res := outage(t, c, "random", p)
 	s := res.Summary
@@ -256,7 +256,7 @@ func checkOutage(t *testing.T, i int, c OutageConfig, p policy.Policy, env []str
 // message at the first attempt, in its minimum latency plus at most the
 // step the consumer waits for.
 func TestOutageWithoutOutage(t *testing.T) {
-	c := DefaultOutage()
+	c := defaultOutage()
 	c.Outage, c.Horizon = 0, 2*time.Minute
 	for _, seed := range seeds[:3] {
 		c.Seed = seed
@@ -277,11 +277,11 @@ func TestOutageWithoutOutage(t *testing.T) {
 // TestOutageDelayQueues: a fixed interval needs one delay queue,
 // immediate retries none (they go straight back to the queue).
 func TestOutageDelayQueues(t *testing.T) {
-	c := DefaultOutage()
+	c := defaultOutage()
 	c.Horizon = 2 * time.Minute
 	def := defaultPolicy(t)
-	fixed := outage(t, c, "fixed", FixedInterval(def, 100*time.Millisecond)).Summary
-	immediate := outage(t, c, "immediate", Immediate(def)).Summary
+	fixed := outage(t, c, "fixed", fixedInterval(def, 100*time.Millisecond)).Summary
+	immediate := outage(t, c, "immediate", immediate(def)).Summary
 	if fixed.DelayQueues != 1 || fixed.PeakDelayed == 0 {
 		t.Errorf("fixed: %d delay queues, peak %d delayed: want 1, some", fixed.DelayQueues, fixed.PeakDelayed)
 	}
@@ -294,7 +294,7 @@ func TestOutageDelayQueues(t *testing.T) {
 }
 
 func TestOutageDeterministic(t *testing.T) {
-	c := DefaultOutage()
+	c := defaultOutage()
 	c.Horizon = 3 * time.Minute
 	p := defaultPolicy(t)
 	a, b := outage(t, c, "p", p), outage(t, c, "p", p)
@@ -308,7 +308,7 @@ func TestOutageDeterministic(t *testing.T) {
 }
 
 func TestLatency(t *testing.T) {
-	c := DefaultOutage()
+	c := defaultOutage()
 	tests := []struct {
 		n    int
 		want time.Duration
@@ -335,8 +335,8 @@ func TestFixedIntervalAndImmediate(t *testing.T) {
 	for n := range def.MaxRetries + 1 {
 		now := start.Add(time.Duration(n) * time.Minute)
 		s := policy.State{Retries: n, StartedAt: start}
-		f := FixedInterval(def, 100*time.Millisecond).Decide(s, now, nil)
-		i := Immediate(def).Decide(s, now, nil)
+		f := fixedInterval(def, 100*time.Millisecond).Decide(s, now, nil)
+		i := immediate(def).Decide(s, now, nil)
 		want := def.Decide(s, now, rand.New(rand.NewPCG(1, 1)))
 		if f.Retry != want.Retry || i.Retry != want.Retry || f.Reason != want.Reason || i.Reason != want.Reason {
 			t.Fatalf("retry %d: fixed %+v, immediate %+v, the policy %+v: want the same budget", n, f, i, want)
@@ -350,35 +350,35 @@ func TestFixedIntervalAndImmediate(t *testing.T) {
 func TestOutageValidate(t *testing.T) {
 	tests := []struct {
 		field string
-		edit  func(*OutageConfig)
+		edit  func(*outageConfig)
 	}{
-		{"rate", func(c *OutageConfig) { c.Rate = 0 }},
-		{"rate", func(c *OutageConfig) { c.Rate = math.NaN() }},
-		{"concurrency", func(c *OutageConfig) { c.Concurrency = 0 }},
-		{"min-latency", func(c *OutageConfig) { c.MinLatency = 0 }},
-		{"limit", func(c *OutageConfig) { c.Limit = -1 }},
-		{"factor", func(c *OutageConfig) { c.Factor = 0.5 }},
-		{"k", func(c *OutageConfig) { c.K = 0 }},
-		{"timeout", func(c *OutageConfig) { c.Timeout = 0 }},
-		{"step", func(c *OutageConfig) { c.Step = 3 * time.Millisecond }},
-		{"at", func(c *OutageConfig) { c.At = -time.Second }},
-		{"outage", func(c *OutageConfig) { c.Outage = -time.Second }},
-		{"sustain", func(c *OutageConfig) { c.Sustain = 0 }},
-		{"horizon", func(c *OutageConfig) { c.Horizon = c.At + c.Outage }},
-		{"horizon", func(c *OutageConfig) { c.Horizon = 48 * time.Hour }},
+		{"rate", func(c *outageConfig) { c.Rate = 0 }},
+		{"rate", func(c *outageConfig) { c.Rate = math.NaN() }},
+		{"concurrency", func(c *outageConfig) { c.Concurrency = 0 }},
+		{"min-latency", func(c *outageConfig) { c.MinLatency = 0 }},
+		{"limit", func(c *outageConfig) { c.Limit = -1 }},
+		{"factor", func(c *outageConfig) { c.Factor = 0.5 }},
+		{"k", func(c *outageConfig) { c.K = 0 }},
+		{"timeout", func(c *outageConfig) { c.Timeout = 0 }},
+		{"step", func(c *outageConfig) { c.Step = 3 * time.Millisecond }},
+		{"at", func(c *outageConfig) { c.At = -time.Second }},
+		{"outage", func(c *outageConfig) { c.Outage = -time.Second }},
+		{"sustain", func(c *outageConfig) { c.Sustain = 0 }},
+		{"horizon", func(c *outageConfig) { c.Horizon = c.At + c.Outage }},
+		{"horizon", func(c *outageConfig) { c.Horizon = 48 * time.Hour }},
 	}
 	for _, tt := range tests {
-		c := DefaultOutage()
+		c := defaultOutage()
 		tt.edit(&c)
-		err := c.Validate()
+		err := c.validate()
 		if err == nil || !strings.Contains(fmt.Sprintf("\n%v", err), "\n"+tt.field+" ") {
 			t.Errorf("%s: error %v, want one naming it", tt.field, err)
 		}
-		if _, err := Outage(c, OutageStrategy{Name: "p", Policy: defaultPolicy(t)}); err == nil {
-			t.Errorf("%s: Outage ran an invalid configuration", tt.field)
+		if _, err := playOutage(c, outageStrategy{Name: "p", Policy: defaultPolicy(t)}); err == nil {
+			t.Errorf("%s: playOutage ran an invalid configuration", tt.field)
 		}
 	}
-	if err := DefaultOutage().Validate(); err != nil {
+	if err := defaultOutage().validate(); err != nil {
 		t.Errorf("defaults: %v", err)
 	}
 }

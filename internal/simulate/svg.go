@@ -234,12 +234,12 @@ func downsample(xs []float64, n int, useMax bool) ([]float64, int) {
 	return out, per
 }
 
-// WriteBurstSVG draws each run as one row of two panels: the service's
+// writeBurstSVG draws each run as one row of two panels: the service's
 // view per tick (requests it holds, received, rejected, first requests; a
 // logarithmic scale, means over runs of ticks) and the clients' view
 // (every client's latency and requests sent, clients sorted by latency;
 // clients never answered are shaded). c is the configuration of the runs.
-func WriteBurstSVG(w io.Writer, c BurstConfig, runs []BurstResult) error {
+func writeBurstSVG(w io.Writer, c burstConfig, runs []burstResult) error {
 	const width, rowH, top = 900, 190, 60
 	var b bytes.Buffer
 	header(&b, width, top+rowH*len(runs)+10,
@@ -302,12 +302,12 @@ func WriteBurstSVG(w io.Writer, c BurstConfig, runs []BurstResult) error {
 	return nil
 }
 
-// WriteOutageSVG draws each run as one row of three panels over time, the
+// writeOutageSVG draws each run as one row of three panels over time, the
 // outage shaded: the load on the dependency (calls per second that reached
 // it, and calls the consumer made), its latency (log scale, the timeout
 // dashed) and the backlog (messages in delay queues and in the application
 // queue, log scale). Points are the maxima over runs of seconds.
-func WriteOutageSVG(w io.Writer, c OutageConfig, runs []OutageResult) error {
+func writeOutageSVG(w io.Writer, c outageConfig, runs []outageResult) error {
 	const width, rowH, top = 1010, 170, 60
 	var b bytes.Buffer
 	header(&b, width, top+rowH*len(runs)+10,

@@ -40,22 +40,22 @@ type failingWriter struct{}
 func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
 
 func TestWriteBurstSVG(t *testing.T) {
-	c := DefaultBurst()
-	var runs []BurstResult
-	for _, name := range BurstStrategyNames() {
-		s, _ := DefaultBackoffs(defaultPolicy(t)).Strategy(name)
-		r, err := Burst(c, s)
+	c := defaultBurst()
+	var runs []burstResult
+	for _, name := range burstStrategyNames() {
+		s, _ := defaultBackoffs(defaultPolicy(t)).Strategy(name)
+		r, err := playBurst(c, s)
 		if err != nil {
 			t.Fatal(err)
 		}
 		runs = append(runs, r)
 	}
 	var b bytes.Buffer
-	if err := WriteBurstSVG(&b, c, runs); err != nil {
+	if err := writeBurstSVG(&b, c, runs); err != nil {
 		t.Fatal(err)
 	}
 	wellFormed(t, b.Bytes())
-	for _, name := range BurstStrategyNames() {
+	for _, name := range burstStrategyNames() {
 		if !strings.Contains(b.String(), ">"+name+":") {
 			t.Errorf("no panel titled %s", name)
 		}
@@ -63,22 +63,22 @@ func TestWriteBurstSVG(t *testing.T) {
 	if b.Len() > 80_000 {
 		t.Errorf("plot of %d bytes, want under 80 kB", b.Len())
 	}
-	if err := WriteBurstSVG(failingWriter{}, c, runs); err == nil || !strings.Contains(err.Error(), "disk full") {
+	if err := writeBurstSVG(failingWriter{}, c, runs); err == nil || !strings.Contains(err.Error(), "disk full") {
 		t.Errorf("write error %v, want it passed on", err)
 	}
 }
 
 func TestWriteOutageSVG(t *testing.T) {
-	c := DefaultOutage()
+	c := defaultOutage()
 	c.Horizon = 8 * time.Minute
 	def := defaultPolicy(t)
 	def.MaxDuration = 5 * time.Minute // its retries drain within the horizon: recovered
-	runs := []OutageResult{
+	runs := []outageResult{
 		outage(t, c, "policy", def),
-		outage(t, c, "fixed", FixedInterval(def, 100*time.Millisecond)), // latency +Inf: must be clipped
+		outage(t, c, "fixed", fixedInterval(def, 100*time.Millisecond)), // latency +Inf: must be clipped
 	}
 	var b bytes.Buffer
-	if err := WriteOutageSVG(&b, c, runs); err != nil {
+	if err := writeOutageSVG(&b, c, runs); err != nil {
 		t.Fatal(err)
 	}
 	wellFormed(t, b.Bytes())
@@ -90,7 +90,7 @@ func TestWriteOutageSVG(t *testing.T) {
 	if b.Len() > 60_000 {
 		t.Errorf("plot of %d bytes, want under 60 kB", b.Len())
 	}
-	if err := WriteOutageSVG(failingWriter{}, c, runs); err == nil {
+	if err := writeOutageSVG(failingWriter{}, c, runs); err == nil {
 		t.Error("write error not passed on")
 	}
 }

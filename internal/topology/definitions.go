@@ -7,11 +7,11 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Definitions is a RabbitMQ definitions document, the JSON that
+// definitions is a RabbitMQ definitions document, the JSON that
 // `rabbitmqctl import_definitions` and the management API load. It holds
 // only the parts rebound needs; RabbitMQ imports it into the virtual host
 // named in each entry.
-type Definitions struct {
+type definitions struct {
 	Exchanges []exchangeDefinition `json:"exchanges"`
 	Queues    []queueDefinition    `json:"queues"`
 	Bindings  []bindingDefinition  `json:"bindings"`
@@ -65,8 +65,8 @@ type policyDefinition struct {
 //
 // Policies is empty: see DeadLetterPolicy for the application queues,
 // which are the operator's, and Policies for rebound's own.
-func (t Topology) Definitions(vhost string) Definitions {
-	defs := Definitions{
+func (t Topology) Definitions(vhost string) definitions {
+	defs := definitions{
 		Exchanges: []exchangeDefinition{},
 		Queues:    []queueDefinition{},
 		Bindings:  []bindingDefinition{},
@@ -113,7 +113,7 @@ func (t Topology) DeadLetterPolicy(vhost, name, pattern string) policyDefinition
 // script must not lower it.
 const policyPriority = 10
 
-// LazyDelayQueuePolicy returns a policy that runs the topology's delay
+// lazyDelayQueuePolicy returns a policy that runs the topology's delay
 // queues in lazy mode. Before RabbitMQ 3.12 a classic queue keeps its
 // messages in memory unless it is lazy, and a delay queue holds every
 // message for its whole delay: a large one stalls now and then, and the
@@ -121,7 +121,7 @@ const policyPriority = 10
 // queues do. It is a policy because declaring an existing queue again with
 // other arguments fails: the delay queues a deployment already has could
 // not be changed.
-func (t Topology) LazyDelayQueuePolicy(vhost, name string) policyDefinition {
+func (t Topology) lazyDelayQueuePolicy(vhost, name string) policyDefinition {
 	return policyDefinition{
 		VHost: vhost, Name: name, Pattern: "^" + regexp.QuoteMeta(t.DelayQueuePrefix) + "[0-9]+$", ApplyTo: "queues",
 		Definition: amqp.Table{"queue-mode": "lazy"}, Priority: policyPriority,
@@ -137,7 +137,7 @@ const (
 
 // Policies returns the policies rebound's own queues need in vhost:
 //
-//   - with classic queues, LazyDelayQueuePolicy;
+//   - with classic queues, lazyDelayQueuePolicy;
 //   - with quorum queues, one that makes the inbox dead-letter to the
 //     parking queue, and on RabbitMQ 4.0 and later one that lifts the
 //     parking queue's delivery limit: what Queues declares as arguments,
@@ -147,7 +147,7 @@ const (
 //     them). RabbitMQ 3.x refuses a delivery limit of -1 in a policy.
 func (t Topology) Policies(vhost string) []policyDefinition {
 	if !t.Quorum {
-		return []policyDefinition{t.LazyDelayQueuePolicy(vhost, lazyDelayQueuePolicyName)}
+		return []policyDefinition{t.lazyDelayQueuePolicy(vhost, lazyDelayQueuePolicyName)}
 	}
 	queues := t.Queues()
 	policies := []policyDefinition{t.argumentPolicy(vhost, InboxDeadLetterPolicyName, queues[0])}

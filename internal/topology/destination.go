@@ -32,3 +32,12 @@ func Direct(queue string) Destination {
 func (t Topology) Delayed(d time.Duration) Destination {
 	return Destination{Exchange: t.DelayExchangeFor(d).Name, RoutingKey: t.InboxQueue, Delay: d}
 }
+
+// Parked is the destination of a parked copy: the parking exchange in
+// hold mode (parkingExchange), else straight to the parking queue.
+func (t Topology) Parked() Destination {
+	if t.Hold {
+		return Destination{Exchange: t.parkingExchange().Name, RoutingKey: t.ParkingQueue}
+	}
+	return Direct(t.ParkingQueue)
+}

@@ -104,11 +104,13 @@ type Binding struct {
 }
 
 // Exchanges returns the fixed exchanges rebound needs, all durable. Each
-// delay queue's exchange is declared with it; see DelayExchangeFor.
+// delay queue's exchange is declared with it; see DelayExchangeFor. In
+// hold mode rebound publishes nothing through the default exchange, and
+// the parking queue has an exchange of its own (parkingExchange).
 func (t Topology) Exchanges() []Exchange {
 	exchanges := []Exchange{{Name: t.DeadLetterExchange, Kind: amqp.ExchangeFanout}}
 	if t.Hold {
-		exchanges = append(exchanges, t.HoldExchange())
+		exchanges = append(exchanges, t.HoldExchange(), t.parkingExchange())
 	}
 	return exchanges
 }
@@ -148,13 +150,26 @@ func (t Topology) Queues() []Queue {
 }
 
 // Bindings returns the fixed bindings: the dead-letter exchange to the
-// inbox, and in hold mode the hold exchange to the hold queue.
+// inbox, and in hold mode the hold exchange to the hold queue and the
+// parking exchange to the parking queue.
 func (t Topology) Bindings() []Binding {
 	bindings := []Binding{{Exchange: t.DeadLetterExchange, Queue: t.InboxQueue}}
 	if t.Hold {
-		bindings = append(bindings, Binding{Exchange: t.HoldExchange().Name, Queue: t.HoldQueue().Name})
+		bindings = append(bindings,
+			Binding{Exchange: t.HoldExchange().Name, Queue: t.HoldQueue().Name},
+			Binding{Exchange: t.parkingExchange().Name, Queue: t.ParkingQueue})
 	}
 	return bindings
+}
+
+// parkingExchange is the fanout exchange bound to the parking queue
+// alone, named as the queue is: parks go through it in hold mode
+// (Parked), so that rebound's user needs no write on the default
+// exchange, which reaches every queue of the vhost. Queues mode parks
+// through the default exchange, as earlier rebounds did, so that its
+// permissions stay as they were.
+func (t Topology) parkingExchange() Exchange {
+	return Exchange{Name: t.ParkingQueue, Kind: amqp.ExchangeFanout}
 }
 
 func (t Topology) queueArgs() amqp.Table {

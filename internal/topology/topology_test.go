@@ -272,3 +272,34 @@ func TestHoldTopology(t *testing.T) {
 		t.Error("rebound owns rebound.delay.holder, an application's name")
 	}
 }
+
+// TestHoldParksThroughItsOwnExchange: in hold mode parks go through a
+// fanout exchange named as the parking queue and bound to it alone, so
+// that rebound's user needs no write on the default exchange; queues
+// mode parks through the default exchange and declares no such exchange.
+func TestHoldParksThroughItsOwnExchange(t *testing.T) {
+	topo := Topology{InboxQueue: "rebound.inbox", DeadLetterExchange: "rebound.dlx", DelayExchange: "rebound.delay",
+		DelayQueuePrefix: "rebound.delay.", ParkingQueue: "rebound.parked"}
+	if got := topo.Parked(); got != (Destination{RoutingKey: "rebound.parked"}) {
+		t.Errorf("queues mode parks to %+v, want the default exchange", got)
+	}
+	if len(topo.Exchanges()) != 1 || len(topo.Bindings()) != 1 {
+		t.Errorf("queues mode declares %v and %v, want the dead-letter exchange and its binding alone", topo.Exchanges(), topo.Bindings())
+	}
+	topo.Hold = true
+	if got := topo.Parked(); got != (Destination{Exchange: "rebound.parked", RoutingKey: "rebound.parked"}) {
+		t.Errorf("hold mode parks to %+v, want the parking exchange", got)
+	}
+	if !slices.Contains(topo.Exchanges(), Exchange{Name: "rebound.parked", Kind: amqp.ExchangeFanout}) {
+		t.Errorf("hold mode's exchanges %v lack the parking exchange", topo.Exchanges())
+	}
+	var bound []string
+	for _, b := range topo.Bindings() {
+		if b.Exchange == "rebound.parked" {
+			bound = append(bound, b.Queue)
+		}
+	}
+	if !slices.Equal(bound, []string{"rebound.parked"}) {
+		t.Errorf("the parking exchange is bound to %q, want the parking queue alone", bound)
+	}
+}

@@ -28,11 +28,13 @@ import (
 func (t Topology) WatchQueue() string { return t.DelayQueuePrefix + "watch" }
 
 // ErrWatchRefused means the broker refuses the watch queue for want of a
-// permission (configure and read on it): permissions from before it.
-var ErrWatchRefused = errors.New("no permission on the watch queue: grant rebound's user configure and read on it (deploy/rabbitmq/setup.sh); every replica reads the broker's counts meanwhile")
+// permission (configure and read on it, and in hold mode write, for its
+// exchange): permissions from before it.
+var ErrWatchRefused = errors.New("no permission on the watch queue: grant rebound's user configure and read on it, and in hold mode write (deploy/rabbitmq/setup.sh); every replica reads the broker's counts meanwhile")
 
 // JoinWatch declares the watch queue on ch, consumes it as one of its
-// single-active-consumer candidates and publishes a token; a
+// single-active-consumer candidates and publishes a token (in hold mode
+// through the watch queue's own exchange, watchExchange); a
 // delivery on the returned channel makes this connection the one that
 // reads the counts, until ch or its connection closes. It returns
 // ErrWatchRefused when the broker refuses a permission (and closes ch).
@@ -57,10 +59,17 @@ func (t Topology) JoinWatch(ch *amqp.Channel, consumer string) (<-chan amqp.Deli
 	if err != nil {
 		return nil, fmt.Errorf("consume watch queue: %w", err)
 	}
+	exchange, err := t.watchExchange(ch)
+	if refused(err) {
+		return nil, fmt.Errorf("%w: %w", ErrWatchRefused, err)
+	}
+	if err != nil {
+		return nil, err
+	}
 	// Last, and not waited on: a connection that publishes during a
 	// resource alarm is blocked, and every call after this one that waits
 	// for the broker's answer would wait out the alarm.
-	if err := ch.PublishWithContext(context.Background(), "", t.WatchQueue(), false, false, amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte("watch")}); err != nil {
+	if err := ch.PublishWithContext(context.Background(), exchange, t.WatchQueue(), false, false, amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte("watch")}); err != nil {
 		return nil, fmt.Errorf("publish watch token: %w", err)
 	}
 	return d, nil
@@ -71,4 +80,22 @@ func (t Topology) JoinWatch(ch *amqp.Channel, consumer string) (<-chan amqp.Deli
 func refused(err error) bool {
 	var aerr *amqp.Error
 	return errors.As(err, &aerr) && aerr.Code == amqp.AccessRefused
+}
+
+// watchExchange returns the exchange the watch token is published
+// through: the default exchange in queues mode, and in hold mode, where
+// rebound's user need not write there, a fanout exchange named as the
+// watch queue and bound to it alone, which it declares and binds on ch.
+func (t Topology) watchExchange(ch *amqp.Channel) (string, error) {
+	if !t.Hold {
+		return "", nil
+	}
+	name := t.WatchQueue()
+	if err := ch.ExchangeDeclare(name, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+		return "", fmt.Errorf("declare watch exchange: %w", err)
+	}
+	if err := ch.QueueBind(name, "", name, false, nil); err != nil {
+		return "", fmt.Errorf("bind watch queue: %w", err)
+	}
+	return name, nil
 }

@@ -1,6 +1,7 @@
 package topology_test
 
 import (
+	"regexp"
 	"testing"
 	"time"
 
@@ -69,5 +70,33 @@ func TestWatchTokenHasOneHolder(t *testing.T) {
 			t.Errorf("candidate %d got a token while %d holds one", i, second)
 		case <-time.After(time.Second): // a token, if any, would have come by now
 		}
+	}
+}
+
+// TestWatchInHoldModeWithoutDefaultExchangeWrite: in hold mode the token
+// goes through the watch queue's own exchange, so a user without write on
+// the default exchange (hold mode's least privilege) still holds it.
+func TestWatchInHoldModeWithoutDefaultExchangeWrite(t *testing.T) {
+	b := brokertest.Require(t)
+	d := brokertest.NewDeployment(t, b, nil, nil)
+	topo := d.Topology(false)
+	topo.Hold = true
+	own := "^" + regexp.QuoteMeta(d.Prefix) + ".*$"
+	_, url := b.User(t, d.URL(), "pw", own, own, own)
+	ch, err := b.Dial(t, url).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := topo.JoinWatch(ch, "candidate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case _, ok := <-token:
+		if !ok {
+			t.Fatal("the watch channel closed without a token")
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("no token within 15s")
 	}
 }

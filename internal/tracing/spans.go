@@ -12,8 +12,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// ScopeName names rebound's tracer.
-const ScopeName = "github.com/rebound-mq/rebound"
+// scopeName names rebound's tracer.
+const scopeName = "github.com/rebound-mq/rebound"
 
 // rebound's own span attributes, beside the messaging conventions'.
 const (

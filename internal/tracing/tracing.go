@@ -22,11 +22,13 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/rebound-mq/rebound/headers"
 )
 
-// Enabled reports whether the environment asks for traces: the exporter
+// enabled reports whether the environment asks for traces: the exporter
 // named otlp, or an OTLP endpoint set; and the SDK not disabled.
-func Enabled(env map[string]string) bool {
+func enabled(env map[string]string) bool {
 	if strings.EqualFold(env["OTEL_SDK_DISABLED"], "true") {
 		return false
 	}
@@ -39,16 +41,17 @@ func Enabled(env map[string]string) bool {
 	return env["OTEL_EXPORTER_OTLP_ENDPOINT"] != "" || env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] != ""
 }
 
-// Setup returns the tracer provider env describes and the function that
-// flushes and stops it: nil when traces are off, so that rebound starts
-// no span at all (a no-op tracer still reads each message's trace
-// context). The OTLP
+// Setup returns rebound's tracer, of the provider env describes, and the
+// function that flushes and stops that provider: nil when traces are off,
+// so that rebound starts no span at all (a no-op tracer still reads each
+// message's trace context). version is rebound's, for the resource and
+// the tracer. The OTLP
 // exporter (HTTP, protobuf), the resource (OTEL_SERVICE_NAME,
 // OTEL_RESOURCE_ATTRIBUTES) and the sampler (OTEL_TRACES_SAMPLER) read the
 // process environment with the SDK's own parsing; service.name defaults
 // to rebound.
-func Setup(ctx context.Context, env map[string]string, version string) (trace.TracerProvider, func(context.Context) error, error) {
-	if !Enabled(env) {
+func Setup(ctx context.Context, env map[string]string, version string) (trace.Tracer, func(context.Context) error, error) {
+	if !enabled(env) {
 		return nil, func(context.Context) error { return nil }, nil
 	}
 	if p := env["OTEL_EXPORTER_OTLP_PROTOCOL"]; p != "" && p != "http/protobuf" {
@@ -65,7 +68,7 @@ func Setup(ctx context.Context, env map[string]string, version string) (trace.Tr
 		return nil, nil, fmt.Errorf("describe the trace resource: %w", err)
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res))
-	return tp, tp.Shutdown, nil
+	return tp.Tracer(scopeName, trace.WithInstrumentationVersion(version)), tp.Shutdown, nil
 }
 
 // partial keeps what resource.New could read: a malformed
@@ -93,13 +96,7 @@ type headerCarrier amqp.Table
 var _ propagation.TextMapCarrier = headerCarrier(nil)
 
 func (c headerCarrier) Get(key string) string {
-	switch v := c[key].(type) {
-	case string:
-		return v
-	case []byte:
-		return string(v)
-	}
-	return ""
+	return headers.Text(c[key])
 }
 
 func (c headerCarrier) Set(string, string) {}

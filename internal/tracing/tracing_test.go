@@ -30,7 +30,7 @@ func TestEnabledOnlyWhenAnExporterIsAskedFor(t *testing.T) {
 		{"another exporter only", map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := Enabled(tc.env); got != tc.want {
+			if got := enabled(tc.env); got != tc.want {
 				t.Errorf("Enabled(%v) = %v, want %v", tc.env, got, tc.want)
 			}
 		})
@@ -38,15 +38,14 @@ func TestEnabledOnlyWhenAnExporterIsAskedFor(t *testing.T) {
 }
 
 func TestSetupOffRecordsNothing(t *testing.T) {
-	tp, stop, err := Setup(context.Background(), map[string]string{}, "test")
+	tr, stop, err := Setup(context.Background(), map[string]string{}, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop(context.Background())
-	if tp != nil {
-		t.Error("traces off, yet a tracer provider")
+	if tr != nil {
+		t.Error("traces off, yet a tracer")
 	}
-	var tr trace.Tracer // what rebound holds with traces off
 	span := Start(tr, "rebound.inbox", amqp.Delivery{})
 	span.Decided(Decision{})
 	span.Publishing(tr, "x", "y")
@@ -93,7 +92,7 @@ func recorder(t *testing.T) (trace.Tracer, *tracetest.SpanRecorder) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	return tp.Tracer(ScopeName), rec
+	return tp.Tracer(scopeName), rec
 }
 
 func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
@@ -184,8 +183,8 @@ func BenchmarkDeliverySpans(b *testing.B) {
 		tr   trace.Tracer
 	}{
 		{"off", nil},
-		{"no-op tracer", noop.NewTracerProvider().Tracer(ScopeName)},
-		{"on", sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(tracetest.NewSpanRecorder())).Tracer(ScopeName)},
+		{"no-op tracer", noop.NewTracerProvider().Tracer(scopeName)},
+		{"on", sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(tracetest.NewSpanRecorder())).Tracer(scopeName)},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
