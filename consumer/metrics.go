@@ -4,7 +4,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rebound-mq/rebound/internal/buildinfo"
-	"github.com/rebound-mq/rebound/internal/events"
 	"github.com/rebound-mq/rebound/internal/route"
 	"github.com/rebound-mq/rebound/policy"
 	"github.com/rebound-mq/rebound/republisher"
@@ -204,7 +203,7 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 	for _, o := range []republisher.Outcome{republisher.Nacked, republisher.Returned, republisher.TimedOut, republisher.Closed} {
 		m.PublishFailures.WithLabelValues(o.String())
 	}
-	for _, o := range events.Outcomes {
+	for _, o := range eventOutcomes {
 		m.Events.WithLabelValues(o)
 	}
 	b := buildinfo.Read()

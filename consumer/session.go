@@ -16,7 +16,6 @@ import (
 	"github.com/rebound-mq/rebound/headers"
 	"github.com/rebound-mq/rebound/internal/declarer"
 	"github.com/rebound-mq/rebound/internal/delayqueue"
-	"github.com/rebound-mq/rebound/internal/events"
 	"github.com/rebound-mq/rebound/internal/route"
 	"github.com/rebound-mq/rebound/internal/tracing"
 	"github.com/rebound-mq/rebound/policy"
@@ -37,7 +36,7 @@ type session struct {
 	cancelled         chan string      // the broker cancelled the consumer
 
 	pub      *republisher.Publisher
-	events   *events.Publisher // nil without REBOUND_EVENTS_EXCHANGE
+	events   *eventPublisher   // nil without REBOUND_EVENTS_EXCHANGE
 	origins  *declarer.Origins // whether the origin queues exist
 	watch    *watcher
 	acks     *acker
@@ -100,7 +99,7 @@ func (ss *session) open(ctx context.Context) error {
 	ss.origins = declarer.NewOrigins(ss.pubConn, ss.pub.ReturnedSince, notice, time.Now)
 
 	if s.opt.EventsExchange != "" {
-		ss.events = events.Start(ss.pubConn, s.opt.EventsExchange, s.log, func(outcome string) {
+		ss.events = startEvents(ss.pubConn, s.opt.EventsExchange, s.log, func(outcome string) {
 			s.m.Events.WithLabelValues(outcome).Inc()
 		})
 	}
@@ -164,7 +163,7 @@ func (ss *session) close() {
 		ss.consConn.Close()
 	}
 	if ss.events != nil {
-		ss.events.Close() // before its connection: the events queued are counted dropped
+		ss.events.close() // before its connection: the events queued are counted dropped
 	}
 	if ss.pubConn != nil {
 		ss.pubConn.Close()
@@ -479,7 +478,7 @@ func (ss *session) handle(d amqp.Delivery) error {
 		ss.record(rt, o, latency)
 		span.End(o == republisher.Confirmed, o.String())
 		if o == republisher.Confirmed && !rt.Decision.Retry && ss.events != nil {
-			ss.events.Send(events.NewParked(d.MessageId, rt.Origin.Queue, string(rt.Decision.Reason), rt.Policy.Name, headers.Text(msg.Headers[ss.router.Codec.Names.Group]),
+			ss.events.send(newParkedEvent(d.MessageId, rt.Origin.Queue, string(rt.Decision.Reason), rt.Policy.Name, headers.Text(msg.Headers[ss.router.Codec.Names.Group]),
 				headers.Text(msg.Headers[ss.router.Codec.Names.Error]), state.Retries, now))
 		}
 		if after != "" && o == republisher.Confirmed {

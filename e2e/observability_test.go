@@ -24,8 +24,8 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rebound-mq/rebound/consumer"
 	"github.com/rebound-mq/rebound/internal/brokertest"
-	"github.com/rebound-mq/rebound/internal/events"
 	"github.com/rebound-mq/rebound/internal/group"
 )
 
@@ -67,7 +67,7 @@ func TestParkEventsArePublished(t *testing.T) {
 	if want := "parked.non-retryable." + e.App; d.RoutingKey != want {
 		t.Errorf("routing key %q, want %q", d.RoutingKey, want)
 	}
-	var ev events.Parked
+	var ev consumer.ParkedEvent
 	if err := json.Unmarshal(d.Body, &ev); err != nil {
 		t.Fatalf("event %q: %v", d.Body, err)
 	}
@@ -75,7 +75,7 @@ func TestParkEventsArePublished(t *testing.T) {
 	if err != nil || time.Since(parkedAt) > time.Minute || time.Until(parkedAt) > time.Second {
 		t.Errorf("parked_at %q: %v", ev.ParkedAt, err)
 	}
-	want := events.Parked{Schema: 1, MessageID: "order-8812", Origin: e.App, Reason: "non-retryable", Policy: "default",
+	want := consumer.ParkedEvent{Schema: 1, MessageID: "order-8812", Origin: e.App, Reason: "non-retryable", Policy: "default",
 		Error: "SchemaError: field total missing", ParkedAt: ev.ParkedAt, Group: group.Of(e.App, "SchemaError: field total missing", "")}
 	if ev != want {
 		t.Errorf("event %+v, want %+v", ev, want)

@@ -12,8 +12,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/rebound-mq/rebound/consumer"
 	"github.com/rebound-mq/rebound/internal/brokertest"
-	"github.com/rebound-mq/rebound/internal/events"
 )
 
 // TestForwardsEventsToTheWebhook: an event published as rebound
@@ -23,13 +23,13 @@ func TestForwardsEventsToTheWebhook(t *testing.T) {
 	prefix := brokertest.Unique(t)
 	b.CleanupPrefix(t, b.URL, prefix)
 	var calls atomic.Int32
-	got := make(chan events.Parked, 1)
+	got := make(chan consumer.ParkedEvent, 1)
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if calls.Add(1) == 1 {
 			http.Error(w, "busy", http.StatusServiceUnavailable)
 			return
 		}
-		var e events.Parked
+		var e consumer.ParkedEvent
 		body, _ := io.ReadAll(r.Body)
 		if err := json.Unmarshal(body, &e); err != nil || r.Header.Get("Content-Type") != "application/json" {
 			t.Errorf("webhook got %q (%v)", body, err)
@@ -56,7 +56,8 @@ func TestForwardsEventsToTheWebhook(t *testing.T) {
 	if err := ch.QueueBind(opt.queue, opt.binding, opt.exchange, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	want := events.NewParked("order-1", "payments", "max-retries", "default", "0123456789ab", "TimeoutError", 10, time.Now())
+	want := consumer.ParkedEvent{Schema: 1, MessageID: "order-1", Origin: "payments", Reason: "max-retries", Policy: "default",
+		Group: "0123456789ab", Error: "TimeoutError", RetryCount: 10, ParkedAt: time.Now().UTC().Format(time.RFC3339)}
 	body, _ := json.Marshal(want)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

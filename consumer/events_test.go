@@ -1,4 +1,4 @@
-package events
+package consumer
 
 import (
 	"encoding/json"
@@ -16,31 +16,31 @@ import (
 	"github.com/rebound-mq/rebound/internal/brokertest"
 )
 
-// outcomes counts a Publisher's outcomes while a test reads them.
-type outcomes struct {
+// eventCounts counts an eventPublisher's outcomes while a test reads them.
+type eventCounts struct {
 	mu sync.Mutex
 	n  map[string]int
 }
 
-func (o *outcomes) count(outcome string) {
+func (o *eventCounts) count(outcome string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.n[outcome]++
 }
 
-func (o *outcomes) get(outcome string) int {
+func (o *eventCounts) get(outcome string) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.n[outcome]
 }
 
-func (o *outcomes) String() string {
+func (o *eventCounts) String() string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return fmt.Sprint(o.n)
 }
 
-func TestRoutingKey(t *testing.T) {
+func TestEventsRoutingKey(t *testing.T) {
 	for _, tc := range []struct {
 		name, reason, origin, want string
 	}{
@@ -50,7 +50,7 @@ func TestRoutingKey(t *testing.T) {
 		{"a whole character that fits stays", "max-retries", strings.Repeat("q", 234) + "ééé", "parked.max-retries." + strings.Repeat("q", 234) + "é"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := routingKey(tc.reason, tc.origin)
+			got := eventRoutingKey(tc.reason, tc.origin)
 			if got != tc.want {
 				t.Errorf("routingKey = %q (%d bytes), want %q", got, len(got), tc.want)
 			}
@@ -63,7 +63,7 @@ func TestRoutingKey(t *testing.T) {
 
 func TestParkedEventJSON(t *testing.T) {
 	at := time.Date(2026, 11, 27, 2, 10, 3, 512_000_000, time.FixedZone("CET", 3600))
-	e := NewParked("order-8812", "payments.capture", "max-retries", "payments", "0123456789ab", strings.Repeat("x", 5000), 10, at)
+	e := newParkedEvent("order-8812", "payments.capture", "max-retries", "payments", "0123456789ab", strings.Repeat("x", 5000), 10, at)
 	b, err := json.Marshal(e)
 	if err != nil {
 		t.Fatal(err)
@@ -79,8 +79,8 @@ func TestParkedEventJSON(t *testing.T) {
 			t.Errorf("%s = %v, want %v", k, fields[k], v)
 		}
 	}
-	if got := len(fields["error"].(string)); got != maxError {
-		t.Errorf("error of %d bytes, want it cut to %d", got, maxError)
+	if got := len(fields["error"].(string)); got != maxEventError {
+		t.Errorf("error of %d bytes, want it cut to %d", got, maxEventError)
 	}
 	if len(fields) != len(want)+1 {
 		t.Errorf("fields %v: schema 1 has exactly these nine", fields)
@@ -90,19 +90,19 @@ func TestParkedEventJSON(t *testing.T) {
 // TestSendNeverWaits: an event that finds the queue full, one still
 // queued when the publisher closes, and one sent after it closed are each
 // dropped and counted, and Send returns at once.
-func TestSendNeverWaits(t *testing.T) {
+func TestEventsSendNeverWaits(t *testing.T) {
 	counts := map[string]int{}
-	p := &Publisher{log: zap.NewNop(), count: func(outcome string) { counts[outcome]++ },
-		queue: make(chan Parked, 1), stop: make(chan struct{})} // no publishing goroutine: nothing leaves the queue
-	e := NewParked("m1", "orders", "max-retries", "default", "0123456789ab", "", 3, time.Now())
-	p.Send(e)
-	p.Send(e) // the queue holds one
-	if counts[dropped] != 1 {
+	p := &eventPublisher{log: zap.NewNop(), count: func(outcome string) { counts[outcome]++ },
+		queue: make(chan ParkedEvent, 1), stop: make(chan struct{})} // no publishing goroutine: nothing leaves the queue
+	e := newParkedEvent("m1", "orders", "max-retries", "default", "0123456789ab", "", 3, time.Now())
+	p.send(e)
+	p.send(e) // the queue holds one
+	if counts[eventDropped] != 1 {
 		t.Fatalf("after a send to a full queue: %v, want 1 dropped", counts)
 	}
-	p.Close()
-	p.Send(e)
-	if counts[dropped] != 3 || counts[published]+counts[failed] != 0 {
+	p.close()
+	p.send(e)
+	if counts[eventDropped] != 3 || counts[eventPublished]+counts[eventFailed] != 0 {
 		t.Errorf("after close and a send: %v, want 3 dropped and nothing else", counts)
 	}
 }
@@ -111,16 +111,16 @@ func TestSendNeverWaits(t *testing.T) {
 // park (the event as JSON, its routing key, type and message id); while
 // the exchange is missing (deleted by hand), events fail, are counted and
 // logged, and parks go on; once it exists again, events flow again.
-func TestPublisherOnTheBroker(t *testing.T) {
+func TestEventsPublisherOnTheBroker(t *testing.T) {
 	b := brokertest.Require(t)
 	conn := b.Dial(t, b.URL)
 	prefix := brokertest.Unique(t)
 	b.CleanupPrefix(t, b.URL, prefix)
 	exchange, queue := prefix+"events", prefix+"subscriber"
 	core, logs := observer.New(zap.WarnLevel)
-	o := &outcomes{n: map[string]int{}}
-	p := Start(conn, exchange, zap.New(core), o.count)
-	defer p.Close()
+	o := &eventCounts{n: map[string]int{}}
+	p := startEvents(conn, exchange, zap.New(core), o.count)
+	defer p.close()
 
 	ch, err := conn.Channel()
 	if err != nil {
@@ -133,15 +133,15 @@ func TestPublisherOnTheBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 11, 27, 2, 10, 3, 0, time.UTC)
-	p.Send(NewParked("m1", "payments.capture", "max-retries", "default", "0123456789ab", "boom", 10, at))
-	if !brokertest.Await(10*time.Second, func() bool { return o.get(published) == 1 }) {
+	p.send(newParkedEvent("m1", "payments.capture", "max-retries", "default", "0123456789ab", "boom", 10, at))
+	if !brokertest.Await(10*time.Second, func() bool { return o.get(eventPublished) == 1 }) {
 		t.Fatalf("outcomes %v, want one published", o)
 	}
 	d, ok, err := ch.Get(queue, true)
 	if err != nil || !ok {
 		t.Fatalf("the subscriber got nothing: %v, %v", ok, err)
 	}
-	var got Parked
+	var got ParkedEvent
 	if err := json.Unmarshal(d.Body, &got); err != nil {
 		t.Fatal(err)
 	}
@@ -153,8 +153,8 @@ func TestPublisherOnTheBroker(t *testing.T) {
 	if err := ch.ExchangeDelete(exchange, false, false); err != nil {
 		t.Fatal(err)
 	}
-	p.Send(NewParked("m2", "orders", "max-retries", "default", "0123456789ab", "", 10, at))
-	if !brokertest.Await(10*time.Second, func() bool { return o.get(failed) == 1 }) {
+	p.send(newParkedEvent("m2", "orders", "max-retries", "default", "0123456789ab", "", 10, at))
+	if !brokertest.Await(10*time.Second, func() bool { return o.get(eventFailed) == 1 }) {
 		t.Fatalf("outcomes %v, want one failed", o)
 	}
 	// The failure is counted, then logged: wait for the warning too.
@@ -171,8 +171,8 @@ func TestPublisherOnTheBroker(t *testing.T) {
 	if err := ch.QueueBind(queue, "parked.#", exchange, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	p.Send(NewParked("m3", "orders", "max-retries", "default", "0123456789ab", "", 10, at))
-	if !brokertest.Await(10*time.Second, func() bool { return o.get(published) == 2 }) {
+	p.send(newParkedEvent("m3", "orders", "max-retries", "default", "0123456789ab", "", 10, at))
+	if !brokertest.Await(10*time.Second, func() bool { return o.get(eventPublished) == 2 }) {
 		t.Fatalf("outcomes %v, want a second published once the exchange is back", o)
 	}
 	if d, ok, err := ch.Get(queue, true); err != nil || !ok || d.MessageId != "m3" {
@@ -182,7 +182,7 @@ func TestPublisherOnTheBroker(t *testing.T) {
 
 // TestStartWithAnExchangeItCannotDeclare: an exchange of the name with
 // another type is refused at start: rebound warns and starts anyway.
-func TestStartWithAnExchangeItCannotDeclare(t *testing.T) {
+func TestEventsStartWithAnExchangeItCannotDeclare(t *testing.T) {
 	b := brokertest.Require(t)
 	conn := b.Dial(t, b.URL)
 	prefix := brokertest.Unique(t)
@@ -196,8 +196,8 @@ func TestStartWithAnExchangeItCannotDeclare(t *testing.T) {
 		t.Fatal(err)
 	}
 	core, logs := observer.New(zap.WarnLevel)
-	p := Start(conn, prefix+"events", zap.New(core), func(string) {})
-	p.Close()
+	p := startEvents(conn, prefix+"events", zap.New(core), func(string) {})
+	p.close()
 	if l := logs.FilterMessage("events: exchange not declared; park events will fail until it exists").All(); len(l) != 1 {
 		t.Errorf("%d warnings about the exchange, want 1", len(l))
 	}

@@ -1,4 +1,6 @@
-// Package events tells subscribers when a message is parked: a small JSON
+package consumer
+
+// Park events tell subscribers when a message is parked: a small JSON
 // event per park, published to a topic exchange (REBOUND_EVENTS_EXCHANGE)
 // with the routing key parked.<reason>.<origin>, for a ticket, a chat
 // message or a webhook.
@@ -10,9 +12,8 @@
 // published (queue full, channel closed, no confirm) is counted and
 // logged, and not tried again.
 //
-// Concurrency: Send may be called from any goroutine; Close ends the
+// Concurrency: send may be called from any goroutine; close ends the
 // publisher's goroutine and waits for it.
-package events
 
 import (
 	"context"
@@ -26,12 +27,12 @@ import (
 	"go.uber.org/zap"
 )
 
-// schema is the version of Parked's JSON form; a field's meaning never
+// eventSchema is the version of ParkedEvent's JSON form; a field's meaning never
 // changes within one.
-const schema = 1
+const eventSchema = 1
 
-// Parked is the event of one parked message. It never carries the body.
-type Parked struct {
+// ParkedEvent is the event of one parked message. It never carries the body.
+type ParkedEvent struct {
 	Schema     int    `json:"schema"`
 	MessageID  string `json:"message_id"`
 	Origin     string `json:"origin"`
@@ -43,24 +44,24 @@ type Parked struct {
 	ParkedAt   string `json:"parked_at"` // RFC 3339, milliseconds
 }
 
-// NewParked returns the event of a message parked at parkedAt; the error a
+// newParkedEvent returns the event of a message parked at parkedAt; the error a
 // consumer reported is cut to maxError bytes.
-func NewParked(messageID, origin, reason, policy, group, errText string, retryCount int, parkedAt time.Time) Parked {
-	return Parked{Schema: schema, MessageID: messageID, Origin: origin, Reason: reason, Policy: policy, Group: group,
-		Error: cut(errText, maxError), RetryCount: retryCount, ParkedAt: parkedAt.UTC().Format("2006-01-02T15:04:05.000Z07:00")}
+func newParkedEvent(messageID, origin, reason, policy, group, errText string, retryCount int, parkedAt time.Time) ParkedEvent {
+	return ParkedEvent{Schema: eventSchema, MessageID: messageID, Origin: origin, Reason: reason, Policy: policy, Group: group,
+		Error: cutUTF8(errText, maxEventError), RetryCount: retryCount, ParkedAt: parkedAt.UTC().Format("2006-01-02T15:04:05.000Z07:00")}
 }
 
-const maxError = 1024
+const maxEventError = 1024
 
-// routingKey is parked.<reason>.<origin>, cut to the 255 bytes AMQP allows
+// eventRoutingKey is parked.<reason>.<origin>, cut to the 255 bytes AMQP allows
 // a routing key (at a character boundary). An origin's dots become more
 // words of the key: bind parked.*.payments.# for one service's origins.
-func routingKey(reason, origin string) string {
-	return cut("parked."+reason+"."+origin, 255)
+func eventRoutingKey(reason, origin string) string {
+	return cutUTF8("parked."+reason+"."+origin, 255)
 }
 
-// cut returns s cut to at most n bytes, at a UTF-8 character boundary.
-func cut(s string, n int) string {
+// cutUTF8 returns s cut to at most n bytes, at a UTF-8 character boundary.
+func cutUTF8(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
@@ -73,43 +74,43 @@ func cut(s string, n int) string {
 
 // The outcomes an event is counted under.
 const (
-	published = "published" // confirmed by the broker
-	failed    = "failed"    // nacked, unconfirmed in time, or its channel closed
-	dropped   = "dropped"   // the queue was full, or rebound stopped first
+	eventPublished = "published" // confirmed by the broker
+	eventFailed    = "failed"    // nacked, unconfirmed in time, or its channel closed
+	eventDropped   = "dropped"   // the queue was full, or rebound stopped first
 )
 
-// Outcomes are the outcomes an event is counted under, for a counter's
+// eventOutcomes are the outcomes an event is counted under, for a counter's
 // series to exist from the start.
-var Outcomes = []string{published, failed, dropped}
+var eventOutcomes = []string{eventPublished, eventFailed, eventDropped}
 
-// queueSize bounds the events waiting to be published: a broker too slow
+// eventQueueSize bounds the events waiting to be published: a broker too slow
 // for events loses events, never holds up parks.
-const queueSize = 1024
+const eventQueueSize = 1024
 
-// confirmTimeout is how long an event's confirm is awaited.
-const confirmTimeout = 5 * time.Second
+// eventConfirmTimeout is how long an event's confirm is awaited.
+const eventConfirmTimeout = 5 * time.Second
 
-// Publisher publishes parked events on its own channel of conn.
-type Publisher struct {
+// eventPublisher publishes parked events on its own channel of conn.
+type eventPublisher struct {
 	conn     *amqp.Connection
 	exchange string
 	log      *zap.Logger
 	count    func(outcome string)
 
-	queue     chan Parked
+	queue     chan ParkedEvent
 	stop      chan struct{}
 	done      sync.WaitGroup
 	closeOnce sync.Once
 }
 
-// Start declares exchange (a durable topic exchange) and starts publishing
+// startEvents declares exchange (a durable topic exchange) and starts publishing
 // events to it on a channel of conn. count is called once per event with
 // its outcome. A declaration the broker refuses (an exchange of that name
 // with another type, or no permission) is logged: parks go on, their
 // events are counted failed.
-func Start(conn *amqp.Connection, exchange string, log *zap.Logger, count func(outcome string)) *Publisher {
-	p := &Publisher{conn: conn, exchange: exchange, log: log, count: count,
-		queue: make(chan Parked, queueSize), stop: make(chan struct{})}
+func startEvents(conn *amqp.Connection, exchange string, log *zap.Logger, count func(outcome string)) *eventPublisher {
+	p := &eventPublisher{conn: conn, exchange: exchange, log: log, count: count,
+		queue: make(chan ParkedEvent, eventQueueSize), stop: make(chan struct{})}
 	if err := p.declare(); err != nil {
 		log.Warn("events: exchange not declared; park events will fail until it exists", zap.String("exchange", exchange), zap.Error(err))
 	}
@@ -118,7 +119,7 @@ func Start(conn *amqp.Connection, exchange string, log *zap.Logger, count func(o
 	return p
 }
 
-func (p *Publisher) declare() error {
+func (p *eventPublisher) declare() error {
 	ch, err := p.conn.Channel()
 	if err != nil {
 		return err
@@ -127,40 +128,40 @@ func (p *Publisher) declare() error {
 	return ch.ExchangeDeclare(p.exchange, amqp.ExchangeTopic, true, false, false, false, nil)
 }
 
-// Send queues e for publishing without waiting; a full queue drops it.
-func (p *Publisher) Send(e Parked) {
+// send queues e for publishing without waiting; a full queue drops it.
+func (p *eventPublisher) send(e ParkedEvent) {
 	select {
 	case <-p.stop:
-		p.count(dropped)
+		p.count(eventDropped)
 		return
 	default:
 	}
 	select {
 	case p.queue <- e:
 	default:
-		p.count(dropped)
+		p.count(eventDropped)
 		p.log.Warn("events: queue full, park event dropped", zap.String("message_id", e.MessageID), zap.String("origin", e.Origin))
 	}
 }
 
-// Close stops publishing and waits for the goroutine to end; the events
+// close stops publishing and waits for the goroutine to end; the events
 // still queued are dropped and counted.
-func (p *Publisher) Close() {
+func (p *eventPublisher) close() {
 	p.closeOnce.Do(func() { close(p.stop) })
 	p.done.Wait()
 	for {
 		select {
 		case <-p.queue:
-			p.count(dropped)
+			p.count(eventDropped)
 		default:
 			return
 		}
 	}
 }
 
-func (p *Publisher) run() {
+func (p *eventPublisher) run() {
 	defer p.done.Done()
-	var ch *channel
+	var ch *eventChannel
 	defer func() {
 		if ch != nil {
 			ch.Close()
@@ -173,7 +174,7 @@ func (p *Publisher) run() {
 		case e := <-p.queue:
 			if ch == nil || ch.IsClosed() {
 				var err error
-				if ch, err = p.channel(); err != nil {
+				if ch, err = p.openChannel(); err != nil {
 					p.fail(e, err)
 					continue
 				}
@@ -182,20 +183,20 @@ func (p *Publisher) run() {
 				p.fail(e, err)
 				continue
 			}
-			p.count(published)
+			p.count(eventPublished)
 		}
 	}
 }
 
-// channel is the events channel, in confirm mode, with its close
+// eventChannel is the events channel, in confirm mode, with its close
 // notification: a missing exchange closes it, and the confirm then never
 // comes.
-type channel struct {
+type eventChannel struct {
 	*amqp.Channel
 	closed chan *amqp.Error
 }
 
-func (p *Publisher) channel() (*channel, error) {
+func (p *eventPublisher) openChannel() (*eventChannel, error) {
 	ch, err := p.conn.Channel()
 	if err != nil {
 		return nil, fmt.Errorf("open events channel: %w", err)
@@ -204,17 +205,17 @@ func (p *Publisher) channel() (*channel, error) {
 		ch.Close()
 		return nil, fmt.Errorf("events channel confirm mode: %w", err)
 	}
-	return &channel{Channel: ch, closed: ch.NotifyClose(make(chan *amqp.Error, 1))}, nil
+	return &eventChannel{Channel: ch, closed: ch.NotifyClose(make(chan *amqp.Error, 1))}, nil
 }
 
-func (p *Publisher) publish(ch *channel, e Parked) error {
+func (p *eventPublisher) publish(ch *eventChannel, e ParkedEvent) error {
 	body, err := json.Marshal(e)
 	if err != nil {
 		return err // unreachable: the event holds strings and ints
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), confirmTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), eventConfirmTimeout)
 	defer cancel()
-	confirm, err := ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange, routingKey(e.Reason, e.Origin), false, false, amqp.Publishing{
+	confirm, err := ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange, eventRoutingKey(e.Reason, e.Origin), false, false, amqp.Publishing{
 		ContentType: "application/json", DeliveryMode: amqp.Persistent, MessageId: e.MessageID,
 		Type: "rebound.parked", Timestamp: time.Now(), Body: body,
 	})
@@ -230,12 +231,12 @@ func (p *Publisher) publish(ch *channel, e Parked) error {
 	case err := <-ch.closed:
 		return fmt.Errorf("events channel closed: %v", err)
 	case <-ctx.Done():
-		return fmt.Errorf("no confirm within %s", confirmTimeout)
+		return fmt.Errorf("no confirm within %s", eventConfirmTimeout)
 	}
 }
 
-func (p *Publisher) fail(e Parked, err error) {
-	p.count(failed)
+func (p *eventPublisher) fail(e ParkedEvent, err error) {
+	p.count(eventFailed)
 	p.log.Warn("events: park event not published", zap.String("message_id", e.MessageID),
 		zap.String("origin", e.Origin), zap.String("reason", e.Reason), zap.Error(err))
 }
