@@ -327,20 +327,20 @@ func commandHolders(ctx context.Context, in invocation, dp delayed.Deployment, o
 	if err != nil || !exists {
 		return err
 	}
-	holdOp, verb := holder.OpFlush, "sent back to their origin queue"
+	record, verb := holder.Flush, "sent back to their origin queue"
 	if op == delayed.Cancel {
-		holdOp, verb = holder.OpCancel, "parked (cancelled)"
+		record, verb = holder.Cancel, "parked (cancelled)"
 	}
-	cmd := holder.NewCommand(holdOp, origins, time.Now())
 	if dryRun {
 		fmt.Fprintf(in.stdout, "held copies of origins matching %s would be %s by the holders, within a slice (%s)\n", origins, verb, cfg.HoldSlice)
 		return nil
 	}
-	if err := holder.Publish(ctx, dp.Conn, topo, cmd); err != nil {
+	until, err := record(ctx, dp.Conn, topo, origins, time.Now(), cfg.HoldSlice)
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(in.stdout, "recorded in %s: held copies of origins matching %s are %s by the holders as each comes back, every one by %s (two slices of %s while the holders run; rebound_hold_settlements_total shows them)\n",
-		stream, origins, verb, cmd.Until(cfg.HoldSlice).UTC().Format(time.RFC3339), cfg.HoldSlice)
+		stream, origins, verb, until.UTC().Format(time.RFC3339), cfg.HoldSlice)
 	return nil
 }
 

@@ -25,14 +25,14 @@ import (
 // minute for clocks), so that a copy returned to a holder that had not yet
 // read the command, just started say, is reached at its next return.
 
-// Command operations.
+// The operations of a command.
 const (
-	OpFlush  = "flush"  // send the copy home now
-	OpCancel = "cancel" // park it, reason cancelled
+	opFlush  = "flush"  // send the copy home now
+	opCancel = "cancel" // park it, reason cancelled
 )
 
-// Command is one recorded flush or cancel.
-type Command struct {
+// command is one recorded flush or cancel.
+type command struct {
 	Op     string `json:"op"`
 	Origin string `json:"origin"` // regular expression of the origin queues, unanchored
 	Issued int64  `json:"issued_ms"`
@@ -40,25 +40,25 @@ type Command struct {
 	origins *regexp.Regexp
 }
 
-// NewCommand returns the command op for the copies of the origin queues
+// newCommand returns the command op for the copies of the origin queues
 // origins matches, issued at now.
-func NewCommand(op string, origins *regexp.Regexp, now time.Time) Command {
-	return Command{Op: op, Origin: origins.String(), Issued: now.UnixMilli(), origins: origins}
+func newCommand(op string, origins *regexp.Regexp, now time.Time) command {
+	return command{Op: op, Origin: origins.String(), Issued: now.UnixMilli(), origins: origins}
 }
 
-// readCommand reads a command as Publish wrote it; a command that does not
+// readCommand reads a command as record wrote it; a command that does not
 // read is an error.
-func readCommand(body []byte) (Command, error) {
-	var c Command
+func readCommand(body []byte) (command, error) {
+	var c command
 	if err := json.Unmarshal(body, &c); err != nil {
-		return Command{}, fmt.Errorf("read hold command: %w", err)
+		return command{}, fmt.Errorf("read hold command: %w", err)
 	}
-	if c.Op != OpFlush && c.Op != OpCancel {
-		return Command{}, fmt.Errorf("read hold command: op %q, want flush or cancel", c.Op)
+	if c.Op != opFlush && c.Op != opCancel {
+		return command{}, fmt.Errorf("read hold command: op %q, want flush or cancel", c.Op)
 	}
 	re, err := regexp.Compile(c.Origin)
 	if err != nil {
-		return Command{}, fmt.Errorf("read hold command: origin: %w", err)
+		return command{}, fmt.Errorf("read hold command: origin: %w", err)
 	}
 	c.origins = re
 	return c, nil
@@ -67,22 +67,37 @@ func readCommand(body []byte) (Command, error) {
 // lasts is how long after it was issued a command is applied.
 func lasts(slice time.Duration) time.Duration { return 2*slice + time.Minute }
 
-// Until is when c stops being applied, with slice REBOUND_HOLD_SLICE.
-func (c Command) Until(slice time.Duration) time.Time {
+// until is when c stops being applied, with slice REBOUND_HOLD_SLICE.
+func (c command) until(slice time.Duration) time.Time {
 	return time.UnixMilli(c.Issued).Add(lasts(slice))
 }
 
 // applies reports whether c applies, as of now, to a copy to origin that
 // entered the hold queue at entered: one held before c was issued, while
 // c lasts.
-func (c Command) applies(origin string, entered, now time.Time, slice time.Duration) bool {
+func (c command) applies(origin string, entered, now time.Time, slice time.Duration) bool {
 	issued := time.UnixMilli(c.Issued)
 	return c.origins != nil && entered.Before(issued) && now.Before(issued.Add(lasts(slice))) && c.origins.MatchString(origin)
 }
 
-// Publish records c in the hold commands stream of topo through conn,
+// Flush records, in the hold commands stream of topo through conn, that
+// the copies of the origin queues origins matches held as of now go home
+// as each comes back to a holder. It returns when the holders stop
+// applying it, with slice REBOUND_HOLD_SLICE.
+func Flush(ctx context.Context, conn *amqp.Connection, topo topology.Topology, origins *regexp.Regexp, now time.Time, slice time.Duration) (until time.Time, err error) {
+	c := newCommand(opFlush, origins, now)
+	return c.until(slice), record(ctx, conn, topo, c)
+}
+
+// Cancel is Flush that parks the copies instead (reason cancelled).
+func Cancel(ctx context.Context, conn *amqp.Connection, topo topology.Topology, origins *regexp.Regexp, now time.Time, slice time.Duration) (until time.Time, err error) {
+	c := newCommand(opCancel, origins, now)
+	return c.until(slice), record(ctx, conn, topo, c)
+}
+
+// record records c in the hold commands stream of topo through conn,
 // confirmed.
-func Publish(ctx context.Context, conn *amqp.Connection, topo topology.Topology, c Command) error {
+func record(ctx context.Context, conn *amqp.Connection, topo topology.Topology, c command) error {
 	ch, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("open channel: %w", err)
@@ -111,10 +126,10 @@ func Publish(ctx context.Context, conn *amqp.Connection, topo topology.Topology,
 // Safe for concurrent use.
 type commands struct {
 	mu   sync.Mutex
-	list []Command
+	list []command
 }
 
-func (cs *commands) add(c Command) {
+func (cs *commands) add(c command) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	cs.list = append(cs.list, c)
@@ -122,10 +137,10 @@ func (cs *commands) add(c Command) {
 
 // active returns the commands that still last as of now, and forgets
 // the others.
-func (cs *commands) active(now time.Time, slice time.Duration) []Command {
+func (cs *commands) active(now time.Time, slice time.Duration) []command {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	cs.list = slices.DeleteFunc(cs.list, func(c Command) bool { return !now.Before(c.Until(slice)) })
+	cs.list = slices.DeleteFunc(cs.list, func(c command) bool { return !now.Before(c.until(slice)) })
 	return slices.Clone(cs.list)
 }
 

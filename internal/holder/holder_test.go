@@ -332,13 +332,11 @@ func TestHoldFlushAndCancel(t *testing.T) {
 		t.Fatalf("%v copies held, want %d", held(), 3*n)
 	}
 	now := time.Now()
-	for _, c := range []Command{
-		NewCommand(OpFlush, regexp.MustCompile("^"+regexp.QuoteMeta(e.App)+"$"), now),
-		NewCommand(OpCancel, regexp.MustCompile("^"+regexp.QuoteMeta(other)+"$"), now),
-	} {
-		if err := Publish(context.Background(), e.Conn, e.rules.Topology, c); err != nil {
-			t.Fatal(err)
-		}
+	if _, err := Flush(context.Background(), e.Conn, e.rules.Topology, regexp.MustCompile("^"+regexp.QuoteMeta(e.App)+"$"), now, e.rules.Slice); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Cancel(context.Background(), e.Conn, e.rules.Topology, regexp.MustCompile("^"+regexp.QuoteMeta(other)+"$"), now, e.rules.Slice); err != nil {
+		t.Fatal(err)
 	}
 	e.WaitQueueLen(e.App, n, 60*time.Second)
 	parking := e.rules.Topology.ParkingQueue

@@ -98,7 +98,7 @@ type verdict struct {
 // due; held otherwise. Of cmds, the first that applies to c (a flush or
 // cancel of its origin, issued after c entered the hold queue, and still
 // lasting) releases it now or parks it cancelled.
-func (r Rules) judge(c heldCopy, now time.Time, cmds []Command) verdict {
+func (r Rules) judge(c heldCopy, now time.Time, cmds []command) verdict {
 	origin, _ := c.Annotations[routingKeyAnnotation].(string)
 	v := verdict{Origin: origin}
 	switch {
@@ -137,7 +137,7 @@ func (r Rules) judge(c heldCopy, now time.Time, cmds []Command) verdict {
 			if !cmd.applies(origin, entered, now, r.Slice) {
 				continue
 			}
-			if cmd.Op == OpCancel {
+			if cmd.Op == opCancel {
 				v.Action, v.Reason = park, policy.Cancelled
 			} else {
 				v.Action, v.Due = release, time.Time{}

@@ -138,8 +138,8 @@ func TestHeldGauge(t *testing.T) {
 func TestJudgeCommands(t *testing.T) {
 	r := testRules()
 	issued := time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC)
-	flush := NewCommand(OpFlush, regexp.MustCompile(`^orders\.created$`), issued)
-	cancel := NewCommand(OpCancel, regexp.MustCompile(`^orders\.`), issued)
+	flush := newCommand(opFlush, regexp.MustCompile(`^orders\.created$`), issued)
+	cancel := newCommand(opCancel, regexp.MustCompile(`^orders\.`), issued)
 	// held is a copy to origin published at entered with a delay of an hour.
 	held := func(origin string, entered time.Time) heldCopy {
 		return heldCopy{Annotations: map[any]any{routingKeyAnnotation: origin,
@@ -150,20 +150,20 @@ func TestJudgeCommands(t *testing.T) {
 		name   string
 		c      heldCopy
 		now    time.Time
-		cmds   []Command
+		cmds   []command
 		action action
 		reason policy.Reason
 	}{
-		{"flush", held("orders.created", before), issued.Add(time.Minute), []Command{flush}, release, ""},
-		{"flush, last moment", held("orders.created", before), issued.Add(2*r.Slice + time.Minute - time.Millisecond), []Command{flush}, release, ""},
-		{"flush past its time", held("orders.created", before), issued.Add(2*r.Slice + time.Minute), []Command{flush}, hold, ""},
-		{"flush of another origin", held("orders.paid", before), issued.Add(time.Minute), []Command{flush}, hold, ""},
-		{"flush, copy entered after it", held("orders.created", after), issued.Add(time.Minute), []Command{flush}, hold, ""},
-		{"cancel", held("orders.paid", before), issued.Add(time.Minute), []Command{flush, cancel}, park, policy.Cancelled},
-		{"the first command that applies", held("orders.created", before), issued.Add(time.Minute), []Command{cancel, flush}, park, policy.Cancelled},
+		{"flush", held("orders.created", before), issued.Add(time.Minute), []command{flush}, release, ""},
+		{"flush, last moment", held("orders.created", before), issued.Add(2*r.Slice + time.Minute - time.Millisecond), []command{flush}, release, ""},
+		{"flush past its time", held("orders.created", before), issued.Add(2*r.Slice + time.Minute), []command{flush}, hold, ""},
+		{"flush of another origin", held("orders.paid", before), issued.Add(time.Minute), []command{flush}, hold, ""},
+		{"flush, copy entered after it", held("orders.created", after), issued.Add(time.Minute), []command{flush}, hold, ""},
+		{"cancel", held("orders.paid", before), issued.Add(time.Minute), []command{flush, cancel}, park, policy.Cancelled},
+		{"the first command that applies", held("orders.created", before), issued.Add(time.Minute), []command{cancel, flush}, park, policy.Cancelled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cmds := make([]Command, len(tc.cmds))
+			cmds := make([]command, len(tc.cmds))
 			for i, c := range tc.cmds {
 				body, _ := json.Marshal(c)
 				if cmds[i], _ = readCommand(body); cmds[i].origins == nil {
@@ -205,20 +205,20 @@ func TestCommandsLastTwoSlicesAndAMinute(t *testing.T) {
 	slice := 5 * time.Minute
 	issued := time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC)
 	var cs commands
-	early := NewCommand(OpFlush, regexp.MustCompile(`^orders$`), issued)
-	late := NewCommand(OpCancel, regexp.MustCompile(`^payments$`), issued.Add(time.Minute))
+	early := newCommand(opFlush, regexp.MustCompile(`^orders$`), issued)
+	late := newCommand(opCancel, regexp.MustCompile(`^payments$`), issued.Add(time.Minute))
 	cs.add(early)
 	cs.add(late)
-	if until := early.Until(slice); !until.Equal(issued.Add(11 * time.Minute)) {
+	if until := early.until(slice); !until.Equal(issued.Add(11 * time.Minute)) {
 		t.Errorf("Until = %v, want 11 minutes after it was issued", until)
 	}
 	for _, step := range []struct {
 		at   time.Duration // after issued
 		want []string      // the ops still applied
 	}{
-		{10 * time.Minute, []string{OpFlush, OpCancel}},
-		{11*time.Minute - time.Millisecond, []string{OpFlush, OpCancel}},
-		{11 * time.Minute, []string{OpCancel}},
+		{10 * time.Minute, []string{opFlush, opCancel}},
+		{11*time.Minute - time.Millisecond, []string{opFlush, opCancel}},
+		{11 * time.Minute, []string{opCancel}},
 		{12 * time.Minute, nil},
 	} {
 		var ops []string
