@@ -416,7 +416,7 @@ func TestRunRetriesWhileTheTopologyIsRefused(t *testing.T) {
 
 // TestRunNoticesAnEarlierReboundsQuorumInbox: an inbox declared by a
 // rebound that did not dead-letter it to the parking queue is used as it
-// is, and the log says what it lacks.
+// is, and the log says what it lacks and the policy that applies it.
 func TestRunNoticesAnEarlierReboundsQuorumInbox(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "quorum")
@@ -427,7 +427,7 @@ func TestRunNoticesAnEarlierReboundsQuorumInbox(t *testing.T) {
 		t.Fatalf("topology notices %v, want one", notices)
 	}
 	notice, _ := notices[0].ContextMap()["notice"].(string)
-	for _, want := range []string{e.topo.InboxQueue, "earlier rebound", "x-dead-letter-exchange"} {
+	for _, want := range []string{e.topo.InboxQueue, "earlier rebound", "x-dead-letter-exchange", "rebound-inbox-dead-letter"} {
 		if !strings.Contains(notice, want) {
 			t.Errorf("notice %q does not say %q", notice, want)
 		}

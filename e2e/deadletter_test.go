@@ -206,12 +206,12 @@ func inboxDeliveryLimit(t *testing.T, variant string) {
 			t.Fatal(err)
 		}
 		for _, p := range topo.Policies(e.vhost()) {
-			if p.Name == topology.InboxDeadLetterPolicyName {
+			if p.Name == "rebound-inbox-dead-letter" {
 				policy = p.Definition
 			}
 		}
 		if len(policy) == 0 {
-			t.Fatalf("no %s policy in %+v", topology.InboxDeadLetterPolicyName, topo.Policies(e.vhost()))
+			t.Fatalf("no %s policy in %+v", "rebound-inbox-dead-letter", topo.Policies(e.vhost()))
 		}
 		fallthrough
 	case "declared":

@@ -100,7 +100,7 @@ func declareFixedQueue(conn *amqp.Connection, t topology.Topology, q topology.Qu
 	if isAccessRefused(err) && deadLettersToDefault(q) {
 		return "", declaredByOperator(conn, q, err)
 	}
-	legacy, missing := topology.WithoutAdded(q)
+	legacy, missing, policy := t.WithoutAdded(q)
 	if err == nil || !inequivalentAdded(err, missing) {
 		return "", err
 	}
@@ -109,7 +109,7 @@ func declareFixedQueue(conn *amqp.Connection, t topology.Topology, q topology.Qu
 	}
 	return fmt.Sprintf("queue %s was declared by an earlier rebound without %s, which a queue's declaration cannot add: %s; "+
 		"apply them by policy (%s: deploy/rabbitmq/setup.sh or `rebound topology print` has it) or see docs/upgrading.md",
-		q.Name, formatArgs(q.Args, missing), why(t, q.Name), policyFor(t, q.Name)), nil
+		q.Name, formatArgs(q.Args, missing), why(t, q.Name), policy), nil
 }
 
 // deadLettersToDefault reports whether q dead-letters to the default
@@ -157,14 +157,6 @@ func why(t topology.Topology, queue string) string {
 		return "on RabbitMQ 4.x a `rebound parked` command killed 20 times while holding a parked message drops it"
 	}
 	return "on RabbitMQ 4.x a message delivered 20 times without being settled (rebound killed while it was in flight) is dropped instead of parked"
-}
-
-// policyFor names the policy that adds what a fixed queue lacks.
-func policyFor(t topology.Topology, queue string) string {
-	if queue == t.ParkingQueue {
-		return topology.ParkingNoDeliveryLimitPolicyName
-	}
-	return topology.InboxDeadLetterPolicyName
 }
 
 // inequivalent reports whether err is the broker refusing a declaration

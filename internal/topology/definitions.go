@@ -131,8 +131,8 @@ func (t Topology) lazyDelayQueuePolicy(vhost, name string) policyDefinition {
 // Names of rebound's own policies, as deploy/rabbitmq/setup.sh sets them.
 const (
 	lazyDelayQueuePolicyName         = "rebound-delay-queues-lazy"
-	InboxDeadLetterPolicyName        = "rebound-inbox-dead-letter"
-	ParkingNoDeliveryLimitPolicyName = "rebound-parked-no-delivery-limit"
+	inboxDeadLetterPolicyName        = "rebound-inbox-dead-letter"
+	parkingNoDeliveryLimitPolicyName = "rebound-parked-no-delivery-limit"
 )
 
 // Policies returns the policies rebound's own queues need in vhost:
@@ -150,9 +150,9 @@ func (t Topology) Policies(vhost string) []policyDefinition {
 		return []policyDefinition{t.lazyDelayQueuePolicy(vhost, lazyDelayQueuePolicyName)}
 	}
 	queues := t.Queues()
-	policies := []policyDefinition{t.argumentPolicy(vhost, InboxDeadLetterPolicyName, queues[0])}
+	policies := []policyDefinition{t.argumentPolicy(vhost, inboxDeadLetterPolicyName, queues[0])}
 	if t.DeliveryLimits {
-		policies = append(policies, t.argumentPolicy(vhost, ParkingNoDeliveryLimitPolicyName, queues[1]))
+		policies = append(policies, t.argumentPolicy(vhost, parkingNoDeliveryLimitPolicyName, queues[1]))
 	}
 	return policies
 }

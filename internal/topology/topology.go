@@ -294,9 +294,15 @@ func (t Topology) Describe() []string {
 // rebound's, and is kept (see WithoutAdded).
 var addedArgs = []string{"x-dead-letter-exchange", "x-dead-letter-routing-key", "x-dead-letter-strategy", amqp.QueueOverflowArg, "x-delivery-limit"}
 
-// WithoutAdded returns q as an earlier rebound declared it, without the
-// arguments this version added, and the names of those it lacks then.
-func WithoutAdded(q Queue) (legacy Queue, missing []string) {
+// WithoutAdded returns q, one of t's fixed queues, as an earlier rebound
+// declared it, without the arguments this version added, the names of
+// those it lacks then, and the policy of rebound's own that applies them
+// (deploy/rabbitmq/setup.sh sets it).
+func (t Topology) WithoutAdded(q Queue) (legacy Queue, missing []string, policy string) {
+	policy = inboxDeadLetterPolicyName
+	if q.Name == t.ParkingQueue {
+		policy = parkingNoDeliveryLimitPolicyName
+	}
 	legacy = Queue{Name: q.Name, Args: maps.Clone(q.Args)}
 	for _, name := range addedArgs {
 		if _, ok := legacy.Args[name]; ok {
@@ -304,7 +310,7 @@ func WithoutAdded(q Queue) (legacy Queue, missing []string) {
 			delete(legacy.Args, name)
 		}
 	}
-	return legacy, missing
+	return legacy, missing, policy
 }
 
 func formatArgs(args amqp.Table) string {

@@ -155,7 +155,7 @@ func TestTopologyDefinitions(t *testing.T) {
 			}
 			continue
 		}
-		inbox, parked := ps[InboxDeadLetterPolicyName], ps[ParkingNoDeliveryLimitPolicyName]
+		inbox, parked := ps[inboxDeadLetterPolicyName], ps[parkingNoDeliveryLimitPolicyName]
 		if inbox["pattern"] != `^in$` || mustJSON(t, inbox["definition"]) !=
 			`{"dead-letter-exchange":"","dead-letter-routing-key":"parked","dead-letter-strategy":"at-least-once","overflow":"reject-publish"}` {
 			t.Errorf("inbox policy: %v", inbox)
@@ -166,7 +166,7 @@ func TestTopologyDefinitions(t *testing.T) {
 	}
 	// RabbitMQ 3.x refuses a delivery limit of -1 in a policy.
 	for _, p := range testTopology(true, false).Policies("v1") {
-		if p.Name == ParkingNoDeliveryLimitPolicyName {
+		if p.Name == parkingNoDeliveryLimitPolicyName {
 			t.Errorf("the parking policy is for RabbitMQ 4.0 and later only: %+v", p)
 		}
 	}
@@ -221,20 +221,25 @@ func TestAllowsAndDirect(t *testing.T) {
 }
 
 // TestWithoutAdded: a fixed queue as an earlier rebound declared it is
-// the queue without the arguments added since, which are named;
-// a queue with none of them is unchanged, and the original is untouched.
+// the queue without the arguments added since, which are named with the
+// policy that applies them; a queue with none of them is unchanged, and
+// the original is untouched.
 func TestWithoutAdded(t *testing.T) {
-	inbox := testTopology(true, true).Queues()[0]
-	legacy, missing := WithoutAdded(inbox)
+	topo := testTopology(true, true)
+	inbox, parking := topo.Queues()[0], topo.Queues()[1]
+	legacy, missing, policy := topo.WithoutAdded(inbox)
 	want := []string{"x-dead-letter-exchange", "x-dead-letter-routing-key", "x-dead-letter-strategy", amqp.QueueOverflowArg}
-	if !slices.Equal(missing, want) {
-		t.Errorf("missing %q, want %q", missing, want)
+	if !slices.Equal(missing, want) || policy != "rebound-inbox-dead-letter" {
+		t.Errorf("missing %q by policy %s, want %q by rebound-inbox-dead-letter", missing, policy, want)
 	}
 	if len(legacy.Args) != 1 || legacy.Args[amqp.QueueTypeArg] != amqp.QueueTypeQuorum || len(inbox.Args) != 5 {
 		t.Errorf("legacy args %v (inbox's now %v), want only the queue type", legacy.Args, inbox.Args)
 	}
-	classic := testTopology(false, false).Queues()[0]
-	if legacy, missing := WithoutAdded(classic); len(missing) != 0 || len(legacy.Args) != 0 {
+	if _, missing, policy := topo.WithoutAdded(parking); !slices.Equal(missing, []string{"x-delivery-limit"}) || policy != "rebound-parked-no-delivery-limit" {
+		t.Errorf("parking queue: missing %q by policy %s, want x-delivery-limit by rebound-parked-no-delivery-limit", missing, policy)
+	}
+	classic := testTopology(false, false)
+	if legacy, missing, _ := classic.WithoutAdded(classic.Queues()[0]); len(missing) != 0 || len(legacy.Args) != 0 {
 		t.Errorf("a classic inbox: %v, %q; want unchanged", legacy.Args, missing)
 	}
 }
