@@ -2,7 +2,6 @@ package declarer_test
 
 import (
 	"context"
-	"errors"
 	"regexp"
 	"strings"
 	"testing"
@@ -65,24 +64,18 @@ func TestDeclareOnTheBroker(t *testing.T) {
 			t.Error("the other queue type over the same names was declared without an error")
 		}
 
-		channel := func(conn *amqp.Connection) *amqp.Channel {
-			ch, err := conn.Channel()
-			if err != nil {
-				t.Fatal(err)
-			}
-			return ch
-		}
-		holder, rival := channel(d.Conn), b.Dial(t, d.URL())
-		if err := delayqueue.Lock(holder, topo); err != nil {
+		rival := b.Dial(t, d.URL())
+		release, err := delayqueue.Lock(context.Background(), d.Conn, topo, 0)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if err := delayqueue.Lock(channel(rival), topo); !errors.Is(err, delayqueue.ErrLocked) {
-			t.Fatalf("a second connection took the lock: %v, want ErrLocked", err)
+		if _, err := delayqueue.Lock(context.Background(), rival, topo, 0); err == nil || !strings.Contains(err.Error(), "holds the lock") {
+			t.Fatalf("a second connection took the lock: %v, want it held by another", err)
 		}
-		if err := delayqueue.Unlock(holder, topo); err != nil {
+		if err := release(); err != nil {
 			t.Fatal(err)
 		}
-		if err := delayqueue.Lock(channel(rival), topo); err != nil {
+		if _, err := delayqueue.Lock(context.Background(), rival, topo, 0); err != nil {
 			t.Errorf("the lock once released: %v", err)
 		}
 	})

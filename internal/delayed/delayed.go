@@ -189,27 +189,5 @@ func (dp Deployment) lock(ctx context.Context) (unlock func() error, err error) 
 	if wait <= 0 {
 		wait = 10 * time.Second
 	}
-	deadline := time.Now().Add(wait)
-	topo := dp.Router.Topology
-	for {
-		ch, err := dp.Conn.Channel()
-		if err != nil {
-			return nil, fmt.Errorf("open channel: %w", err)
-		}
-		err = delayqueue.Lock(ch, topo)
-		if err == nil {
-			return func() error {
-				defer ch.Close()
-				return delayqueue.Unlock(ch, topo)
-			}, nil
-		}
-		if !errors.Is(err, delayqueue.ErrLocked) || time.Now().After(deadline) {
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+	return delayqueue.Lock(ctx, dp.Conn, dp.Router.Topology, wait)
 }

@@ -236,8 +236,8 @@ func (s *Set) SweepIdle(idle time.Duration, remove bool) (deleted []string, err 
 		}
 		return nil, nil
 	}
-	switch err := s.withChannel(func(ch *amqp.Channel) error { return Lock(ch, s.topo) }); {
-	case errors.Is(err, ErrLocked):
+	switch err := s.withChannel(func(ch *amqp.Channel) error { return tryLock(ch, s.topo) }); {
+	case errors.Is(err, errLocked):
 		return nil, nil
 	case errors.Is(err, errLockRefused):
 		// Permissions from before the lock: a command with rebound's
@@ -251,7 +251,7 @@ func (s *Set) SweepIdle(idle time.Duration, remove bool) (deleted []string, err 
 		return nil, err
 	default:
 		defer func() {
-			if uerr := s.withChannel(func(ch *amqp.Channel) error { return Unlock(ch, s.topo) }); uerr != nil {
+			if uerr := s.withChannel(func(ch *amqp.Channel) error { return unlock(ch, s.topo) }); uerr != nil {
 				err = errors.Join(err, uerr)
 			}
 		}()

@@ -100,7 +100,7 @@ func TestSweepIdleDeletesOnlyEmptyClassicQueues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Lock(other, e.topo); err != nil {
+	if err := tryLock(other, e.topo); err != nil {
 		t.Fatal(err)
 	}
 	if deleted, err := s.SweepIdle(time.Minute, true); err != nil || len(deleted) != 0 {
@@ -109,7 +109,7 @@ func TestSweepIdleDeletesOnlyEmptyClassicQueues(t *testing.T) {
 	if len(s.Names()) != 2 {
 		t.Errorf("the Set forgot %v while it could not sweep", s.Names())
 	}
-	if err := Unlock(other, e.topo); err != nil {
+	if err := unlock(other, e.topo); err != nil {
 		t.Fatal(err)
 	}
 
@@ -125,7 +125,7 @@ func TestSweepIdleDeletesOnlyEmptyClassicQueues(t *testing.T) {
 	if got := s.Names(); len(got) != 1 || got[0] != busy.Name {
 		t.Errorf("DelayQueues after the sweep = %v, want [%s]", got, busy.Name)
 	}
-	if err := Lock(other, e.topo); err != nil {
+	if err := tryLock(other, e.topo); err != nil {
 		t.Errorf("the sweep kept the lock: %v", err)
 	}
 }

@@ -68,21 +68,50 @@ func ReadLease(body []byte) (Lease, error) {
 	return l, nil
 }
 
-// ErrLocked means another connection holds the lock of the delay queues.
-var ErrLocked = errors.New("another rebound holds the lock of the delay queues (`rebound delayed flush` or `cancel`, `rebound topology prune`, or a replica sweeping idle delay queues)")
+// errLocked means another connection holds the lock of the delay queues.
+var errLocked = errors.New("another rebound holds the lock of the delay queues (`rebound delayed flush` or `cancel`, `rebound topology prune`, or a replica sweeping idle delay queues)")
 
 // errLockRefused means the broker refuses the lock for want of a
 // permission (configure on the lock queue): permissions from before it.
 var errLockRefused = errors.New("no permission to take the lock of the delay queues: grant rebound's user configure on it (deploy/rabbitmq/setup.sh)")
 
-// Lock takes the lock of t's delay queues for ch's connection: it
-// declares the lock queue, exclusive. It returns ErrLocked when another
+// Lock takes the lock of t's delay queues for conn, waiting up to wait
+// while another connection holds it (a replica sweeping holds it for a
+// moment), then giving up with an error that says who may hold it.
+// release releases it; so does closing conn.
+func Lock(ctx context.Context, conn *amqp.Connection, t topology.Topology, wait time.Duration) (release func() error, err error) {
+	deadline := time.Now().Add(wait)
+	for {
+		ch, err := conn.Channel()
+		if err != nil {
+			return nil, fmt.Errorf("open channel: %w", err)
+		}
+		err = tryLock(ch, t)
+		if err == nil {
+			return func() error {
+				defer ch.Close()
+				return unlock(ch, t)
+			}, nil
+		}
+		if !errors.Is(err, errLocked) || time.Now().After(deadline) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// tryLock takes the lock of t's delay queues for ch's connection: it
+// declares the lock queue, exclusive. It returns errLocked when another
 // connection holds it; the broker then closes ch. The lock is released by
-// Unlock, or when the connection closes.
-func Lock(ch *amqp.Channel, t topology.Topology) error {
+// unlock, or when the connection closes.
+func tryLock(ch *amqp.Channel, t topology.Topology) error {
 	_, err := ch.QueueDeclare(t.LockQueue(), false, false, true, false, nil)
 	if isCode(err, amqp.ResourceLocked) {
-		return ErrLocked
+		return errLocked
 	}
 	if isCode(err, amqp.AccessRefused) {
 		return fmt.Errorf("%w: %w", errLockRefused, err)
@@ -93,8 +122,8 @@ func Lock(ch *amqp.Channel, t topology.Topology) error {
 	return nil
 }
 
-// Unlock releases the lock Lock took on ch's connection.
-func Unlock(ch *amqp.Channel, t topology.Topology) error {
+// unlock releases the lock tryLock took on ch's connection.
+func unlock(ch *amqp.Channel, t topology.Topology) error {
 	if _, err := ch.QueueDelete(t.LockQueue(), false, false, false); err != nil {
 		return fmt.Errorf("unlock delay queues: %w", err)
 	}
