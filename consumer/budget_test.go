@@ -33,8 +33,8 @@ func TestBudgetKeepsDeadlineCopiesOnTheGrid(t *testing.T) {
 		rt := route.Route{Origin: route.Origin{Queue: "orders"}, Policy: r.Policies.Default(),
 			Decision: policy.Decision{Retry: true, Delay: 10 * time.Second, Drawn: 10 * time.Second}}
 		d := ss.budget(rt, st, now).Decision.Delay
-		if policy.Round(d, p.Digits()) != d || d > remaining || d < 10*time.Second {
-			t.Errorf("copy %d: delay %v; want one a delay queue of %d digits holds, from 10s to the deadline (%v)", i, d, p.Digits(), remaining)
+		if p.RoundDown(d) != d || d > remaining || d < 10*time.Second {
+			t.Errorf("copy %d: delay %v; want one a delay queue of its policy holds, from 10s to the deadline (%v)", i, d, remaining)
 		}
 	}
 	families, err := reg.Gather()

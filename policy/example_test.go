@@ -59,19 +59,22 @@ func ExamplePolicy_Decide_jitter() {
 	started := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	d := p.Decide(policy.State{Retries: 2, StartedAt: started}, started.Add(3*time.Second), r)
 	lo, hi := p.Range(2, 0)
-	fmt.Println(d.Retry, d.Delay >= lo && d.Delay <= hi, d.Delay == policy.Round(d.Delay, p.Digits()))
+	fmt.Println(d.Retry, d.Delay >= lo && d.Delay <= hi, d.Delay == p.RoundDown(d.Delay))
 	// Output: true true true
 }
 
-func ExampleRound() {
+// Delays wait in delay queues of two significant digits by default
+// (REBOUND_DELAY_DIGITS): a least delay rounds up to one, a deadline down.
+func ExamplePolicy_RoundUp() {
+	var p policy.Policy
 	for _, d := range []time.Duration{1234 * time.Millisecond, 56789 * time.Millisecond, time.Millisecond, 0} {
-		fmt.Println(d, "→", policy.Round(d, 2))
+		fmt.Println(d, "→", p.RoundUp(d), p.RoundDown(d))
 	}
 	// Output:
-	// 1.234s → 1.2s
-	// 56.789s → 57s
-	// 1ms → 1ms
-	// 0s → 0s
+	// 1.234s → 1.3s 1.2s
+	// 56.789s → 57s 56s
+	// 1ms → 1ms 1ms
+	// 0s → 0s 0s
 }
 
 // The schedule of the Google HTTP client's defaults: 500ms growing by half

@@ -127,18 +127,28 @@ type Policy struct {
 	// sidecar's retry calendar applies it to what Decide returns.
 	RetryRate float64
 	// DelayDigits is how many significant digits of its milliseconds a
-	// delay keeps for its delay queue (Round): 1, 2 or 3; 0 means the
+	// delay keeps for its delay queue (round): 1, 2 or 3; 0 means the
 	// default, 2.
 	DelayDigits int
 }
 
-// Digits is the number of significant digits the policy rounds delays to.
-func (p Policy) Digits() int {
+// digits is the number of significant digits the policy rounds delays to.
+func (p Policy) digits() int {
 	if p.DelayDigits == 1 || p.DelayDigits == 3 {
 		return p.DelayDigits
 	}
 	return defaultDelayDigits
 }
+
+// RoundUp is the shortest delay a delay queue of p's precision (its
+// DelayDigits) holds that is not shorter than d: where a copy that must
+// not come due before d can wait.
+func (p Policy) RoundUp(d time.Duration) time.Duration { return roundUp(d, p.digits()) }
+
+// RoundDown is the longest delay a delay queue of p's precision holds that
+// is not longer than d (0 for d below a millisecond): where a copy that
+// must come due by d can wait.
+func (p Policy) RoundDown(d time.Duration) time.Duration { return roundDown(d, p.digits()) }
 
 // State is the retry state of one message, as decoded from its headers.
 type State struct {
@@ -194,7 +204,7 @@ type Rand interface {
 //     left, so it never parks a message by itself.
 //
 // The returned Delay is what the delay queue holds: rounded to DelayDigits
-// significant digits in milliseconds (Round), except that it is
+// significant digits in milliseconds (round), except that it is
 // rounded down instead when rounding up would pass MaxDelay or, under clamp
 // and Strict, the deadline. So 0 <= Delay <= MaxDelay, and under clamp and
 // Strict a retry never lands past StartedAt + MaxDuration. A delay a
@@ -240,8 +250,8 @@ func (p Policy) Decide(s State, now time.Time, r Rand) Decision {
 	if !ok {
 		return Decision{Reason: maxDuration}
 	}
-	delay := roundWithin(d, ceiling, p.Digits())
-	if up := RoundUp(d, p.Digits()); delay < floor && up <= ceiling {
+	delay := roundWithin(d, ceiling, p.digits())
+	if up := roundUp(d, p.digits()); delay < floor && up <= ceiling {
 		delay = up // the least delay asked for is a floor: rounded up
 	}
 	return Decision{Retry: true, Delay: delay, Drawn: d.Truncate(time.Millisecond)}
@@ -256,7 +266,7 @@ func (p Policy) fit(d, elapsed time.Duration) (delay time.Duration, ok bool) {
 	if !ok {
 		return 0, false
 	}
-	return roundWithin(d, ceiling, p.Digits()), true
+	return roundWithin(d, ceiling, p.digits()), true
 }
 
 // deadline applies the deadline to a jittered delay d chosen when elapsed
@@ -283,12 +293,12 @@ func (p Policy) deadline(d, elapsed time.Duration) (delay, ceiling time.Duration
 	return d, ceiling, true
 }
 
-// roundWithin rounds d for the delay queue (Round), down instead where
+// roundWithin rounds d for the delay queue (round), down instead where
 // rounding up would pass ceiling.
 func roundWithin(d, ceiling time.Duration, digits int) time.Duration {
-	rounded := Round(d, digits)
+	rounded := round(d, digits)
 	if rounded > ceiling {
-		rounded = RoundDown(d, digits)
+		rounded = roundDown(d, digits)
 	}
 	return rounded
 }
@@ -325,7 +335,7 @@ func (p Policy) Refused(s State, now time.Time, wait time.Duration) Decision {
 		if p.MaxRetries > 0 && max(s.Retries, 0) >= p.MaxRetries {
 			return Decision{Reason: OriginRefused}
 		}
-		return Decision{Retry: true, Delay: RoundUp(wait, p.Digits())}
+		return Decision{Retry: true, Delay: roundUp(wait, p.digits())}
 	}
 	remaining := p.MaxDuration - max(now.Sub(s.StartedAt), 0)
 	if remaining <= 0 {
@@ -335,7 +345,7 @@ func (p Policy) Refused(s State, now time.Time, wait time.Duration) Decision {
 		if p.Deadline == Strict || remaining < time.Millisecond {
 			return Decision{Reason: OriginRefused}
 		}
-		return Decision{Retry: true, Delay: RoundDown(remaining, p.Digits())}
+		return Decision{Retry: true, Delay: roundDown(remaining, p.digits())}
 	}
-	return Decision{Retry: true, Delay: RoundUp(wait, p.Digits())}
+	return Decision{Retry: true, Delay: roundUp(wait, p.digits())}
 }

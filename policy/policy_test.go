@@ -280,7 +280,7 @@ func TestDecideDeadline(t *testing.T) {
 }
 
 // roundDelay is Round with the default digits.
-func roundDelay(d time.Duration) time.Duration { return Round(d, defaultDelayDigits) }
+func roundDelay(d time.Duration) time.Duration { return round(d, defaultDelayDigits) }
 
 func TestRoundDelay(t *testing.T) {
 	tests := []struct{ d, want time.Duration }{
@@ -516,10 +516,10 @@ func TestRoundDigits(t *testing.T) {
 		{-time.Second, 2, 0, 0},
 		{1234 * ms, 0, 1200 * ms, 1300 * ms}, // 0 and out of range: the default two
 	} {
-		if got := Round(tc.d, tc.digits); got != tc.round {
+		if got := round(tc.d, tc.digits); got != tc.round {
 			t.Errorf("Round(%v, %d) = %v, want %v", tc.d, tc.digits, got, tc.round)
 		}
-		if got := RoundUp(tc.d, tc.digits); got != tc.roundUp {
+		if got := roundUp(tc.d, tc.digits); got != tc.roundUp {
 			t.Errorf("RoundUp(%v, %d) = %v, want %v", tc.d, tc.digits, got, tc.roundUp)
 		}
 	}
@@ -532,11 +532,11 @@ func TestRoundUpProperties(t *testing.T) {
 	for range 20000 {
 		d := time.Duration(r.Int64N(int64(48 * time.Hour)))
 		for _, digits := range []int{1, 2, 3} {
-			up := RoundUp(d, digits)
-			if up < d || Round(up, digits) != up {
+			up := roundUp(d, digits)
+			if up < d || round(up, digits) != up {
 				t.Fatalf("RoundUp(%v, %d) = %v: below d, or off the grid", d, digits, up)
 			}
-			if below := RoundDown(up-1, digits); up > 0 && below >= d && below != up {
+			if below := roundDown(up-1, digits); up > 0 && below >= d && below != up {
 				t.Fatalf("RoundUp(%v, %d) = %v, but %v is on the grid and not below d", d, digits, up, below)
 			}
 		}
@@ -563,7 +563,7 @@ func TestGrid(t *testing.T) {
 		}
 		on := map[time.Duration]bool{}
 		for i, d := range grid {
-			if Round(d, tc.digits) != d || d > tc.longest || (i > 0 && d <= grid[i-1]) {
+			if round(d, tc.digits) != d || d > tc.longest || (i > 0 && d <= grid[i-1]) {
 				t.Fatalf("Grid(%d, %v)[%d] = %v: off the grid, past the range or out of order", tc.digits, tc.longest, i, d)
 			}
 			on[d] = true
@@ -571,10 +571,10 @@ func TestGrid(t *testing.T) {
 		r := rand.New(rand.NewPCG(5, 6))
 		for range 5000 {
 			d := time.Duration(r.Int64N(int64(tc.longest) + 1))
-			if rd := Round(d, tc.digits); rd > 0 && rd <= tc.longest && !on[rd] {
+			if rd := round(d, tc.digits); rd > 0 && rd <= tc.longest && !on[rd] {
 				t.Fatalf("Round(%v, %d) = %v is not in the grid", d, tc.digits, rd)
 			}
-			if up := RoundUp(d, tc.digits); up > 0 && up <= tc.longest && !on[up] {
+			if up := roundUp(d, tc.digits); up > 0 && up <= tc.longest && !on[up] {
 				t.Fatalf("RoundUp(%v, %d) = %v is not in the grid", d, tc.digits, up)
 			}
 		}

@@ -9,7 +9,7 @@ import (
 // count a delay keeps by default (REBOUND_DELAY_DIGITS).
 const defaultDelayDigits = 2
 
-// Round rounds d to digits significant digits (1, 2 or 3; any other value
+// round rounds d to digits significant digits (1, 2 or 3; any other value
 // counts as the default, 2) of its millisecond count, half up, never
 // below a whole millisecond (what x-message-ttl counts). Every distinct
 // delay needs its own delay queue (rebound.delay.<ms>), so rounding keeps
@@ -19,7 +19,7 @@ const defaultDelayDigits = 2
 // 60s (under 50 % error, at most 9 delay queues a decade); with three
 // 1230ms and 56.8s (under 0.5 %, up to 900 a decade). A negative d rounds
 // to 0.
-func Round(d time.Duration, digits int) time.Duration {
+func round(d time.Duration, digits int) time.Duration {
 	if d <= 0 {
 		return 0
 	}
@@ -33,11 +33,11 @@ func Round(d time.Duration, digits int) time.Duration {
 	return q * step
 }
 
-// RoundUp is the smallest delay of digits significant milliseconds that
+// roundUp is the smallest delay of digits significant milliseconds that
 // is not below d: where a copy that must not come due earlier than d can
 // wait.
-func RoundUp(d time.Duration, digits int) time.Duration {
-	down := RoundDown(d, digits)
+func roundUp(d time.Duration, digits int) time.Duration {
+	down := roundDown(d, digits)
 	if down >= d {
 		return down
 	}
@@ -47,7 +47,7 @@ func RoundUp(d time.Duration, digits int) time.Duration {
 }
 
 // Grid lists, shortest first, every delay of digits significant
-// milliseconds from 1ms up to longest: every delay Round, RoundUp and the
+// milliseconds from 1ms up to longest: every delay round, roundUp and the
 // policies give a delay queue within that range, and so every name a
 // delay queue of that precision can have.
 func Grid(digits int, longest time.Duration) []time.Duration {
@@ -58,9 +58,9 @@ func Grid(digits int, longest time.Duration) []time.Duration {
 	return grid
 }
 
-// RoundDown is Round rounding toward 0 instead: the largest delay of
+// roundDown is round rounding toward 0 instead: the largest delay of
 // digits significant milliseconds that is not above d.
-func RoundDown(d time.Duration, digits int) time.Duration {
+func roundDown(d time.Duration, digits int) time.Duration {
 	if d <= 0 {
 		return 0
 	}

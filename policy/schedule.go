@@ -58,7 +58,7 @@ func (p Policy) Schedule(limit int) (steps []Step, stop Decision) {
 			// rounding, as Decide's next range grows from Drawn.
 			top, ceiling, _ := bounds.deadline(hi, elapsed)
 			lastMax = top.Truncate(time.Millisecond)
-			hi = roundWithin(top, ceiling, p.Digits())
+			hi = roundWithin(top, ceiling, p.digits())
 		}
 		elapsed = addSaturating(elapsed, stop.Delay)
 		steps = append(steps, Step{

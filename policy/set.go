@@ -128,8 +128,8 @@ func (p Policy) fingerprint() string {
 	if p.RetryRate != 0 {
 		field("retry-rate", number(p.RetryRate))
 	}
-	if p.Digits() != defaultDelayDigits {
-		field("delay-digits", strconv.Itoa(p.Digits()))
+	if p.digits() != defaultDelayDigits {
+		field("delay-digits", strconv.Itoa(p.digits()))
 	}
 	h := fnv.New32a()
 	h.Write([]byte(b.String()))

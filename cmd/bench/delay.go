@@ -36,8 +36,8 @@ type delayResult struct {
 // queue in lazy mode, as deploy/rabbitmq/setup.sh does.
 func measureDelay(ctx context.Context, b *broker, delay time.Duration, lazy bool, o options, stdout io.Writer) (delayResult, error) {
 	// rebound sends the copies to the delay queue of the delay rounded as
-	// the default policy rounds it.
-	queued := policy.Round(delay, policy.Policy{}.Digits())
+	// the default policy rounds its least delay: up.
+	queued := policy.Policy{}.RoundUp(delay)
 	res := delayResult{Delay: delay, Lazy: lazy}
 	prefix := fmt.Sprintf("%sdelay%d.%s.", b.prefix, delay.Milliseconds(), res.mode())
 	topo := topology.Topology{

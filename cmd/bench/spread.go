@@ -41,7 +41,7 @@ func gridDelays(k, digits int) []time.Duration {
 	var out []time.Duration
 	for d := retryDelay; len(out) < k && d < spreadMax; {
 		out = append(out, d)
-		d = policy.RoundUp(d+time.Millisecond, digits)
+		d = policy.Policy{DelayDigits: digits}.RoundUp(d + time.Millisecond)
 	}
 	return out
 }

@@ -69,7 +69,7 @@ func TestDefaultPolicySpread(t *testing.T) {
 			shares[d]++
 		}
 		for d := range shares {
-			if d <= 0 || d > time.Hour || policy.Round(d, digits) != d {
+			if d <= 0 || d > time.Hour || (policy.Policy{DelayDigits: digits}).RoundDown(d) != d {
 				t.Errorf("%d digits: %s is not a delay of the default policy rounded there", digits, d)
 			}
 		}
@@ -101,7 +101,7 @@ func TestGridDelays(t *testing.T) {
 			t.Errorf("%d digits: starts at %s", digits, ds[0])
 		}
 		for i, d := range ds {
-			if policy.Round(d, digits) != d || (i > 0 && d <= ds[i-1]) || d >= spreadMax {
+			if (policy.Policy{DelayDigits: digits}).RoundDown(d) != d || (i > 0 && d <= ds[i-1]) || d >= spreadMax {
 				t.Errorf("%d digits: delay %d, %s, off the grid or out of order", digits, i, d)
 			}
 		}

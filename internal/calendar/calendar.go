@@ -14,8 +14,8 @@
 //
 // A copy whose second is full moves to the next second with room: later,
 // never earlier. A delay queue holds whole delays of a few significant
-// digits (policy.Round), so the copy moves to the next delay that can be
-// queued and lands in a second with room. It never moves past its
+// digits (policy.Policy.RoundUp), so the copy moves to the next delay
+// that can be queued and lands in a second with room. It never moves past its
 // deadline (the end of its policy's budget): one that finds no room before
 // it comes due at the deadline anyway, and is counted as overflow. The
 // budget never parks a message the policy would retry.
@@ -161,10 +161,10 @@ func (c *Calendar) Retry(key string, now time.Time, p policy.Policy, st policy.S
 		return delay, OnTime
 	}
 	sh.Rate = p.RetryRate
-	up := func(d time.Duration) time.Duration { return policy.RoundUp(d, p.Digits()) }
+	up := func(d time.Duration) time.Duration { return p.RoundUp(d) }
 	d, o := c.reserve(key, now, delay, p.Remaining(st, now), sh, up)
 	if o == Overflow {
-		d = max(policy.RoundDown(d, p.Digits()), delay)
+		d = max(p.RoundDown(d), delay)
 	}
 	return d, o
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // up2 is a delay queue grid of two significant digits.
-func up2(d time.Duration) time.Duration { return policy.RoundUp(d, 2) }
+func up2(d time.Duration) time.Duration { return policy.Policy{}.RoundUp(d) }
 
 var t0 = time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 
@@ -240,7 +240,7 @@ func TestRetryRoundsAnOverflowDown(t *testing.T) {
 	if overflow == 0 {
 		t.Fatal("no copy overflowed a budget of 10 s at one a second")
 	}
-	if want := policy.RoundDown(p.MaxDuration, p.Digits()); last != want {
+	if want := p.RoundDown(p.MaxDuration); last != want {
 		t.Errorf("an overflowing copy comes due after %v, want %v (the delay queue before the deadline)", last, want)
 	}
 	if d, o := c.Retry("orders", t0, policy.Policy{}, st, time.Second, sh); d != time.Second || o != OnTime {

@@ -86,7 +86,7 @@ func Longest(set policy.Set) time.Duration {
 	for _, p := range set.All() {
 		d := p.MaxDelay
 		if p.RetryRate > 0 {
-			d = max(d, policy.RoundUp(calendar.Horizon+time.Second, p.Digits()))
+			d = max(d, p.RoundUp(calendar.Horizon+time.Second))
 		}
 		longest = max(longest, d)
 	}

@@ -59,7 +59,7 @@ func TestFlushAndCancelTwoOrigins(t *testing.T) {
 		// b's copies came due at 4m35s: each waits in the queue of what it
 		// had left, rounded up (never earlier, and not much later), with
 		// its due time unchanged.
-		lo, hi := ws[1].due.Sub(end), policy.RoundUp(ws[1].due.Sub(start), 2)
+		lo, hi := ws[1].due.Sub(end), policy.Policy{}.RoundUp(ws[1].due.Sub(start))
 		var redelayed []Queue
 		for _, q := range e.find() {
 			if q.Delay >= lo && q.Delay <= hi {

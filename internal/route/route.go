@@ -295,7 +295,7 @@ func (r Router) Flush(d amqp.Delivery, origin string) (topology.Destination, amq
 // policy's precision (later, never earlier), with its headers as they
 // were but the broker's, its due time among them.
 func (r Router) Redelay(d amqp.Delivery, origin string, wait time.Duration, due time.Time) (topology.Destination, amqp.Publishing) {
-	delay := policy.RoundUp(wait, r.Policies.For(origin).Digits())
+	delay := r.Policies.For(origin).RoundUp(wait)
 	return r.Topology.Delayed(delay), copyOf(d, r.Codec.Moved(d.Headers, due))
 }
 
