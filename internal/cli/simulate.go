@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 
 	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/internal/simulate"
@@ -14,19 +13,22 @@ import (
 // simulate's commands, which own their models' flags and what they print.
 
 func runSimulateBurst(ctx context.Context, args []string, in invocation) error {
-	return runSimulate(ctx, "simulate burst", simulate.BurstCommand, args, in)
+	return runSimulate(ctx, "burst", args, in)
 }
 
 func runSimulateOutage(ctx context.Context, args []string, in invocation) error {
-	return runSimulate(ctx, "simulate outage", simulate.OutageCommand, args, in)
+	return runSimulate(ctx, "outage", args, in)
 }
 
-// runSimulate parses a simulate command's flags and the ones every
+// runSimulate parses a simulate model's flags and the ones every
 // simulate command takes (how to print, where to plot, which policy to
 // play), then plays it.
-func runSimulate(ctx context.Context, name string, newCommand func(*flag.FlagSet) *simulate.Command, args []string, in invocation) error {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	cmd := newCommand(fs)
+func runSimulate(ctx context.Context, model string, args []string, in invocation) error {
+	fs := flag.NewFlagSet("simulate "+model, flag.ContinueOnError)
+	cmd, err := simulate.New(model, fs)
+	if err != nil {
+		return err
+	}
 	format := addFormatFlag(fs)
 	svg := fs.String("svg", "", "also write the plot to this `file`")
 	which := addPolicyFlags(fs, false)
@@ -35,9 +37,6 @@ func runSimulate(ctx context.Context, name string, newCommand func(*flag.FlagSet
 	}
 	if err := checkFormat(*format); err != nil {
 		return err
-	}
-	if err := cmd.Check(); err != nil {
-		return usageError{fmt.Sprintf("%v", err)}
 	}
 	named, err := which.choose(in)
 	if err != nil {

@@ -151,11 +151,10 @@ per strategy, the dependency's load, its latency and the backlog in the
 delay queues and the application queue over time.`
 
 // Command is one "rebound simulate" subcommand once its flags are set on a
-// flag set. The caller owns the command line: it parses the flags (help,
-// usage errors), checks them with Check, chooses the policy to play and
-// hands it to Plan, then calls Run. Errors from Check and Plan are the
-// command line's, but for a --compare's configuration error, which wraps
-// config's.
+// flag set (New). The caller owns the command line: it parses the flags
+// (help, usage errors), chooses the policy to play and hands it to Plan,
+// then calls Run. Errors from Plan are the command line's, but for a
+// --compare's configuration error, which wraps config's.
 type Command struct {
 	// Usage is the command's help, printed above its flags.
 	Usage string
@@ -165,12 +164,27 @@ type Command struct {
 	run   func(ctx context.Context, format, svg string, stdout io.Writer) error
 }
 
-// Check checks the flags' values once they are parsed.
-func (c *Command) Check() error { return c.check() }
+// New sets the flags of "rebound simulate MODEL" on fs, model being burst
+// or outage.
+func New(model string, fs *flag.FlagSet) (*Command, error) {
+	switch model {
+	case "burst":
+		return burstCommand(fs), nil
+	case "outage":
+		return outageCommand(fs), nil
+	}
+	return nil, fmt.Errorf("no simulate model %q: burst or outage", model)
+}
 
-// Plan chooses the strategies to play, named the configured policy; the
-// environment is what a --compare lays its assignments over.
-func (c *Command) Plan(named *policy.Named, environ []string) error { return c.plan(named, environ) }
+// Plan checks the flags' values once they are parsed, then chooses the
+// strategies to play, named the configured policy; the environment is what
+// a --compare lays its assignments over.
+func (c *Command) Plan(named *policy.Named, environ []string) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	return c.plan(named, environ)
+}
 
 // Run plays every strategy Plan chose and prints the summaries to stdout
 // as a table or JSON (format), and the plot to the file svg unless it is
@@ -179,8 +193,8 @@ func (c *Command) Run(ctx context.Context, format, svg string, stdout io.Writer)
 	return c.run(ctx, format, svg, stdout)
 }
 
-// BurstCommand sets the flags of "rebound simulate burst" on fs.
-func BurstCommand(fs *flag.FlagSet) *Command {
+// burstCommand sets the flags of "rebound simulate burst" on fs.
+func burstCommand(fs *flag.FlagSet) *Command {
 	// The policy is set by Plan: flags come first, so that -h works
 	// whatever the environment holds.
 	c, b := defaultBurst(), defaultBackoffs(policy.Policy{})
@@ -231,8 +245,8 @@ func BurstCommand(fs *flag.FlagSet) *Command {
 	}
 }
 
-// OutageCommand sets the flags of "rebound simulate outage" on fs.
-func OutageCommand(fs *flag.FlagSet) *Command {
+// outageCommand sets the flags of "rebound simulate outage" on fs.
+func outageCommand(fs *flag.FlagSet) *Command {
 	c := defaultOutage()
 	fs.Float64Var(&c.Rate, "rate", c.Rate, "messages per second (Poisson)")
 	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "messages the consumer handles at once (prefetch × replicas)")

@@ -17,35 +17,28 @@ import (
 )
 
 // command sets up a simulate command on a flag set of its own, parses
-// args and checks them, and plans it with environ's default policy, as
-// rebound simulate does; it returns the first error and the stage
-// ("check" or "plan") that gave it.
-func command(t *testing.T, newCommand func(*flag.FlagSet) *Command, environ []string, args ...string) (cmd *Command, stage string, err error) {
+// args, and plans it with environ's default policy, as rebound simulate
+// does; it returns Plan's error.
+func command(t *testing.T, newCommand func(*flag.FlagSet) *Command, environ []string, args ...string) (cmd *Command, err error) {
 	t.Helper()
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
 	cmd = newCommand(fs)
 	if err := fs.Parse(args); err != nil {
 		t.Fatalf("parse %q: %v", args, err)
 	}
-	if err := cmd.Check(); err != nil {
-		return cmd, "check", err
-	}
 	cfg, err := config.Load(environ)
 	if err != nil {
 		t.Fatalf("config %q: %v", environ, err)
 	}
-	if err := cmd.Plan(cfg.PolicySet().Default(), environ); err != nil {
-		return cmd, "plan", err
-	}
-	return cmd, "", nil
+	return cmd, cmd.Plan(cfg.PolicySet().Default(), environ)
 }
 
 // play runs a command that must be accepted and returns what it prints.
 func play(t *testing.T, newCommand func(*flag.FlagSet) *Command, environ []string, format, svg string, args ...string) string {
 	t.Helper()
-	cmd, stage, err := command(t, newCommand, environ, args...)
+	cmd, err := command(t, newCommand, environ, args...)
 	if err != nil {
-		t.Fatalf("%s %q: %v", stage, args, err)
+		t.Fatalf("plan %q: %v", args, err)
 	}
 	var out bytes.Buffer
 	if err := cmd.Run(t.Context(), format, svg, &out); err != nil {
@@ -67,7 +60,7 @@ func TestBurstCommandPrints(t *testing.T) {
 		Parameters map[string]string `json:"parameters"`
 		Results    []burstSummary    `json:"results"`
 	}
-	if err := json.Unmarshal([]byte(play(t, BurstCommand, nil, "json", svg, args...)), &doc); err != nil {
+	if err := json.Unmarshal([]byte(play(t, burstCommand, nil, "json", svg, args...)), &doc); err != nil {
 		t.Fatal(err)
 	}
 	if doc.Model != "burst" || doc.Seed != 3 || doc.Parameters["clients"] != "200" {
@@ -79,7 +72,7 @@ func TestBurstCommandPrints(t *testing.T) {
 	if b, err := os.ReadFile(svg); err != nil || !bytes.HasPrefix(b, []byte("<svg")) {
 		t.Errorf("plot: %v, starts %.20q", err, b)
 	}
-	lines := strings.Split(strings.TrimSpace(play(t, BurstCommand, nil, "table", "", args...)), "\n")
+	lines := strings.Split(strings.TrimSpace(play(t, burstCommand, nil, "table", "", args...)), "\n")
 	if len(lines) != 4 || !strings.HasPrefix(lines[0], "strategy") || !strings.HasPrefix(lines[1], "EB ") ||
 		!strings.HasPrefix(lines[2], "policy ") || !strings.Contains(lines[3], "1500 ticks (seed 3)") {
 		t.Errorf("table:\n%s", strings.Join(lines, "\n"))
@@ -96,7 +89,7 @@ func TestOutageCommandPrints(t *testing.T) {
 	var doc struct {
 		Results []outageSummary `json:"results"`
 	}
-	if err := json.Unmarshal([]byte(play(t, OutageCommand, environ, "json", "", args...)), &doc); err != nil {
+	if err := json.Unmarshal([]byte(play(t, outageCommand, environ, "json", "", args...)), &doc); err != nil {
 		t.Fatal(err)
 	}
 	var names []string
@@ -111,11 +104,11 @@ func TestOutageCommandPrints(t *testing.T) {
 	if rates["policy"] != 50 || rates["slow"] != 50 || rates["fixed"] != 0 || rates["immediate"] != 0 {
 		t.Errorf("retry rates %v: want 50 for policy and slow, none for fixed and immediate", rates)
 	}
-	capped := play(t, OutageCommand, environ, "json", "", append(args, "-cap-all", "-strategies", "fixed")...)
+	capped := play(t, outageCommand, environ, "json", "", append(args, "-cap-all", "-strategies", "fixed")...)
 	if !strings.Contains(capped, `"retry_rate": 50`) || strings.Contains(capped, `"retry_rate": 0`) {
 		t.Errorf("--cap-all: %s\nwant fixed capped at 50 too", capped)
 	}
-	table := play(t, OutageCommand, environ, "table", filepath.Join(t.TempDir(), "outage.svg"), "-horizon", "2m", "-strategies", "policy")
+	table := play(t, outageCommand, environ, "table", filepath.Join(t.TempDir(), "outage.svg"), "-horizon", "2m", "-strategies", "policy")
 	lines := strings.Split(strings.TrimSpace(table), "\n")
 	if len(lines) != 3 || !strings.HasPrefix(lines[0], "strategy") || !strings.HasPrefix(lines[1], "policy ") ||
 		!strings.Contains(lines[2], "dependency stopped from 30s for 1m") {
@@ -123,43 +116,46 @@ func TestOutageCommandPrints(t *testing.T) {
 	}
 }
 
-// TestCommandRefusals: what Check and Plan refuse, each at its stage; a
-// --compare's configuration error stays config's.
+// TestCommandRefusals: what Plan refuses, the flags' values (checked
+// first) and the strategies; a --compare's configuration error stays
+// config's; New refuses a model it does not know.
 func TestCommandRefusals(t *testing.T) {
 	tests := []struct {
 		newCommand func(*flag.FlagSet) *Command
 		args       []string
-		stage      string
 		want       string
 	}{
-		{BurstCommand, []string{"-clients", "0"}, "check", "clients 0"},
-		{BurstCommand, []string{"-strategies", "EB,XB"}, "plan", `--strategies: unknown strategy "XB"`},
-		{BurstCommand, []string{"-strategies", "EB,EB"}, "plan", "listed twice"},
-		{OutageCommand, []string{"-horizon", "1m"}, "check", "horizon 1m0s"},
-		{OutageCommand, []string{"-interval", "0s"}, "check", "--interval 0s"},
-		{OutageCommand, []string{"-strategies", ""}, "plan", "empty list"},
-		{OutageCommand, []string{"-strategies", "backoff"}, "plan", `unknown strategy "backoff"`},
-		{OutageCommand, []string{"-compare", "BACKOFF=constant"}, "plan", "want REBOUND_NAME=value"},
-		{OutageCommand, []string{"-compare", "policy: REBOUND_MIN_DELAY=2s"}, "plan", `the name "policy" is taken`},
-		{OutageCommand, []string{"-compare", "REBOUND_MAX_RETRY=5"}, "plan", "did you mean REBOUND_MAX_RETRIES?"},
-		{OutageCommand, []string{"-compare", "REBOUND_JITTER=loud"}, "plan", `REBOUND_JITTER="loud"`},
+		{burstCommand, []string{"-clients", "0"}, "clients 0"},
+		{burstCommand, []string{"-strategies", "EB,XB"}, `--strategies: unknown strategy "XB"`},
+		{burstCommand, []string{"-strategies", "EB,EB"}, "listed twice"},
+		{outageCommand, []string{"-horizon", "1m"}, "horizon 1m0s"},
+		{outageCommand, []string{"-interval", "0s"}, "--interval 0s"},
+		{outageCommand, []string{"-strategies", ""}, "empty list"},
+		{outageCommand, []string{"-strategies", "backoff"}, `unknown strategy "backoff"`},
+		{outageCommand, []string{"-compare", "BACKOFF=constant"}, "want REBOUND_NAME=value"},
+		{outageCommand, []string{"-compare", "policy: REBOUND_MIN_DELAY=2s"}, `the name "policy" is taken`},
+		{outageCommand, []string{"-compare", "REBOUND_MAX_RETRY=5"}, "did you mean REBOUND_MAX_RETRIES?"},
+		{outageCommand, []string{"-compare", "REBOUND_JITTER=loud"}, `REBOUND_JITTER="loud"`},
 	}
 	for _, tt := range tests {
-		_, stage, err := command(t, tt.newCommand, nil, tt.args...)
-		if stage != tt.stage || err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("%q: %s error %v, want a %s error saying %q", tt.args, stage, err, tt.stage, tt.want)
+		_, err := command(t, tt.newCommand, nil, tt.args...)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: %v, want an error saying %q", tt.args, err, tt.want)
 		}
 	}
-	_, _, err := command(t, OutageCommand, nil, "-compare", "REBOUND_JITTER=loud")
+	_, err := command(t, outageCommand, nil, "-compare", "REBOUND_JITTER=loud")
 	var cfgErr *config.Error
 	if !errors.As(err, &cfgErr) {
 		t.Errorf("a --compare's bad value: %T, want a *config.Error", err)
+	}
+	if _, err := New("storm", flag.NewFlagSet("simulate storm", flag.ContinueOnError)); err == nil || !strings.Contains(err.Error(), "burst or outage") {
+		t.Errorf("New(storm) = %v, want the models named", err)
 	}
 }
 
 // TestRunReportsAPlotItCannotWrite: the plot's error is Run's.
 func TestRunReportsAPlotItCannotWrite(t *testing.T) {
-	cmd, _, err := command(t, BurstCommand, nil, "-strategies", "EB", "-clients", "50")
+	cmd, err := command(t, burstCommand, nil, "-strategies", "EB", "-clients", "50")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +262,7 @@ func TestTableCells(t *testing.T) {
 // TestRunStopsWhenCancelled: a run cancelled before it plays prints
 // nothing and says why.
 func TestRunStopsWhenCancelled(t *testing.T) {
-	cmd, _, err := command(t, OutageCommand, nil, "-horizon", "2m", "-strategies", "policy")
+	cmd, err := command(t, outageCommand, nil, "-horizon", "2m", "-strategies", "policy")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,11 +281,11 @@ func TestRunReportsOutputItCannotWrite(t *testing.T) {
 		newCommand func(*flag.FlagSet) *Command
 		args       []string
 	}{
-		{BurstCommand, []string{"-strategies", "EB", "-clients", "50"}},
-		{OutageCommand, []string{"-strategies", "policy", "-horizon", "2m"}},
+		{burstCommand, []string{"-strategies", "EB", "-clients", "50"}},
+		{outageCommand, []string{"-strategies", "policy", "-horizon", "2m"}},
 	} {
 		for _, format := range []string{"table", "json"} {
-			cmd, _, err := command(t, tt.newCommand, nil, tt.args...)
+			cmd, err := command(t, tt.newCommand, nil, tt.args...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -297,7 +293,7 @@ func TestRunReportsOutputItCannotWrite(t *testing.T) {
 				t.Errorf("%q as %s: Run = %v, want the writer's error", tt.args, format, err)
 			}
 		}
-		cmd, _, err := command(t, tt.newCommand, nil, tt.args...)
+		cmd, err := command(t, tt.newCommand, nil, tt.args...)
 		if err != nil {
 			t.Fatal(err)
 		}

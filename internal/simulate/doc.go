@@ -15,7 +15,7 @@
 //     loading it. The dependency stops for a while and comes back; every
 //     failed message goes through rebound's real policy.Decide.
 //
-// Each model is played through its command (BurstCommand, OutageCommand):
+// Each model is played through its command (New):
 // the flags of "rebound simulate burst" and "outage", the strategies they
 // play and the table, JSON or SVG they print; package cli keeps only what
 // every command shares (help, usage errors, --format, --policy).
