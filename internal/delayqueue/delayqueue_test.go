@@ -1,6 +1,7 @@
 package delayqueue
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -202,5 +203,39 @@ func TestPublishLease(t *testing.T) {
 	got, err := ReadLease(e.Get(e.topo.InUseQueue(), 10*time.Second).Body)
 	if err != nil || got.Replica != want.Replica || !slices.Equal(got.Queues, want.Queues) {
 		t.Errorf("lease in %s: %+v, %v; want %+v", e.topo.InUseQueue(), got, err, want)
+	}
+}
+
+// TestLockWaitsThenGivesUp: while one connection holds the lock of the
+// delay queues, Lock on another tries again until its wait is over and
+// then says who may hold it, or stops at once when its context ends; once
+// released, the lock is the other's at the first try.
+func TestLockWaitsThenGivesUp(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	holder, rival := e.Broker.Dial(t, e.Broker.URL), e.Broker.Dial(t, e.Broker.URL)
+	release, err := Lock(t.Context(), holder, e.topo, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const wait = 500 * time.Millisecond
+	start := time.Now()
+	if _, err := Lock(t.Context(), rival, e.topo, wait); !errors.Is(err, errLocked) || time.Since(start) < wait {
+		t.Errorf("Lock while held = %v after %s, want errLocked after %s", err, time.Since(start), wait)
+	}
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := Lock(cancelled, rival, e.topo, time.Minute); !errors.Is(err, context.Canceled) {
+		t.Errorf("Lock with its context ended = %v, want context.Canceled", err)
+	}
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Lock(t.Context(), rival, e.topo, 0)
+	if err != nil {
+		t.Fatalf("Lock once released = %v", err)
+	}
+	if err := again(); err != nil {
+		t.Error(err)
 	}
 }

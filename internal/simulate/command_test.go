@@ -148,6 +148,12 @@ func TestCommandRefusals(t *testing.T) {
 	if !errors.As(err, &cfgErr) {
 		t.Errorf("a --compare's bad value: %T, want a *config.Error", err)
 	}
+	for _, model := range []string{"burst", "outage"} {
+		fs := flag.NewFlagSet("simulate "+model, flag.ContinueOnError)
+		if cmd, err := New(model, fs); err != nil || cmd.Usage == "" || fs.Lookup("strategies") == nil {
+			t.Errorf("New(%s) = %v, %v; want the model's command and flags", model, cmd, err)
+		}
+	}
 	if _, err := New("storm", flag.NewFlagSet("simulate storm", flag.ContinueOnError)); err == nil || !strings.Contains(err.Error(), "burst or outage") {
 		t.Errorf("New(storm) = %v, want the models named", err)
 	}
