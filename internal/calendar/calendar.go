@@ -173,7 +173,7 @@ func (c *Calendar) Retry(key string, now time.Time, p policy.Policy, st policy.S
 // sh, and returns the delay to give it. latest is the most the delay may
 // become (the end of the policy's budget); 0 or less means no deadline.
 // up gives, for a delay, the least delay not below it that a delay queue
-// can hold (policy.RoundUp with the policy's digits).
+// can hold (Policy.RoundUp).
 func (c *Calendar) reserve(key string, now time.Time, delay, latest time.Duration, sh Share, up func(time.Duration) time.Duration) (time.Duration, Outcome) {
 	if sh.Rate <= 0 || math.IsNaN(sh.Rate) || math.IsInf(sh.Rate, 0) {
 		return delay, OnTime
