@@ -82,8 +82,8 @@ func (c command) applies(origin string, entered, now time.Time, slice time.Durat
 
 // Flush records, in the hold commands stream of topo through conn, that
 // the copies of the origin queues origins matches held as of now go home
-// as each comes back to a holder. It returns when the holders stop
-// applying it, with slice REBOUND_HOLD_SLICE.
+// as each comes back to a holder. until is when the holders stop applying
+// it, with slice REBOUND_HOLD_SLICE.
 func Flush(ctx context.Context, conn *amqp.Connection, topo topology.Topology, origins *regexp.Regexp, now time.Time, slice time.Duration) (until time.Time, err error) {
 	c := newCommand(opFlush, origins, now)
 	return c.until(slice), record(ctx, conn, topo, c)
