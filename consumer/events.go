@@ -27,8 +27,8 @@ import (
 	"go.uber.org/zap"
 )
 
-// eventSchema is the version of ParkedEvent's JSON form; a field's meaning never
-// changes within one.
+// eventSchema is the version of ParkedEvent's JSON form; a field's
+// meaning never changes within one.
 const eventSchema = 1
 
 // ParkedEvent is the event of one parked message. It never carries the body.
@@ -44,8 +44,8 @@ type ParkedEvent struct {
 	ParkedAt   string `json:"parked_at"` // RFC 3339, milliseconds
 }
 
-// newParkedEvent returns the event of a message parked at parkedAt; the error a
-// consumer reported is cut to maxError bytes.
+// newParkedEvent returns the event of a message parked at parkedAt; the
+// error a consumer reported is cut to maxEventError bytes.
 func newParkedEvent(messageID, origin, reason, policy, group, errText string, retryCount int, parkedAt time.Time) ParkedEvent {
 	return ParkedEvent{Schema: eventSchema, MessageID: messageID, Origin: origin, Reason: reason, Policy: policy, Group: group,
 		Error: cutUTF8(errText, maxEventError), RetryCount: retryCount, ParkedAt: parkedAt.UTC().Format("2006-01-02T15:04:05.000Z07:00")}
@@ -53,8 +53,8 @@ func newParkedEvent(messageID, origin, reason, policy, group, errText string, re
 
 const maxEventError = 1024
 
-// eventRoutingKey is parked.<reason>.<origin>, cut to the 255 bytes AMQP allows
-// a routing key (at a character boundary). An origin's dots become more
+// eventRoutingKey is parked.<reason>.<origin>, cut to the 255 bytes AMQP
+// allows a routing key (at a character boundary). An origin's dots become more
 // words of the key: bind parked.*.payments.# for one service's origins.
 func eventRoutingKey(reason, origin string) string {
 	return cutUTF8("parked."+reason+"."+origin, 255)
