@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rebound-mq/rebound/headers"
+	"github.com/rebound-mq/rebound/internal/calendar"
 	"github.com/rebound-mq/rebound/internal/route"
 	"github.com/rebound-mq/rebound/policy"
 )
@@ -90,5 +92,39 @@ func TestShareIgnoresAMomentWithoutAConsumer(t *testing.T) {
 	s.setPlace(2)
 	if sh := s.share(named); sh.Index != 2 || sh.Replicas != 3 || sh.Rate != 60 {
 		t.Errorf("share %+v, want rate 60 over 3 replicas at place 2", sh)
+	}
+}
+
+// TestDeferralLogForgetsQuietOrigins: a storm logs one deferral line per
+// origin a minute, and the log of which origins it has logged for stays
+// within calendar.MaxOrigins: once full, it forgets those it has not
+// logged for a minute, and keeps those it has.
+func TestDeferralLogForgetsQuietOrigins(t *testing.T) {
+	var l deferralLog
+	start := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	for i := range calendar.MaxOrigins - 1 {
+		if !l.first(fmt.Sprint("quiet", i), start) {
+			t.Fatalf("origin %d: not logged the first time", i)
+		}
+	}
+	later := start.Add(30 * time.Second)
+	if !l.first("busy", later) {
+		t.Fatal("busy: not logged the first time")
+	}
+	if l.first("busy", later.Add(59*time.Second)) || l.first("quiet0", later) {
+		t.Error("an origin logged again within its minute")
+	}
+	if len(l.last) != calendar.MaxOrigins {
+		t.Fatalf("remembers %d origins, want %d", len(l.last), calendar.MaxOrigins)
+	}
+	// A minute after the quiet ones: full, it forgets them, not busy.
+	if !l.first("new", start.Add(time.Minute)) {
+		t.Error("new: not logged the first time")
+	}
+	if _, ok := l.last["busy"]; !ok || len(l.last) != 2 {
+		t.Errorf("remembers %d origins (busy kept: %v), want busy and new", len(l.last), ok)
+	}
+	if !l.first("quiet0", start.Add(time.Minute)) {
+		t.Error("a forgotten origin is not logged again")
 	}
 }

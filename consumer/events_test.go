@@ -107,15 +107,22 @@ func TestEventsSendNeverWaits(t *testing.T) {
 	}
 }
 
+// eventsBroker requires the broker under test and returns a connection
+// to it and a prefix for the test's exchanges and queues, which are
+// deleted at cleanup.
+func eventsBroker(t *testing.T) (*amqp.Connection, string) {
+	b := brokertest.Require(t)
+	prefix := brokertest.Unique(t)
+	b.CleanupPrefix(t, b.URL, prefix)
+	return b.Dial(t, b.URL), prefix
+}
+
 // TestPublisherOnTheBroker: what a subscriber bound to parked.# gets of a
 // park (the event as JSON, its routing key, type and message id); while
 // the exchange is missing (deleted by hand), events fail, are counted and
 // logged, and parks go on; once it exists again, events flow again.
 func TestEventsPublisherOnTheBroker(t *testing.T) {
-	b := brokertest.Require(t)
-	conn := b.Dial(t, b.URL)
-	prefix := brokertest.Unique(t)
-	b.CleanupPrefix(t, b.URL, prefix)
+	conn, prefix := eventsBroker(t)
 	exchange, queue := prefix+"events", prefix+"subscriber"
 	core, logs := observer.New(zap.WarnLevel)
 	o := &eventCounts{n: map[string]int{}}
@@ -180,13 +187,39 @@ func TestEventsPublisherOnTheBroker(t *testing.T) {
 	}
 }
 
+// TestEventsFailWhileTheConnectionIsGone: a park event sent after the
+// connection under the events publisher closed is counted failed and
+// logged, and the next send is not held up by it.
+func TestEventsFailWhileTheConnectionIsGone(t *testing.T) {
+	conn, prefix := eventsBroker(t)
+	core, logs := observer.New(zap.WarnLevel)
+	o := &eventCounts{n: map[string]int{}}
+	p := startEvents(conn, prefix+"events", zap.New(core), o.count)
+	defer p.close()
+	if err := conn.Close(); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 11, 27, 2, 10, 3, 0, time.UTC)
+	for _, id := range []string{"m1", "m2"} {
+		p.send(newParkedEvent(id, "orders", "max-retries", "default", "0123456789ab", "", 10, at))
+	}
+	// A failure is counted, then logged: wait for both.
+	warnings := func() []observer.LoggedEntry { return logs.FilterMessage("events: park event not published").All() }
+	if !brokertest.Await(10*time.Second, func() bool { return o.get(eventFailed) == 2 && len(warnings()) == 2 }) {
+		t.Fatalf("outcomes %v and %d warnings, want two failed and logged", o, len(warnings()))
+	}
+	if o.get(eventPublished) != 0 {
+		t.Errorf("outcomes %v: published without a connection", o)
+	}
+	if failed := warnings(); !strings.Contains(fmt.Sprint(failed[0].ContextMap()["error"]), "open events channel") {
+		t.Errorf("warnings %v, want them to name the events channel", failed)
+	}
+}
+
 // TestStartWithAnExchangeItCannotDeclare: an exchange of the name with
 // another type is refused at start: rebound warns and starts anyway.
 func TestEventsStartWithAnExchangeItCannotDeclare(t *testing.T) {
-	b := brokertest.Require(t)
-	conn := b.Dial(t, b.URL)
-	prefix := brokertest.Unique(t)
-	b.CleanupPrefix(t, b.URL, prefix)
+	conn, prefix := eventsBroker(t)
 	ch, err := conn.Channel()
 	if err != nil {
 		t.Fatal(err)

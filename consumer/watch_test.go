@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/rebound-mq/rebound/internal/brokertest"
 )
 
 func TestShareEvery(t *testing.T) {
@@ -91,4 +93,33 @@ func TestOneReplicaWatches(t *testing.T) {
 
 func hasSeries(t *testing.T, reg *prometheus.Registry, name, label, value string) bool {
 	return len(matching(t, reg, name, label, value)) > 0
+}
+
+// TestAGoneDelayQueueIsNoLongerReported: a delay queue deleted under the
+// replica that uses it (by `rebound topology prune`, or by hand) drops out
+// of rebound_delay_queue_messages at the next reading, rather than
+// reporting its last count for as long as the replica runs.
+func TestAGoneDelayQueueIsNoLongerReported(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "classic")
+	_, reg, _ := e.replica()
+	e.Publish(e.app, amqp.Publishing{MessageId: "m1"})
+	e.reject(e.app)
+	e.take(e.app) // back from the delay queue
+	delayQueue, _ := e.topo.DelayQueue(50 * time.Millisecond)
+	reported := func() bool { return hasSeries(t, reg, "rebound_delay_queue_messages", "queue", delayQueue.Name) }
+	// The leader reads the delay queues every queuesEvery.
+	if !brokertest.Await(2*queuesEvery+5*time.Second, reported) {
+		t.Fatalf("%s is not reported", delayQueue.Name)
+	}
+	ch, err := e.b.Dial(t, e.URL()).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDelete(delayQueue.Name, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if !brokertest.Await(2*queuesEvery+5*time.Second, func() bool { return !reported() }) {
+		t.Errorf("%s is reported %s after it was deleted", delayQueue.Name, 2*queuesEvery+5*time.Second)
+	}
 }
