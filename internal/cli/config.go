@@ -148,6 +148,20 @@ func (f *policyFlags) refusal(in invocation) (string, error) {
 	return fmt.Sprintf("messages from %s are parked %s at their first failure (%s): no policy decides them", f.origin, o.Refused, o.Why), nil
 }
 
+// parse parses the flags of a command that shows a policy (it takes no
+// arguments), checks its --format and chooses the policy the flags name.
+// done means -h printed the usage.
+func (f *policyFlags) parse(fs *flag.FlagSet, args []string, usage string, format *string, in invocation) (named *policy.Named, done bool, err error) {
+	if done, err := parseFlags(fs, args, usage, 0, in); done || err != nil {
+		return nil, done, err
+	}
+	if err := checkFormat(*format); err != nil {
+		return nil, false, err
+	}
+	named, err = f.choose(in)
+	return named, false, err
+}
+
 // choose loads the configuration and returns the policy of its set the
 // flags name.
 func (f *policyFlags) choose(in invocation) (*policy.Named, error) {

@@ -55,14 +55,8 @@ func runSchedule(ctx context.Context, args []string, in invocation) error {
 	fs := flag.NewFlagSet("schedule", flag.ContinueOnError)
 	format := addFormatFlag(fs)
 	which := addPolicyFlags(fs, true)
-	if done, err := parseFlags(fs, args, scheduleUsage, 0, in); done || err != nil {
-		return err
-	}
-	if err := checkFormat(*format); err != nil {
-		return err
-	}
-	named, err := which.choose(in)
-	if err != nil {
+	named, done, err := which.parse(fs, args, scheduleUsage, format, in)
+	if done || err != nil {
 		return err
 	}
 	if refused, err := which.refusal(in); err != nil || refused != "" {

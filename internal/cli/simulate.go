@@ -32,14 +32,8 @@ func runSimulate(ctx context.Context, model string, args []string, in invocation
 	format := addFormatFlag(fs)
 	svg := fs.String("svg", "", "also write the plot to this `file`")
 	which := addPolicyFlags(fs, false)
-	if done, err := parseFlags(fs, args, cmd.Usage, 0, in); done || err != nil {
-		return err
-	}
-	if err := checkFormat(*format); err != nil {
-		return err
-	}
-	named, err := which.choose(in)
-	if err != nil {
+	named, done, err := which.parse(fs, args, cmd.Usage, format, in)
+	if done || err != nil {
 		return err
 	}
 	if err := cmd.Plan(named, in.environ); err != nil {
