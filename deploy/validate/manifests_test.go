@@ -294,6 +294,16 @@ func TestCheckPodCatches(t *testing.T) {
 	}{
 		{"no restartPolicy", func(d *appsv1.Deployment, _ *PodInput) { reboundContainer(d).RestartPolicy = nil }, "restartPolicy: Always"},
 		{"wrong layout", func(_ *appsv1.Deployment, in *PodInput) { in.Layout = TwoContainers }, `no container "rebound"`},
+		{"rebound twice", func(d *appsv1.Deployment, _ *PodInput) {
+			spec := &d.Spec.Template.Spec
+			spec.Containers = append(spec.Containers, *reboundContainer(d))
+		}, `"rebound" is both an init container and a container`},
+		{"rebound twice, two-container layout", func(d *appsv1.Deployment, in *PodInput) {
+			spec := &d.Spec.Template.Spec
+			spec.Containers = append(spec.Containers, *reboundContainer(d))
+			spec.Containers[len(spec.Containers)-1].RestartPolicy = nil
+			in.Layout = TwoContainers
+		}, `"rebound" is both an init container and a container`},
 		{"writable root", func(d *appsv1.Deployment, _ *PodInput) {
 			reboundContainer(d).SecurityContext.ReadOnlyRootFilesystem = ptr.To(false)
 		}, "readOnlyRootFilesystem"},

@@ -149,14 +149,14 @@ func (p *problems) add(format string, args ...any) {
 func findRebound(p *problems, spec *corev1.PodSpec, layout Layout) *corev1.Container {
 	inInit := slices.IndexFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == ContainerName })
 	inMain := slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == ContainerName })
+	if inInit >= 0 && inMain >= 0 && layout != Standalone { // Standalone's own check names it
+		p.add("%q is both an init container and a container", ContainerName)
+	}
 	switch layout {
 	case NativeSidecar:
 		if inInit < 0 {
 			p.add("no init container %q (native sidecar layout)", ContainerName)
 			return nil
-		}
-		if inMain >= 0 {
-			p.add("%q is both an init container and a container", ContainerName)
 		}
 		c := &spec.InitContainers[inInit]
 		if c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways {
@@ -180,9 +180,6 @@ func findRebound(p *problems, spec *corev1.PodSpec, layout Layout) *corev1.Conta
 		if inMain < 0 {
 			p.add("no container %q (two-container layout)", ContainerName)
 			return nil
-		}
-		if inInit >= 0 {
-			p.add("%q is both an init container and a container", ContainerName)
 		}
 		c := &spec.Containers[inMain]
 		if c.RestartPolicy != nil {
