@@ -17,7 +17,8 @@ import (
 // application queue, twice, then parked) in each delay mode, in one run on
 // one broker: hold (with the broker's default dead-letter window, and with
 // it raised to 512), queues with quorum delay queues, queues with classic
-// ones, and one quorum delay queue (no jitter). Delays are drawn with full
+// ones, one quorum delay queue (no jitter), and no delay at all (every
+// retry immediate: the loop's floor). Delays are drawn with full
 // jitter from 1s to 4s, spread over about as many delay queues as two
 // digits give. It checks that every message is parked, and logs the rate,
 // the broker's CPU per retried copy and how late the copies reached the
@@ -53,6 +54,10 @@ func TestMeasureHoldVsQueues(t *testing.T) {
 		{name: "queues-quorum", vars: with(spread, "REBOUND_QUEUE_TYPE", "quorum")},
 		{name: "queues-classic", vars: with(spread, "REBOUND_QUEUE_TYPE", "classic")},
 		{name: "one-quorum-delay-queue", vars: with(spread, "REBOUND_QUEUE_TYPE", "quorum", "REBOUND_BACKOFF", "constant", "REBOUND_JITTER", "none")},
+		// The loop without a delay: every retry immediate, straight back to
+		// the application queue. What this costs the broker a copy bounds
+		// what any way of delaying copies can save.
+		{name: "no-delay", vars: with(spread, "REBOUND_QUEUE_TYPE", "quorum", "REBOUND_IMMEDIATE_RETRIES", "2")},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			if mode.dlxWindow > 0 {
