@@ -80,6 +80,10 @@ type Options struct {
 	// WindowIdle is how long without a delivery before the inbox's
 	// window starts over at one delivery; default 10s.
 	WindowIdle time.Duration
+	// QueuesEvery is how often the watch's leader reads the parking and
+	// delay queues for the gauges; default 15s (tests set less, to see a
+	// change without sitting out the reading).
+	QueuesEvery time.Duration
 	// Reconnect is the backoff between sessions; default exponential from
 	// 500ms to 30s with equal jitter.
 	Reconnect policy.Policy
@@ -153,6 +157,9 @@ func New(opt Options) *Sidecar {
 	}
 	if opt.WindowIdle <= 0 {
 		opt.WindowIdle = 10 * time.Second
+	}
+	if opt.QueuesEvery <= 0 {
+		opt.QueuesEvery = defaultQueuesEvery
 	}
 	if opt.Reconnect.MinDelay == 0 {
 		opt.Reconnect = policy.Policy{

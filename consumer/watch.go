@@ -16,10 +16,10 @@ import (
 // second: a replica that joins is counted within half a second, one that
 // leaves within a second (setConsumers takes a lower count on the second
 // reading). The other queues are for the gauges only, and read every
-// 15 s.
+// 15 s by default (Options.QueuesEvery).
 const (
-	inboxEvery  = 500 * time.Millisecond
-	queuesEvery = 15 * time.Second
+	inboxEvery         = 500 * time.Millisecond
+	defaultQueuesEvery = 15 * time.Second
 	// sharePeers is how many replicas read the inbox every inboxEvery for
 	// their share of a retry rate; with more, each reads it that much
 	// less often, so that all of them together ask about as often as
@@ -102,7 +102,7 @@ func (w *watcher) close() {
 func (w *watcher) run() {
 	inbox := time.NewTicker(inboxEvery)
 	defer inbox.Stop()
-	queues := time.NewTicker(queuesEvery)
+	queues := time.NewTicker(w.ss.s.opt.QueuesEvery)
 	defer queues.Stop()
 	w.join()
 	w.inbox()

@@ -87,7 +87,7 @@ func TestWatchCostAtScale(t *testing.T) {
 	fmt.Fprintf(&b, "\nreplicas  retry rate  checks/s  all calls/s  delay-queue series  delay queues  before (every replica checks its own)\n")
 	for _, r := range rows {
 		fmt.Fprintf(&b, "%8d  %10v  %8.2f  %11.2f  %18d  %12d  ~%.1f/s\n", r.n, r.rate, r.checks, r.all, r.series, r.delayQueue,
-			float64(r.n)*(1/inboxEvery.Seconds()+float64(1+r.delayQueue)/queuesEvery.Seconds()))
+			float64(r.n)*(1/inboxEvery.Seconds()+float64(1+r.delayQueue)/defaultQueuesEvery.Seconds()))
 	}
 	t.Log(b.String())
 	for _, rate := range []bool{false, true} {

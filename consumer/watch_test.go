@@ -102,14 +102,19 @@ func hasSeries(t *testing.T, reg *prometheus.Registry, name, label, value string
 func TestAGoneDelayQueueIsNoLongerReported(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "classic")
-	_, reg, _ := e.replica()
+	const every = 200 * time.Millisecond
+	opt := e.options()
+	opt.QueuesEvery = every
+	reg := prometheus.NewRegistry()
+	opt.Metrics = NewMetrics(reg, opt.Router)
+	e.start(opt)
 	e.Publish(e.app, amqp.Publishing{MessageId: "m1"})
 	e.reject(e.app)
 	e.take(e.app) // back from the delay queue
 	delayQueue, _ := e.topo.DelayQueue(50 * time.Millisecond)
 	reported := func() bool { return hasSeries(t, reg, "rebound_delay_queue_messages", "queue", delayQueue.Name) }
-	// The leader reads the delay queues every queuesEvery.
-	if !brokertest.Await(2*queuesEvery+5*time.Second, reported) {
+	// The leader reads the delay queues every QueuesEvery.
+	if !brokertest.Await(30*time.Second, reported) {
 		t.Fatalf("%s is not reported", delayQueue.Name)
 	}
 	ch, err := e.b.Dial(t, e.URL()).Channel()
@@ -119,7 +124,7 @@ func TestAGoneDelayQueueIsNoLongerReported(t *testing.T) {
 	if _, err := ch.QueueDelete(delayQueue.Name, false, false, false); err != nil {
 		t.Fatal(err)
 	}
-	if !brokertest.Await(2*queuesEvery+5*time.Second, func() bool { return !reported() }) {
-		t.Errorf("%s is reported %s after it was deleted", delayQueue.Name, 2*queuesEvery+5*time.Second)
+	if !brokertest.Await(30*time.Second, func() bool { return !reported() }) {
+		t.Errorf("%s is still reported 30s after it was deleted, with a reading every %s", delayQueue.Name, every)
 	}
 }
