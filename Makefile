@@ -27,10 +27,11 @@ run: broker build
 # The whole test suite against both brokers of the matrix: formatting, vet,
 # staticcheck, a tidy go.mod, the alerting rules' unit tests, then for each
 # broker, both brokers at once (scripts/test-broker.sh; each line prefixed
-# by its broker): the race-enabled tests, the disruptive ones (memory alarm,
-# broker restarts) one at a time, the cluster tests on three extra nodes
-# (stopped and deleted afterwards, pass or fail), and the Kubernetes
-# manifest checks; last, an account of what failed (scripts/testreport.go).
+# by its broker): the race-enabled tests; the ones that disturb the main
+# node (memory alarm, broker restarts) one at a time, beside the cluster
+# tests on three extra nodes (stopped and deleted afterwards, pass or
+# fail); the Kubernetes manifest checks; last, an account of what failed
+# (scripts/testreport.go) and each broker's time per step.
 # The clients target installs what the client tests run besides Go (Node's
 # amqplib, pika, Qpid Proton).
 test: brokers clients lint alerts

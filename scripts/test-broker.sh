@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# One broker's share of `make test`, step after step: the race-enabled
-# suite; the tests that disturb the whole broker (memory alarm, broker
-# restarts), one after the other since they stop or alarm it; the cluster
-# tests on three extra nodes of this broker (scripts/cluster.sh, stopped and
-# deleted afterwards, pass or fail); the Kubernetes manifest checks against
-# this broker (deploy/validate). `make test` runs this for 3.10 and 4.3 at
-# the same time: the two brokers and their clusters are separate nodes, and
-# much of the suites waits on delays, node starts and elections.
+# One broker's share of `make test`: the race-enabled suite; then, side by
+# side, the tests that disturb the broker's main node (memory alarm, broker
+# restarts; one after the other since they stop or alarm it) and the
+# cluster tests on three extra nodes of this broker (scripts/cluster.sh,
+# stopped and deleted afterwards, pass or fail), which never ask the main
+# node; then, once the main node is left alone again, the Kubernetes
+# manifest checks against it (deploy/validate). `make test` runs this for
+# 3.10 and 4.3 at the same time: the two brokers and their clusters are
+# separate nodes, and much of the suites waits on delays, node starts and
+# elections. The last line gives each step's time and the chain's.
 #
 #   scripts/test-broker.sh BROKER CHAOS_TESTS_REGEXP CLUSTER_TESTS_REGEXP [go test flags...]
 #
@@ -23,37 +25,44 @@ export REBOUND_TEST_BROKER=$broker
 account=${REBOUND_TEST_ACCOUNT:-/dev/null}
 : > "$account"
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+start=$SECONDS
+trap 'echo "=== RabbitMQ $broker: $(paste -sd, "$tmp/times" 2>/dev/null || echo nothing run); the chain $((SECONDS - start))s"; rm -rf "$tmp"' EXIT
 go build -o "$tmp/testreport" scripts/testreport.go || exit 1
 
-# run NAME go test args...: one go test run, its account appended.
+# run NAME [-v] go test args...: one go test run, its account appended and
+# its time recorded for the last line (the critical path of `make test` is
+# the slower broker's chain). -v: the tests' own lines (where messages went,
+# every failure's message) as they come, not rebound's logs.
 run() {
-  local name=$1
+  local name=$1 began=$SECONDS report=()
   shift
-  "$@" 2>&1 | "$tmp/testreport" "${report[@]}" -account "$tmp/$name" -label "[$broker $name] "
+  if [ "$1" = -v ]; then
+    report=(-v)
+    shift
+  fi
+  "$@" 2>&1 | "$tmp/testreport" "${report[@]}" -slowest 10 -account "$tmp/$name" -label "[$broker $name] "
   local status=$(( PIPESTATUS[0] | PIPESTATUS[1] ))
   cat "$tmp/$name" >> "$account"
+  echo " $name $((SECONDS - began))s" >> "$tmp/times"
   return $status
 }
 
 echo "=== RabbitMQ $broker: go test ./..."
-report=()
 run suite go test -json "${flags[@]}" ./... || exit 1
 
-echo "=== RabbitMQ $broker: tests that disturb the whole broker"
-# -v: the tests' own lines (where messages went, every failure's message)
-# as they come, not rebound's logs.
-report=(-v)
-run chaos go test -json "${flags[@]}" -tags chaos -run "$chaos" -v ./e2e/ || exit 1
-
-echo "=== RabbitMQ $broker: cluster tests"
+echo "=== RabbitMQ $broker: tests that disturb the main node, beside the cluster tests"
 (
-  trap './scripts/cluster.sh -b "$broker" stop' EXIT
-  ./scripts/cluster.sh -b "$broker" start &&
-    run cluster go test -json "${flags[@]}" -tags chaos -run "$clustered" -v ./e2e/
-) || exit 1
+  trap './scripts/cluster.sh -b "$broker" stop 2>&1 | sed -u "s/^/[$broker cluster] /"' EXIT
+  ./scripts/cluster.sh -b "$broker" start 2>&1 | sed -u "s/^/[$broker cluster] /" &&
+    run cluster -v go test -json "${flags[@]}" -tags chaos -run "$clustered" -v ./e2e/
+) &
+clustered_pid=$!
+run chaos -v go test -json "${flags[@]}" -tags chaos -run "$chaos" -v ./e2e/
+chaos_status=$?
+wait $clustered_pid
+cluster_status=$?
+[ $chaos_status = 0 ] && [ $cluster_status = 0 ] || exit 1
 
 echo "=== RabbitMQ $broker: deploy/validate"
-report=()
 (cd deploy/validate && go vet ./...) || exit 1
 run validate go -C deploy/validate test -json -count=1 ./...
