@@ -465,16 +465,79 @@ func vhostOf(url string) string {
 // returns the user's name and url with the user's credentials.
 func (b *Broker) User(t testing.TB, url, password, configure, write, read string) (name, userURL string) {
 	t.Helper()
-	u, err := amqp.ParseURI(url)
+	u := b.Users(t, url, UserSpec{Password: password, Permissions: Permissions{configure, write, read}})[0]
+	return u.Name, u.URL
+}
+
+// Permissions are a user's patterns in one virtual host (regular
+// expressions, as set_permissions takes them).
+type Permissions struct{ Configure, Write, Read string }
+
+// UserSpec is a test user to create: its password ("" for a random one)
+// and its permissions.
+type UserSpec struct {
+	Password string
+	Permissions
+}
+
+// TestUser is a user Users created.
+type TestUser struct {
+	Name, Password string
+	URL            string // the virtual host's URL with the user's credentials
+}
+
+// Users creates a user per spec for one test, in the virtual host of url,
+// and deletes them at cleanup: one rabbitmqctl call for all of them
+// (import_definitions, which takes plaintext passwords), and one more at
+// cleanup. A call costs a second or more, several on a loaded machine
+// (the CLI starts an Erlang VM), where add_user, set_permissions and
+// delete_user for each user cost three.
+func (b *Broker) Users(t testing.TB, url string, specs ...UserSpec) []TestUser {
+	t.Helper()
+	base, err := amqp.ParseURI(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	name = "rebound-test-" + RandomSuffix()
-	b.MustCtl(t, "-q", "add_user", name, password)
-	t.Cleanup(func() { _, _ = b.Ctl(context.Background(), nil, "-q", "delete_user", name) })
-	b.MustCtl(t, "-q", "set_permissions", "-p", vhostOf(url), name, configure, write, read)
-	u.Username, u.Password = name, password
-	return name, u.String()
+	type user struct {
+		Name     string `json:"name"`
+		Password string `json:"password"`
+		Tags     string `json:"tags"`
+	}
+	type permission struct {
+		User      string `json:"user"`
+		Vhost     string `json:"vhost"`
+		Configure string `json:"configure"`
+		Write     string `json:"write"`
+		Read      string `json:"read"`
+	}
+	var definitions struct {
+		Users       []user       `json:"users"`
+		Permissions []permission `json:"permissions"`
+	}
+	out := make([]TestUser, len(specs))
+	names := make([]string, len(specs))
+	for i, spec := range specs {
+		name, password := "rebound-test-"+RandomSuffix(), cmp.Or(spec.Password, "pw-"+RandomSuffix())
+		definitions.Users = append(definitions.Users, user{Name: name, Password: password})
+		definitions.Permissions = append(definitions.Permissions, permission{User: name, Vhost: vhostOf(url),
+			Configure: spec.Configure, Write: spec.Write, Read: spec.Read})
+		u := base
+		u.Username, u.Password = name, password
+		out[i] = TestUser{Name: name, Password: password, URL: u.String()}
+		names[i] = `<<"` + name + `">>` // RandomSuffix is hex: nothing to quote
+	}
+	doc, err := json.Marshal(definitions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = b.Ctl(context.Background(), nil, "-q", "eval",
+			`lists:foreach(fun(N) -> rabbit_auth_backend_internal:delete_user(N, <<"rebound-test">>) end, [`+strings.Join(names, ",")+`]).`)
+	})
+	if err := b.ImportDefinitions(context.Background(), string(doc)); err != nil {
+		t.Fatalf("create test users: %v", err)
+	}
+	return out
 }
 
 // Answers reports whether an AMQP connection to the broker opens now.

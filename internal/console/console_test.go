@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rebound-mq/rebound/internal/brokertest"
 	"github.com/rebound-mq/rebound/internal/group"
 	"github.com/rebound-mq/rebound/policy"
 )
@@ -262,15 +263,21 @@ func TestPermissionsEachPageNeeds(t *testing.T) {
 	q := func(suffix string) string { return "^" + regexp.QuoteMeta(e.Prefix+suffix) + "$" }
 	parkedQ := q("parked")
 	delays := "^" + regexp.QuoteMeta(e.Prefix+"delay.") + "[0-9]+$"
-
+	delaysOrLock := "^" + regexp.QuoteMeta(e.Prefix+"delay.") + "([0-9]+|lock)$"
+	// The four users at once: one rabbitmqctl call, not two each.
+	users := e.Broker.Users(t, e.URL(),
+		brokertest.UserSpec{Permissions: brokertest.Permissions{Configure: "^$", Write: "^$", Read: parkedQ}},
+		brokertest.UserSpec{Permissions: brokertest.Permissions{Configure: "^$", Write: "^amq\\.default$", Read: parkedQ}},
+		brokertest.UserSpec{Permissions: brokertest.Permissions{Configure: q("delay.lock"), Write: "^$", Read: delays}},
+		brokertest.UserSpec{Permissions: brokertest.Permissions{Configure: delaysOrLock, Write: "^amq\\.default$|" + delays, Read: delays}})
 	viewer := e.person()
-	viewer.signIn(e.user("^$", "^$", parkedQ))
+	viewer.signIn(users[0].Name, users[0].Password)
 	want(t, "read on the parking queue: groups", viewer.get("/groups"), http.StatusOK, timeouts)
 	want(t, "read on the parking queue: a group", viewer.get("/groups/"+timeouts), http.StatusOK, ">t1<")
 	want(t, "read on the parking queue: the delayed page", viewer.get("/delayed"), http.StatusForbidden, "refused")
 
 	replayer := e.person()
-	replayer.signIn(e.user("^$", "^amq\\.default$", parkedQ))
+	replayer.signIn(users[1].Name, users[1].Password)
 	preview := replayer.get("/groups/" + timeouts + "/replay")
 	want(t, "replay preview", preview, http.StatusOK, `<b id="preview-count">3</b>`)
 	res := replayer.do(http.MethodPost, "/groups/"+timeouts+"/replay", url.Values{"csrf": {csrfOf(t, preview.body)}})
@@ -278,12 +285,11 @@ func TestPermissionsEachPageNeeds(t *testing.T) {
 	e.WaitQueueLen(e.App, 3, 10*time.Second)
 
 	waiting := e.person()
-	waiting.signIn(e.user(q("delay.lock"), "^$", delays))
+	waiting.signIn(users[2].Name, users[2].Password)
 	want(t, "the delayed page", waiting.get("/delayed"), http.StatusOK, "5 copies in 2 delay queues")
 
 	flusher := e.person()
-	delaysOrLock := "^" + regexp.QuoteMeta(e.Prefix+"delay.") + "([0-9]+|lock)$"
-	flusher.signIn(e.user(delaysOrLock, "^amq\\.default$|"+delays, delays))
+	flusher.signIn(users[3].Name, users[3].Password)
 	origin := "^" + regexp.QuoteMeta(e.App) + "$"
 	preview = flusher.get("/delayed/flush?origin=" + url.QueryEscape(origin))
 	res = flusher.do(http.MethodPost, "/delayed/flush", url.Values{"csrf": {csrfOf(t, preview.body)}, "origin": {origin}})
