@@ -150,11 +150,16 @@ launch() {
 
 # node_pids prints the processes of node $1: the Erlang VMs started with
 # its environment file (the node name is not on their command line, and
-# the chroot's rabbitmq user has another uid than the host's).
+# the chroot's rabbitmq user has another uid than the host's) under this
+# broker's root. The path is the same for both brokers' nodes as they see
+# it, so without the root `-b 4.3 start` (which wipes what a previous run
+# left) would kill the 3.10 cluster running beside it, as it did in CI.
 node_pids() {
-  local pid want
+  local pid want root
   want="RABBITMQ_CONF_ENV_FILE=$(dir "$1")/rabbitmq-env.conf"
+  root=$(readlink -f "${ROOT:-/}")
   for pid in $(pgrep -x beam.smp || true); do
+    [ "$(readlink "/proc/$pid/root" 2>/dev/null)" = "$root" ] || continue
     # An exiting process has no environment left to read.
     if { tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null | grep -qxF "$want"; then
       echo "$pid"
