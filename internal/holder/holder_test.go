@@ -402,8 +402,10 @@ func TestHoldParkingQueueMissing(t *testing.T) {
 	}
 	e.publish(t, e.rules.Topology.InboxQueue, 1, time.Now(), amqp.Table{"kind": "unknown-origin"})
 	m, _ := e.start(t)
-	if !brokertest.Await(60*time.Second, func() bool { return testutil.ToFloat64(m.ParkReturned) >= 2 }) {
-		t.Fatalf("returned parks %v, want the copy tried twice", testutil.ToFloat64(m.ParkReturned))
+	// One return is the point: the copy is then held again (the hold
+	// queue keeps it) and parked on a later try once the queue is back.
+	if !brokertest.Await(60*time.Second, func() bool { return testutil.ToFloat64(m.ParkReturned) >= 1 }) {
+		t.Fatalf("returned parks %v, want the copy tried", testutil.ToFloat64(m.ParkReturned))
 	}
 	if got := testutil.ToFloat64(m.Settled.WithLabelValues("parked")); got != 0 {
 		t.Fatalf("%v copies counted parked with no parking queue", got)
