@@ -308,7 +308,12 @@ func (e *testEnv) recovered(fault string, start, end time.Time, moving <-chan ti
 	e.t.Helper()
 	at := <-moving
 	if at.IsZero() {
-		e.t.Fatalf("%s: rebound did not move messages again after the fault ended", fault)
+		// Where the copies wait, and what rebound says of itself, tell a
+		// stalled rebound from a broker that hands nothing over.
+		p, ok := e.progress()
+		e.logCensus()
+		e.t.Fatalf("%s: rebound did not move messages again after the fault ended (answers %v: ready %v, %v reconnects, %v received, %v moved)",
+			fault, ok, p.ready, p.reconnects, p.received, p.moved)
 	}
 	r := recovery{fault: fault, outage: end.Sub(start), recover: max(0, at.Sub(end))}
 	// scripts/chaos.sh lists these lines under the table.
