@@ -2,7 +2,10 @@
 SHELL := /bin/bash
 export PATH := $(PATH):/usr/local/go/bin:$(HOME)/go/bin
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
-GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
+# -parallel 4: the parallel broker tests mostly wait on delays and the
+# broker, so four at a time on two cores (go test's default is GOMAXPROCS)
+# took the end-to-end package from 310 s to 196 s on 4.3, quiet.
+GO_TEST_FLAGS ?= -race -count=1 -parallel 4 -timeout 30m
 # The release version (VERSION, kept with CHANGELOG.md) and the revision
 # it is built from, stamped into the binary (internal/buildinfo).
 VERSION ?= $(shell cat VERSION 2>/dev/null || echo dev)
@@ -27,10 +30,10 @@ run: broker build
 # The whole test suite against both brokers of the matrix: formatting, vet,
 # staticcheck, a tidy go.mod, the alerting rules' unit tests, then for each
 # broker, both brokers at once (scripts/test-broker.sh; each line prefixed
-# by its broker): the race-enabled tests; the ones that disturb the main
-# node (memory alarm, broker restarts) one at a time, beside the cluster
-# tests on three extra nodes (stopped and deleted afterwards, pass or
-# fail); the Kubernetes manifest checks; last, an account of what failed
+# by its broker): the race-enabled tests, beside the Kubernetes manifest
+# checks; the ones that disturb the main node (memory alarm, broker
+# restarts) one at a time, beside the cluster tests on three extra nodes
+# (stopped and deleted afterwards, pass or fail); last, an account of what failed
 # (scripts/testreport.go) and each broker's time per step.
 # The clients target installs what the client tests run besides Go (Node's
 # amqplib, pika, Qpid Proton).

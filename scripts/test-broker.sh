@@ -4,9 +4,9 @@
 # restarts; one after the other since they stop or alarm it) and the
 # cluster tests on three extra nodes of this broker (scripts/cluster.sh,
 # stopped and deleted afterwards, pass or fail), which never ask the main
-# node; then, once the main node is left alone again, the Kubernetes
-# manifest checks against it (deploy/validate). `make test` runs this for
-# 3.10 and 4.3 at the same time: the two brokers and their clusters are
+# node. The Kubernetes manifest checks (deploy/validate, which set up a
+# vhost of their own on the main node) run beside the suite. `make test`
+# runs this for 3.10 and 4.3 at the same time: the two brokers and their clusters are
 # separate nodes, and much of the suites waits on delays, node starts and
 # elections. The last line gives each step's time and the chain's.
 #
@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 broker=$1 chaos=$2 clustered=$3
 shift 3
 flags=("$@")
-[ ${#flags[@]} -gt 0 ] || flags=(-race -count=1 -timeout 30m)
+[ ${#flags[@]} -gt 0 ] || flags=(-race -count=1 -parallel 4 -timeout 30m)
 export REBOUND_TEST_BROKER=$broker
 account=${REBOUND_TEST_ACCOUNT:-/dev/null}
 : > "$account"
@@ -47,8 +47,15 @@ run() {
   return $status
 }
 
-echo "=== RabbitMQ $broker: go test ./..."
-run suite go test -json "${flags[@]}" ./... || exit 1
+echo "=== RabbitMQ $broker: go test ./..., beside deploy/validate"
+(cd deploy/validate && go vet ./...) || exit 1
+run validate go -C deploy/validate test -json -count=1 ./... &
+validate_pid=$!
+run suite go test -json "${flags[@]}" ./...
+suite_status=$?
+wait $validate_pid
+validate_status=$?
+[ $suite_status = 0 ] && [ $validate_status = 0 ] || exit 1
 
 echo "=== RabbitMQ $broker: tests that disturb the main node, beside the cluster tests"
 (
@@ -63,6 +70,3 @@ wait $clustered_pid
 cluster_status=$?
 [ $chaos_status = 0 ] && [ $cluster_status = 0 ] || exit 1
 
-echo "=== RabbitMQ $broker: deploy/validate"
-(cd deploy/validate && go vet ./...) || exit 1
-run validate go -C deploy/validate test -json -count=1 ./...
