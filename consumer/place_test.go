@@ -98,9 +98,11 @@ func TestAReplicaBetweenTwoConsumersIsNotALeave(t *testing.T) {
 // inbox is counted by the one already there at its next reading of the
 // inbox's consumers (twice a second), and one that leaves at the second
 // reading that shows it gone. The bound allows a loaded test machine four
-// seconds more, counted from when the leaving replica has stopped (its own
-// drain is not the reading's delay); reading every 10 s, as replicas once
-// did, misses a leave every time.
+// seconds more, counted from when the joining replica is consuming (its
+// connecting and declaring are the broker's pace, not the reading's) and
+// from when the leaving replica has stopped (its own drain is not the
+// reading's delay); reading every 10 s, as replicas once did, misses a
+// leave every time.
 func TestReplicasCountAJoinOrLeaveWithinASecond(t *testing.T) {
 	const within = 5 * time.Second
 	e := newEnv(t, "classic")
@@ -117,7 +119,7 @@ func TestReplicasCountAJoinOrLeaveWithinASecond(t *testing.T) {
 		}
 	}
 	_, stop := e.start(opt)
-	counted("a joining replica counted", 2, time.Now())
+	counted("a joining replica counted", 2, time.Now()) // start returns once it consumes
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
