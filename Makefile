@@ -17,7 +17,7 @@ BROKERS := 3.10 4.3
 CHAOS_TESTS := ^(TestNoLossUnderMemoryAlarm|TestLargeMessagesUnderMemoryAlarm|TestNoLossWhenBrokerRestarts)$$
 CLUSTER_TESTS := ^TestCluster
 
-.PHONY: demo run test build lint alerts broker brokers clients bench chaos flaketest plots
+.PHONY: demo run test build lint alerts broker brokers clients bench chaos flaketest plots dist release release-test
 
 # The demo: rebound plus an application that fails every message.
 demo: broker build
@@ -33,12 +33,15 @@ run: broker build
 # by its broker): the race-enabled tests, beside the Kubernetes manifest
 # checks; the ones that disturb the main node (memory alarm, broker
 # restarts) one at a time, beside the cluster tests on three extra nodes
-# (stopped and deleted afterwards, pass or fail); last, an account of what failed
+# (stopped and deleted afterwards, pass or fail); beside them, the release
+# builder's tests (make release-test); last, an account of what failed
 # (scripts/testreport.go) and each broker's time per step.
 # The clients target installs what the client tests run besides Go (Node's
 # amqplib, pika, Qpid Proton).
 test: brokers clients lint alerts
-	@logs=$$(mktemp -d); pids=; for b in $(BROKERS); do \
+	@logs=$$(mktemp -d); pids=; \
+	( set -o pipefail; $(MAKE) --no-print-directory release-test 2>&1 | sed -u "s/^/[release] /" ) & pids="$$!"; \
+	for b in $(BROKERS); do \
 	  ( set -o pipefail; REBOUND_TEST_ACCOUNT=$$logs/$$b ./scripts/test-broker.sh $$b '$(CHAOS_TESTS)' '$(CLUSTER_TESTS)' $(GO_TEST_FLAGS) 2>&1 | sed -u "s/^/[$$b] /" ) & \
 	  pids="$$pids $$!"; \
 	done; failed=0; for p in $$pids; do wait $$p || failed=1; done; \
@@ -56,6 +59,26 @@ build:
 	@./scripts/ensure-go.sh
 	CGO_ENABLED=0 go build -trimpath -ldflags "-X github.com/rebound-mq/rebound/internal/buildinfo.version=$(VERSION) -X github.com/rebound-mq/rebound/internal/buildinfo.revision=$(REVISION)" -o bin/rebound .
 
+# The release artifacts of the tree as it is, into dist/VERSION
+# (tools/release: both binaries, the two-architecture OCI image, the SBOM,
+# SHA256SUMS). The same tree gives the same bytes.
+dist:
+	@./scripts/ensure-go.sh
+	cd tools && go run ./release -repo .. -out ../dist/$(VERSION) -version $(VERSION) -revision $(REVISION)
+
+# Cuts VERSION from the CHANGELOG's [Unreleased], commits and tags it, then
+# builds its artifacts (make dist). Refuses a dirty tree, a version the
+# CHANGELOG or a tag already has, and an empty [Unreleased].
+release:
+	./scripts/release.sh
+
+# The release builder's tests: the image's config, its own binary run from
+# its unpacked files, the SBOM, and two builds giving the same digest.
+release-test:
+	@./scripts/ensure-go.sh
+	cd tools && go test -count=1 ./...
+	bash scripts/release_test.sh
+
 lint:
 	@./scripts/ensure-go.sh
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -66,6 +89,7 @@ lint:
 	go run $(STATICCHECK) ./...
 	bash scripts/rabbitmq43_test.sh
 	go run $(STATICCHECK) -tags chaos ./e2e/
+	cd tools && go mod tidy -diff && go vet ./... && go run $(STATICCHECK) ./...
 
 # The broker the demo and `make run` use: RabbitMQ 3.10 on 127.0.0.1:5672.
 broker:

@@ -21,8 +21,8 @@ import (
 // ContainerName is the name of rebound's container in every layout.
 const ContainerName = "rebound"
 
-// ImageUID is the user and group deploy/Dockerfile's image runs as
-// (distroless nonroot).
+// ImageUID is the user and group the release image runs as
+// (tools/release, imageUID; its tests check the image's config).
 const ImageUID = 65532
 
 // Layout is how rebound sits in the pod.
