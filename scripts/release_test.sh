@@ -48,7 +48,7 @@ git commit -qam "test: nothing unreleased"
 refused "empty [Unreleased]" "lists no change"
 git reset -q --hard "$head"
 
-RELEASE_DATE=2026-12-06 make --no-print-directory release >release.log 2>&1 || { cat release.log; fail "make release on a clean tree"; }
+RELEASE_DATE=2026-12-06 make --no-print-directory release >"$tmp/release.log" 2>&1 || { cat "$tmp/release.log"; fail "make release on a clean tree"; }
 grep -q "^## \[$version\] - 2026-12-06$" CHANGELOG.md || fail "CHANGELOG.md has no \"## [$version] - 2026-12-06\""
 grep -q "^## \[Unreleased\]$" CHANGELOG.md || fail "CHANGELOG.md lost its [Unreleased] heading"
 grep -q "^\[$version\]: .*/compare/v.*\.\.\.v$version$" CHANGELOG.md || fail "CHANGELOG.md has no link for $version"
