@@ -90,6 +90,7 @@ lint:
 	bash scripts/rabbitmq43_test.sh
 	go run $(STATICCHECK) -tags chaos ./e2e/
 	cd tools && go mod tidy -diff && go vet ./... && go run $(STATICCHECK) ./...
+	cd tools && go tool actionlint ../.github/workflows/*.yml
 
 # The broker the demo and `make run` use: RabbitMQ 3.10 on 127.0.0.1:5672.
 broker:
