@@ -72,10 +72,15 @@ dist:
 release:
 	./scripts/release.sh
 
-# The release builder's tests: the image's config, its own binary run from
-# its unpacked files, the SBOM, and two builds giving the same digest.
+# The tools module's checks (tidy, vet, staticcheck; actionlint on the
+# workflows) and the release builder's tests: the image's config, its own
+# binary run from its unpacked files, the SBOM, two builds giving the same
+# digest, and make release's refusals. make test runs it beside the broker
+# chains, off their critical path.
 release-test:
 	@./scripts/ensure-go.sh
+	cd tools && go mod tidy -diff && go vet ./... && go run $(STATICCHECK) ./...
+	cd tools && go tool actionlint ../.github/workflows/*.yml
 	cd tools && go test -count=1 ./...
 	bash scripts/release_test.sh
 
@@ -89,8 +94,6 @@ lint:
 	go run $(STATICCHECK) ./...
 	bash scripts/rabbitmq43_test.sh
 	go run $(STATICCHECK) -tags chaos ./e2e/
-	cd tools && go mod tidy -diff && go vet ./... && go run $(STATICCHECK) ./...
-	cd tools && go tool actionlint ../.github/workflows/*.yml
 
 # The broker the demo and `make run` use: RabbitMQ 3.10 on 127.0.0.1:5672.
 broker:
