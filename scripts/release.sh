@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make release: releases the version in VERSION. It cuts the CHANGELOG's
 # [Unreleased] section into "## [VERSION] - today", points the kustomize
-# layouts' image tags at it, commits that as "Release VERSION", tags it
+# layouts' image tags and the Helm chart's version at it, commits that as "Release VERSION", tags it
 # vVERSION and builds the artifacts of that commit into dist/VERSION
 # (make dist). It refuses, changing nothing, when the tree has uncommitted
 # changes, when VERSION is not a semantic version, when the CHANGELOG or a
@@ -45,6 +45,8 @@ mv CHANGELOG.md.new CHANGELOG.md
 for k in $(git ls-files 'deploy/kustomize/*kustomization.yaml'); do
   sed -i -E "s/^(\s*newTag: )\"$previous\"/\1\"$version\"/" "$k"
 done
+# The chart's version is rebound's, and its image tag defaults to appVersion.
+sed -i -E "s/^version: .*/version: $version/; s/^appVersion: .*/appVersion: \"$version\"/" deploy/helm/rebound/Chart.yaml
 
 git commit -q -am "Release $version"
 git tag -a "v$version" -m "rebound $version"

@@ -54,6 +54,8 @@ grep -q "^## \[Unreleased\]$" CHANGELOG.md || fail "CHANGELOG.md lost its [Unrel
 grep -q "^\[$version\]: .*/compare/v.*\.\.\.v$version$" CHANGELOG.md || fail "CHANGELOG.md has no link for $version"
 [ "$(git describe --exact-match --tags HEAD 2>/dev/null)" = "v$version" ] || fail "HEAD is not tagged v$version"
 grep -q "newTag: \"$version\"" deploy/kustomize/overlays/standalone/kustomization.yaml || fail "the standalone layout does not pin $version"
+grep -qx "version: $version" deploy/helm/rebound/Chart.yaml && grep -qx "appVersion: \"$version\"" deploy/helm/rebound/Chart.yaml ||
+  fail "the chart's version and appVersion are not $version"
 [ -z "$(git status --porcelain)" ] || fail "the release left uncommitted changes: $(git status --short)"
 dist=dist/$version
 for f in rebound-linux-amd64 rebound-linux-arm64 rebound-image.tar rebound.cdx.json SHA256SUMS image-digest image/index.json; do

@@ -18,7 +18,13 @@ import (
 // password, listens where its probes and Service look, and runs as the
 // restricted profile asks.
 func TestConsole(t *testing.T) {
-	objs := build(t, filepath.Join(kustomizeDir, "console"))
+	checkConsole(t, build(t, filepath.Join(kustomizeDir, "console")))
+}
+
+// checkConsole checks a rendering of the console (its Deployment, Service
+// and the vhost's ConfigMap), the kustomization's or the chart's.
+func checkConsole(t *testing.T, objs []Object) {
+	t.Helper()
 	d := only[*appsv1.Deployment](t, objs)
 	svc := only[*corev1.Service](t, objs)
 	cm := only[*corev1.ConfigMap](t, objs)

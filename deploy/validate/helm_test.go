@@ -12,6 +12,8 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 const chartDir = "../helm/rebound"
@@ -41,11 +43,16 @@ func helm(t *testing.T, args ...string) []byte {
 }
 
 // renderChart renders the chart as `helm template` does and decodes each
-// object as strictly as the API server would.
+// object as strictly as the API server would. Each "key=value" is a --set;
+// "show-only=templates/x.yaml" keeps that template's objects only.
 func renderChart(t *testing.T, set ...string) []Object {
 	t.Helper()
 	args := []string{"template", "rebound", "CHART", "--namespace", "messaging"}
 	for _, s := range set {
+		if template, ok := strings.CutPrefix(s, "show-only="); ok {
+			args = append(args, "--show-only", template)
+			continue
+		}
 		args = append(args, "--set", s)
 	}
 	var objs []Object
@@ -125,4 +132,68 @@ func TestHelmChartValues(t *testing.T) {
 		t.Errorf("ServiceMonitor endpoints %+v, want rebound-http /metrics", sm.Spec.Endpoints)
 	}
 	only[*corev1.Service](t, objs)
+}
+
+// TestHelmChartConsole: the chart's console gets the kustomization's checks,
+// and no selector of the retrier's takes its pod.
+func TestHelmChartConsole(t *testing.T) {
+	set := []string{"amqp.existingSecret=orders-amqp", "console.enabled=true",
+		"console.brokerURL=amqp://rabbitmq.messaging.svc:5672/orders"}
+	checkConsole(t, renderChart(t, append(set, "show-only=templates/console.yaml", "show-only=templates/configmap.yaml")...))
+
+	var console *appsv1.Deployment
+	objs := renderChart(t, append(set, "serviceMonitor.enabled=true")...)
+	for _, o := range objs {
+		if d, ok := o.Value.(*appsv1.Deployment); ok && d.Name == "rebound-console" {
+			console = d
+		}
+	}
+	if console == nil {
+		t.Fatal("console.enabled=true renders no Deployment rebound-console")
+	}
+	pod := labels.Set(console.Spec.Template.Labels)
+	for _, o := range objs {
+		var selector map[string]string
+		switch v := o.Value.(type) {
+		case *appsv1.Deployment:
+			if v.Name != console.Name {
+				selector = v.Spec.Selector.MatchLabels
+			}
+		case *policyv1.PodDisruptionBudget:
+			selector = v.Spec.Selector.MatchLabels
+		case *corev1.Service:
+			if v.Name != "rebound-console" {
+				selector = v.Spec.Selector
+			}
+		}
+		if selector != nil && labels.SelectorFromSet(selector).Matches(pod) {
+			t.Errorf("%s %s selects %v, which takes the console's pod", o.Kind, o.Name, selector)
+		}
+	}
+
+	if _, err := exec.Command("go", "-C", "../../tools", "tool", "helm", "template", "r", chartDir, "--set", "console.enabled=true").CombinedOutput(); err == nil {
+		t.Error("console.enabled without console.brokerURL renders; want helm to refuse it")
+	}
+}
+
+// TestHelmChartPrometheusRule: the chart's rules are the rules file's, so
+// the copy in the chart cannot drift from deploy/prometheus.
+func TestHelmChartPrometheusRule(t *testing.T) {
+	chartCopy := read(t, filepath.Join(chartDir, "files", "rebound-alerts.yaml"))
+	if !bytes.Equal(chartCopy, read(t, rulesFile)) {
+		t.Errorf("%s/files/rebound-alerts.yaml differs from %s: copy it again", chartDir, rulesFile)
+	}
+	groups, problems := CheckRules(read(t, rulesFile))
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	objs := renderChart(t, "prometheusRule.enabled=true", "prometheusRule.labels.release=kube-prometheus-stack",
+		"show-only=templates/prometheusrule.yaml")
+	pr := only[*monitoringv1.PrometheusRule](t, objs)
+	for _, p := range SameRules(groups, pr) {
+		t.Error(p)
+	}
+	if pr.Labels["release"] != "kube-prometheus-stack" {
+		t.Errorf("labels %v: want prometheusRule.labels among them", pr.Labels)
+	}
 }

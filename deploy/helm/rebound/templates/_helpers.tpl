@@ -22,3 +22,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "rebound.secretName" -}}
 {{ .Values.amqp.existingSecret | default "rebound-amqp" }}
 {{- end -}}
+
+{{/* The console's own name, so that no selector of the retrier's (Deployment,
+PodDisruptionBudget, Service) takes the console's pod. */}}
+{{- define "rebound.consoleSelector" -}}
+app.kubernetes.io/name: rebound-console
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "rebound.consoleLabels" -}}
+{{ include "rebound.consoleSelector" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
