@@ -341,6 +341,11 @@ func (p *Publisher) resolve(c amqp.Confirmation) {
 	if !ok {
 		return
 	}
+	// Without dc the confirm came before Publish returned. Then c.Ack is
+	// this publish's own word: NotifyPublish delivers confirms in tag
+	// order, and it misreports a nack only under a multiple ack with a
+	// higher tag, which needs a later publish, and Publish is not called
+	// again before it returns and sets entry.confirm.
 	acked := c.Ack
 	if dc != nil {
 		select {
