@@ -460,6 +460,11 @@ func (d *decoding) xDeath(v any) (newestQueue string, oldest deathEntry) {
 	return newestQueue, oldest
 }
 
+// MaxDeaths bounds the x-death entries Deaths reads. RabbitMQ keeps one
+// entry per queue and reason, so a real message carries a handful; a longer
+// list is a producer's, and what lies past the bound is not read.
+const MaxDeaths = 64
+
 // Death is one x-death entry as rebound reads it.
 type Death struct {
 	Queue  string    // the queue that dead-lettered the message; "" when unreadable
@@ -470,9 +475,11 @@ type Death struct {
 // Deaths returns the readable x-death entries of h, newest first, for tools
 // that look past the newest one (a message the broker moved from rebound's
 // inbox to its parking queue went through the application queue before).
-// Unlike Decode it allocates, and it never reports.
+// Unlike Decode it allocates, and it never reports. It reads at most
+// MaxDeaths entries.
 func Deaths(h amqp.Table) []Death {
 	entries, _ := h[XDeath].([]any)
+	entries = entries[:min(len(entries), MaxDeaths)]
 	out := make([]Death, 0, len(entries))
 	for _, e := range entries {
 		entry, ok := e.(amqp.Table)

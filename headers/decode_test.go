@@ -379,6 +379,13 @@ func TestDeaths(t *testing.T) {
 	if d := Deaths(amqp.Table{"x-death": "not an array"}); len(d) != 0 {
 		t.Errorf("Deaths of a malformed x-death = %v, want none", d)
 	}
+	forged := make([]any, 10*MaxDeaths)
+	for i := range forged {
+		forged[i] = death(fmt.Sprintf("q%d", i), "rejected", at, 1)
+	}
+	if d := Deaths(amqp.Table{"x-death": forged}); len(d) != MaxDeaths || d[0].Queue != "q0" {
+		t.Errorf("Deaths of %d entries read %d from %v, want the first %d", len(forged), len(d), d[0], MaxDeaths)
+	}
 }
 
 func TestDecodeMalformedXDeath(t *testing.T) {

@@ -2,6 +2,7 @@ package declarer_test
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -161,6 +162,19 @@ func TestOriginsWithoutPermission(t *testing.T) {
 	}
 	if want := map[bool]int{true: 1, false: 0}[refused]; len(n.List()) != want {
 		t.Errorf("notices %q, want %d", n.List(), want)
+	}
+
+	// Forged origin names, one per message: the refusals remembered stay
+	// within the bound, and each still gets the answer it got before (a
+	// refused check counts as existing until a copy comes back).
+	o.SetUncheckedLimit(3)
+	for i := range 5 {
+		if ok, _, err := o.Exists(fmt.Sprintf("%sforged%d", brokertest.Unique(t), i)); ok != refused || err != nil {
+			t.Errorf("Exists(forged %d) on RabbitMQ %s = %v, %v; want %v", i, b.Version(), ok, err, refused)
+		}
+	}
+	if got, want := o.UncheckedLen(), map[bool]int{true: 3, false: 0}[refused]; got != want {
+		t.Errorf("refusals remembered after 6 refused origins with a bound of 3: %d, want %d", got, want)
 	}
 
 	gone := brokertest.Unique(t) + "gone"

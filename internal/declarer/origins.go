@@ -56,6 +56,30 @@ type Origins struct {
 	mu        sync.Mutex           // held across the check: one at a time per connection
 	seen      map[string]time.Time // origin queue -> when it was last seen to exist
 	unchecked map[string]time.Time // origin queues the broker refused to check, and when
+	// uncheckedLimit bounds unchecked: origin names come from headers, and
+	// a producer that forges a new one on every message must not grow it.
+	uncheckedLimit int
+}
+
+// maxUnchecked is far more origin queues than a vhost has.
+const maxUnchecked = 4096
+
+// rememberUnchecked notes that the broker refused to check queue. When the
+// bound is reached it forgets the refusals that no longer count; if that
+// frees nothing, queue is not remembered and its next copy asks the broker
+// again, which costs a round trip, never a wrong answer.
+func (o *Origins) rememberUnchecked(queue string, now time.Time) {
+	if _, ok := o.unchecked[queue]; !ok && len(o.unchecked) >= o.uncheckedLimit {
+		for q, refused := range o.unchecked {
+			if now.Sub(refused) >= originRecheck {
+				delete(o.unchecked, q)
+			}
+		}
+		if len(o.unchecked) >= o.uncheckedLimit {
+			return
+		}
+	}
+	o.unchecked[queue] = now
 }
 
 // NewOrigins checks origin queues on conn. returned (may be nil) is the
@@ -70,7 +94,7 @@ func NewOrigins(conn *amqp.Connection, returned func(queue string, since time.Ti
 	if notice == nil {
 		notice = func(string) {}
 	}
-	return &Origins{conn: conn, returned: returned, notice: notice, now: now, seen: map[string]time.Time{}, unchecked: map[string]time.Time{}}
+	return &Origins{conn: conn, returned: returned, notice: notice, now: now, seen: map[string]time.Time{}, unchecked: map[string]time.Time{}, uncheckedLimit: maxUnchecked}
 }
 
 // Exists reports whether queue exists, checking at most once every
@@ -98,7 +122,7 @@ func (o *Origins) Exists(queue string) (exists, checked bool, err error) {
 				"once one sent straight to it comes back, the next are parked unknown-origin. Grant rebound a permission on the application queues " +
 				"to check them (deploy/README.md, Permissions)")
 		}
-		o.unchecked[queue] = now
+		o.rememberUnchecked(queue, now)
 		return !o.returned(queue, now.Add(-originRecheck)), false, nil
 	}
 	if err != nil {
