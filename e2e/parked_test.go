@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -339,13 +340,31 @@ func TestParkedPurgeNeedsYes(t *testing.T) {
 	if n := e.QueueLen(e.Vars["REBOUND_PARKING_QUEUE"]); n != 3 {
 		t.Fatalf("purge without --yes left %d messages, want 3", n)
 	}
-	out, _, err := e.cli("parked", "purge", "--reason", "non-retryable", "--yes")
-	if err != nil || !strings.Contains(out, "purged 2 messages (3 parked read)") {
+	out, _, err := e.cli("parked", "purge", "--reason", "non-retryable", "--dry-run")
+	if err != nil || !strings.Contains(out, "would purge 2 messages (3 parked read); nothing changed") {
+		t.Fatalf("purge --dry-run (%v): %s", err, out)
+	}
+	bound := regexp.MustCompile(`add --yes --parked-before (\S+) --limit (\d+)`).FindStringSubmatch(out)
+	if bound == nil || bound[2] != "2" {
+		t.Fatalf("purge --dry-run prints no bound for exactly what it counted:\n%s", out)
+	}
+	if n := e.QueueLen(e.Vars["REBOUND_PARKING_QUEUE"]); n != 3 {
+		t.Fatalf("purge --dry-run left %d messages, want 3", n)
+	}
+	// Parked after the dry run: the purge it bounds leaves it.
+	e.seedParked(parkedSeed{id: "p3", origin: e.App, reason: "non-retryable"})
+	e.WaitQueueLen(e.Vars["REBOUND_PARKING_QUEUE"], 4, 10*time.Second)
+	out, _, err = e.cli("parked", "purge", "--reason", "non-retryable", "--yes", "--parked-before", bound[1], "--limit", bound[2])
+	// It stops at the limit: p1 and p2 lie before k1 and p3 in the queue.
+	if err != nil || !strings.Contains(out, "purged 2 messages (2 parked read)") {
 		t.Fatalf("purge --yes (%v): %s", err, out)
 	}
-	left := e.Drain(e.Vars["REBOUND_PARKING_QUEUE"])
-	if len(left) != 1 || left[0].MessageId != "k1" {
-		t.Errorf("after purge %d left, want only k1", len(left))
+	left := map[string]bool{}
+	for _, d := range e.Drain(e.Vars["REBOUND_PARKING_QUEUE"]) {
+		left[d.MessageId] = true
+	}
+	if len(left) != 2 || !left["k1"] || !left["p3"] {
+		t.Errorf("after purge %v left, want k1 and p3", left)
 	}
 }
 

@@ -51,6 +51,13 @@ func filterFlags(fs *flag.FlagSet) *parking.Filter {
 	fs.StringVar(&f.Group, "group", "", "only messages of this failure `group` (12 hex digits, as `rebound parked groups` lists them)")
 	fs.Var((*days)(&f.OlderThan), "older-than", "only messages parked longer ago than this `duration`: Go's units and d for days (90m, 36h, 2d, 2d12h)")
 	fs.IntVar(&f.Limit, "limit", 0, "act on at most `n` matching messages, and stop reading there (0 = all)")
+	fs.Func("parked-before", "only messages parked before this `time` (RFC 3339, as a --dry-run prints it): with --limit, exactly what the dry run counted", func(s string) (err error) {
+		f.ParkedBefore, err = time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return fmt.Errorf("want an RFC 3339 time such as 2026-12-07T10:00:00Z")
+		}
+		return nil
+	})
 	return f
 }
 
@@ -500,35 +507,62 @@ func reportKept(w io.Writer, kept []parking.Kept) {
 	})
 }
 
-const parkedPurgeUsage = `usage: rebound parked purge --yes [flags]
+const parkedPurgeUsage = `usage: rebound parked purge --yes | --dry-run [flags]
 
-Deletes matching parked messages for good. See what matches first with
-rebound parked list and the same filters.`
+Deletes matching parked messages for good. --dry-run counts them, changes
+nothing, and prints the --parked-before and --limit that make the purge
+delete exactly those, and none parked since.`
 
 func runParkedPurge(ctx context.Context, args []string, in invocation) error {
 	fs := flag.NewFlagSet("parked purge", flag.ContinueOnError)
 	f := filterFlags(fs)
 	yes := fs.Bool("yes", false, "really delete the matching messages")
+	dryRun := fs.Bool("dry-run", false, "count what would be deleted, change nothing")
 	if done, err := parseFlags(fs, args, parkedPurgeUsage, 0, in); done || err != nil {
 		return err
 	}
 	if err := checkFilter(f); err != nil {
 		return err
 	}
-	if !*yes {
-		return usageError{"purge deletes messages for good: add --yes (see what matches first with `rebound parked list` and the same filters)"}
+	if *yes && *dryRun {
+		return usageError{"--yes with --dry-run: choose one"}
+	}
+	if !*yes && !*dryRun {
+		return usageError{"purge deletes messages for good: add --yes (see what it would delete first with --dry-run)"}
 	}
 	q, conn, err := openParking(ctx, in, "parked purge")
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	scanned, removed, err := q.Purge(ctx, *f, time.Now())
+	now := time.Now()
+	if *dryRun {
+		l, err := q.List(ctx, *f, now)
+		if err != nil {
+			return fmt.Errorf("list %s: %w", q.Name(), err)
+		}
+		fmt.Fprintf(in.stdout, "would purge %d messages (%d parked read); nothing changed\n", l.Matched, l.Scanned)
+		if l.Matched > 0 {
+			fmt.Fprintf(in.stdout, "to delete exactly these, and none parked since: add --yes --parked-before %s --limit %d\n",
+				boundOf(f, now).Format(time.RFC3339Nano), l.Matched)
+		}
+		return nil
+	}
+	scanned, removed, err := q.Purge(ctx, *f, now)
 	fmt.Fprintf(in.stdout, "purged %d messages (%d parked read)\n", removed, scanned)
 	if err != nil {
 		return fmt.Errorf("purge %s: %w", q.Name(), err)
 	}
 	return nil
+}
+
+// boundOf is the --parked-before a dry run at now prints: its own, when
+// the filter had an earlier one.
+func boundOf(f *parking.Filter, now time.Time) time.Time {
+	if !f.ParkedBefore.IsZero() && f.ParkedBefore.Before(now) {
+		return f.ParkedBefore
+	}
+	return now.UTC()
 }
 
 // checkRedirect refuses a --to queue the sidecar would not send a message

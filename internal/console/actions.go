@@ -35,6 +35,11 @@ type groupAsk struct {
 	Rate       float64
 	Canary     int
 	CanaryWait time.Duration
+	// Seen and AsOf fix what a confirmed action acts on: the messages its
+	// preview counted (Seen matched the group), parked before the preview
+	// (AsOf). A message parked into the group afterwards is not touched.
+	Seen int
+	AsOf time.Time
 }
 
 // parseGroupAsk reads an ask from r's query or form.
@@ -49,6 +54,19 @@ func parseGroupAsk(r *http.Request) (groupAsk, error) {
 			return a, fmt.Errorf("rate %q: want messages a second, 0 (no limit) or more", v)
 		}
 		a.Rate = rate
+	}
+	if r.Method == http.MethodPost {
+		// The confirm form carries what its preview counted; an action
+		// without it would act on whatever the group holds by then.
+		seen, err := strconv.Atoi(r.FormValue("seen"))
+		if err != nil || seen <= 0 {
+			return a, fmt.Errorf("seen %q: want the count of the preview this confirms (confirm from the preview page)", r.FormValue("seen"))
+		}
+		asOf, err := time.Parse(time.RFC3339Nano, r.FormValue("as_of"))
+		if err != nil {
+			return a, fmt.Errorf("as_of %q: want the time of the preview this confirms (confirm from the preview page)", r.FormValue("as_of"))
+		}
+		a.Seen, a.AsOf = seen, asOf
 	}
 	if v := r.FormValue("canary"); v != "" {
 		k, err := strconv.Atoi(v)
@@ -143,7 +161,14 @@ func (s *Server) groupPreview(w http.ResponseWriter, r *http.Request, sess *sess
 	})
 }
 
-// dryGroupAction counts what a group's replay or purge would do.
+// filter is what a confirmed ask acts on: the group's messages parked
+// before its preview, at most as many as the preview matched.
+func (a groupAsk) filter() parking.Filter {
+	return parking.Filter{Group: a.Group, ParkedBefore: a.AsOf, Limit: a.Seen}
+}
+
+// dryGroupAction counts what a group's replay or purge would do, and puts
+// what it counted in the confirm form, which fixes the action to it.
 func (s *Server) dryGroupAction(ctx context.Context, sess *session, a groupAsk) (previewView, error) {
 	q, err := s.parkingQueue(ctx, sess)
 	if err != nil {
@@ -152,19 +177,20 @@ func (s *Server) dryGroupAction(ctx context.Context, sess *session, a groupAsk) 
 	v := previewView{Fields: a.query(), Back: "/groups/" + url.PathEscape(a.Group)}
 	now := s.now()
 	f := parking.Filter{Group: a.Group}
+	var seen int
 	if a.Action == "purge" {
 		l, err := q.List(ctx, f, now)
 		if err != nil {
 			return v, brokerError("read "+q.Name(), err)
 		}
-		v.Count = l.Matched
+		v.Count, seen = l.Matched, l.Matched
 		v.Lines = append(v.Lines, fmt.Sprintf("%d messages of this group would be deleted for good (%d parked read).", l.Matched, l.Scanned))
 	} else {
 		res, err := q.ReplayWith(ctx, f, now, parking.ReplayOptions{DryRun: true, To: a.To})
 		if err != nil {
 			return v, brokerError("read "+q.Name(), err)
 		}
-		v.Count = res.Replayed
+		v.Count, seen = res.Replayed, res.Matched
 		v.Lines = append(v.Lines, fmt.Sprintf("%d of %d matching messages would be replayed (%d parked read); %d would stay parked.", res.Replayed, res.Matched, res.Scanned, len(res.Kept)))
 		v.Lines = append(v.Lines, keptLines(res.Kept)...)
 		if a.Rate > 0 {
@@ -174,7 +200,21 @@ func (s *Server) dryGroupAction(ctx context.Context, sess *session, a groupAsk) 
 			v.Lines = append(v.Lines, fmt.Sprintf("%d first, then the rest only if none of them comes back parked within %s.", a.Canary, a.CanaryWait))
 		}
 	}
+	v.Fields.Set("seen", strconv.Itoa(seen))
+	v.Fields.Set("as_of", now.UTC().Format(time.RFC3339Nano))
 	return v, nil
+}
+
+// fewerLine says so when an action found fewer of the messages its
+// preview counted than it showed (another person or a replica's expiry
+// took them meanwhile); what was parked after the preview is never
+// counted in.
+func fewerLine(found int, a groupAsk) []string {
+	if found >= a.Seen {
+		return nil
+	}
+	return []string{fmt.Sprintf("%d of the %d messages the preview matched were still parked; messages parked after the preview (%s) were not touched",
+		found, a.Seen, a.AsOf.Format(time.RFC3339))}
 }
 
 // keptLines counts the messages a replay left (or would leave) parked, by
@@ -254,12 +294,12 @@ func (s *Server) runGroupAction(ctx context.Context, j *job, sess *session, a gr
 		j.finish(0, nil, err)
 		return
 	}
-	f := parking.Filter{Group: a.Group}
+	f := a.filter()
 	if a.Action == "purge" {
 		j.report("deleting", 0)
 		scanned, removed, err := q.Purge(ctx, f, s.now())
 		log.Info("console action done", zap.Int("purged", removed), zap.Int("read", scanned), zap.Error(err))
-		j.finish(removed, []string{fmt.Sprintf("purged %d messages (%d parked read)", removed, scanned)}, err)
+		j.finish(removed, append([]string{fmt.Sprintf("purged %d messages (%d parked read)", removed, scanned)}, fewerLine(removed, a)...), err)
 		return
 	}
 	if q.PubConn, err = sess.dialAgain(ctx, "publish"); err != nil {
@@ -290,6 +330,9 @@ func (s *Server) runGroupAction(ctx context.Context, j *job, sess *session, a gr
 	}
 	lines = append(lines, fmt.Sprintf("replayed %d messages; %d stay parked", res.Replayed, len(res.Kept)))
 	lines = append(lines, keptLines(res.Kept)...)
+	if err == nil {
+		lines = append(lines, fewerLine(res.Replayed+len(res.Kept), a)...)
+	}
 	log.Info("console action done", zap.Int("replayed", res.Replayed), zap.Int("kept", len(res.Kept)), zap.Error(err))
 	j.finish(res.Replayed, lines, err)
 }

@@ -147,8 +147,7 @@ func TestReplayGroup(t *testing.T) {
 	if n := e.QueueLen(e.App); n != 0 {
 		t.Fatalf("the preview sent %d messages to %s", n, e.App)
 	}
-	form := url.Values{"csrf": {csrfOf(t, preview.body)}, "rate": {"100"}}
-	res := p.do(http.MethodPost, "/groups/"+timeouts+"/replay", form)
+	res := p.do(http.MethodPost, "/groups/"+timeouts+"/replay", confirmFormOf(t, preview.body))
 	if res.status != http.StatusSeeOther || !strings.HasPrefix(res.location, "/jobs/") {
 		t.Fatalf("confirm: status %d location %q\n%s", res.status, res.location, res.body)
 	}
@@ -166,9 +165,49 @@ func TestReplayGroup(t *testing.T) {
 
 	preview = p.get("/groups/" + schema + "/purge")
 	want(t, "purge preview", preview, http.StatusOK, `<b id="preview-count">1</b>`, "deleted for good")
-	res = p.do(http.MethodPost, "/groups/"+schema+"/purge", url.Values{"csrf": {csrfOf(t, preview.body)}})
+	res = p.do(http.MethodPost, "/groups/"+schema+"/purge", confirmFormOf(t, preview.body))
 	want(t, "the purge's end", p.await(res.location), http.StatusOK, "purged 1 messages")
 	e.WaitQueueLen(e.router.Topology.ParkingQueue, 1, 10*time.Second)
+}
+
+// TestGroupActionsTouchOnlyWhatTheirPreviewShowed: messages parked into a
+// group between its preview and the confirmation stay parked, for a purge
+// and for a replay; a confirmation without its preview's count is refused.
+func TestGroupActionsTouchOnlyWhatTheirPreviewShowed(t *testing.T) {
+	e := newEnv(t, nil)
+	timeouts, _, _ := e.seedThree(time.Now())
+	p := e.person()
+	p.signIn("guest", "guest")
+	late := func(ids ...string) {
+		var ms []parked
+		for _, id := range ids {
+			ms = append(ms, parked{id: id, origin: e.App, reason: policy.MaxRetries, errText: "timeout after 40 ms on 10.1.2.9"})
+		}
+		e.seed(time.Now(), ms...)
+	}
+
+	preview := p.get("/groups/" + timeouts + "/purge")
+	want(t, "purge preview", preview, http.StatusOK, `<b id="preview-count">3</b>`)
+	late("late1", "late2")
+	e.WaitQueueLen(e.router.Topology.ParkingQueue, 7, 10*time.Second)
+	res := p.do(http.MethodPost, "/groups/"+timeouts+"/purge", confirmFormOf(t, preview.body))
+	want(t, "the purge's end", p.await(res.location), http.StatusOK, "purged 3 messages")
+	e.WaitQueueLen(e.router.Topology.ParkingQueue, 4, 10*time.Second)
+	want(t, "the group after the purge", p.get("/groups/"+timeouts), http.StatusOK, `<dd id="count">2</dd>`, ">late1<", ">late2<")
+
+	preview = p.get("/groups/" + timeouts + "/replay")
+	want(t, "replay preview", preview, http.StatusOK, `<b id="preview-count">2</b>`)
+	late("late3")
+	e.WaitQueueLen(e.router.Topology.ParkingQueue, 5, 10*time.Second)
+	res = p.do(http.MethodPost, "/groups/"+timeouts+"/replay", confirmFormOf(t, preview.body))
+	want(t, "the replay's end", p.await(res.location), http.StatusOK, "replayed 2 messages; 0 stay parked")
+	e.WaitQueueLen(e.App, 2, 10*time.Second)
+	want(t, "the group after the replay", p.get("/groups/"+timeouts), http.StatusOK, `<dd id="count">1</dd>`, ">late3<")
+
+	form := confirmFormOf(t, p.get("/groups/"+timeouts+"/purge").body)
+	form.Del("seen")
+	want(t, "a purge without its preview's count", p.do(http.MethodPost, "/groups/"+timeouts+"/purge", form), http.StatusBadRequest, "confirm from the preview page")
+	e.WaitQueueLen(e.router.Topology.ParkingQueue, 3, 10*time.Second)
 }
 
 // TestTwoPeopleSeeEveryMessage: two people, as two broker users, load the
@@ -280,7 +319,7 @@ func TestPermissionsEachPageNeeds(t *testing.T) {
 	replayer.signIn(users[1].Name, users[1].Password)
 	preview := replayer.get("/groups/" + timeouts + "/replay")
 	want(t, "replay preview", preview, http.StatusOK, `<b id="preview-count">3</b>`)
-	res := replayer.do(http.MethodPost, "/groups/"+timeouts+"/replay", url.Values{"csrf": {csrfOf(t, preview.body)}})
+	res := replayer.do(http.MethodPost, "/groups/"+timeouts+"/replay", confirmFormOf(t, preview.body))
 	want(t, "replay with write on amq.default", replayer.await(res.location), http.StatusOK, "replayed 3 messages; 0 stay parked")
 	e.WaitQueueLen(e.App, 3, 10*time.Second)
 

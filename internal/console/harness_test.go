@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -200,6 +201,22 @@ func csrfOf(t testing.TB, page string) string {
 		t.Fatalf("no CSRF token in the page:\n%s", page)
 	}
 	return m[1]
+}
+
+var hiddenField = regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)">`)
+
+// confirmFormOf is what a browser posts when the preview's confirm button
+// is pressed: every hidden field of the page.
+func confirmFormOf(t testing.TB, page string) url.Values {
+	t.Helper()
+	form := url.Values{}
+	for _, m := range hiddenField.FindAllStringSubmatch(page, -1) {
+		form.Add(m[1], html.UnescapeString(m[2]))
+	}
+	if form.Get("csrf") == "" {
+		t.Fatalf("no confirm form in the page:\n%s", page)
+	}
+	return form
 }
 
 // signInAs posts the sign-in form, as a browser does: the form's page
