@@ -544,7 +544,7 @@ func runParkedPurge(ctx context.Context, args []string, in invocation) error {
 		fmt.Fprintf(in.stdout, "would purge %d messages (%d parked read); nothing changed\n", l.Matched, l.Scanned)
 		if l.Matched > 0 {
 			fmt.Fprintf(in.stdout, "to delete exactly these, and none parked since: add --yes --parked-before %s --limit %d\n",
-				boundOf(f, now).Format(time.RFC3339Nano), l.Matched)
+				f.Bound(now).UTC().Format(time.RFC3339Nano), l.Matched)
 		}
 		return nil
 	}
@@ -554,15 +554,6 @@ func runParkedPurge(ctx context.Context, args []string, in invocation) error {
 		return fmt.Errorf("purge %s: %w", q.Name(), err)
 	}
 	return nil
-}
-
-// boundOf is the --parked-before a dry run at now prints: its own, when
-// the filter had an earlier one.
-func boundOf(f *parking.Filter, now time.Time) time.Time {
-	if !f.ParkedBefore.IsZero() && f.ParkedBefore.Before(now) {
-		return f.ParkedBefore
-	}
-	return now.UTC()
 }
 
 // checkRedirect refuses a --to queue the sidecar would not send a message

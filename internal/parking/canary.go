@@ -61,9 +61,7 @@ func (q Queue) ReplayCanary(ctx context.Context, f Filter, k int, wait, poll tim
 	}
 	rest := f
 	// Not the canaries coming back, nor anything parked after f's bound.
-	if f.ParkedBefore.IsZero() || start.Before(f.ParkedBefore) {
-		rest.ParkedBefore = start
-	}
+	rest.ParkedBefore = f.Bound(start)
 	if f.Limit > 0 {
 		if rest.Limit = f.Limit - res.Canaries.Matched; rest.Limit <= 0 {
 			return res, nil

@@ -82,6 +82,16 @@ type Filter struct {
 	SkipReasons []string
 }
 
+// Bound is the earlier of f's ParkedBefore and t: the bound that keeps
+// an action to what was there at t, and to f's own bound when that came
+// first.
+func (f Filter) Bound(t time.Time) time.Time {
+	if !f.ParkedBefore.IsZero() && f.ParkedBefore.Before(t) {
+		return f.ParkedBefore
+	}
+	return t
+}
+
 // match reports whether m passes every condition of f except Limit.
 func (f Filter) match(m Message, now time.Time) bool {
 	switch {

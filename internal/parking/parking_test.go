@@ -58,6 +58,24 @@ func TestParkedFilterMatch(t *testing.T) {
 	}
 }
 
+func TestFilterBound(t *testing.T) {
+	now := time.Date(2025, 1, 2, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name   string
+		before time.Time
+		want   time.Time
+	}{
+		{"no bound of its own: now", time.Time{}, now},
+		{"an earlier bound of its own", now.Add(-time.Hour), now.Add(-time.Hour)},
+		{"a later bound of its own: now", now.Add(time.Hour), now},
+		{"the same instant", now, now},
+	} {
+		if got := (Filter{ParkedBefore: tc.before}).Bound(now); !got.Equal(tc.want) {
+			t.Errorf("%s: Bound = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestParkedDecode(t *testing.T) {
 	now := time.Now()
 	parkedAt := now.Add(-time.Minute).Truncate(time.Millisecond)
