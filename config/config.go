@@ -108,10 +108,15 @@ type Config struct {
 	ParkedRetention time.Duration `env:"PARKED_RETENTION"`
 	HTTPAddr        string        `env:"HTTP_ADDR" envDefault:":9464"`
 	// ConsoleAddr is where `rebound console` listens; with both TLS files
-	// set it serves HTTPS.
-	ConsoleAddr        string `env:"CONSOLE_ADDR" envDefault:":9465"`
+	// set it serves HTTPS. Loopback by default: people sign in with
+	// broker passwords, which must not cross a network in clear.
+	ConsoleAddr        string `env:"CONSOLE_ADDR" envDefault:"127.0.0.1:9465"`
 	ConsoleTLSCertFile string `env:"CONSOLE_TLS_CERT_FILE"`
 	ConsoleTLSKeyFile  string `env:"CONSOLE_TLS_KEY_FILE"`
+	// ConsoleBehindTLSProxy says a TLS-terminating proxy (an ingress)
+	// sits in front of the console: plain HTTP on a non-loopback
+	// address is then allowed, and cookies are marked Secure.
+	ConsoleBehindTLSProxy bool `env:"CONSOLE_BEHIND_TLS_PROXY"`
 	// ConsoleTrustedProxies are the reverse proxies whose X-Forwarded-For
 	// the console believes (see ConsoleProxies).
 	ConsoleTrustedProxies string `env:"CONSOLE_TRUSTED_PROXIES"`
@@ -533,16 +538,54 @@ func (c Config) TLS() (*tls.Config, error) {
 
 // ConsoleTLS loads the console's certificate and key, reading them now:
 // nil when neither is set (the console serves plain HTTP). A pair that
-// cannot be used is a configuration error (*Error).
+// cannot be used is a configuration error (*Error), and so is plain HTTP
+// where CheckConsoleListen refuses it.
 func (c Config) ConsoleTLS() (*tls.Config, error) {
 	if c.ConsoleTLSCertFile == "" {
-		return nil, nil
+		return nil, c.CheckConsoleListen()
 	}
 	cert, err := tls.LoadX509KeyPair(c.ConsoleTLSCertFile, c.ConsoleTLSKeyFile)
 	if err != nil {
 		return nil, tlsError("CONSOLE_TLS_CERT_FILE", c.ConsoleTLSCertFile, "with REBOUND_CONSOLE_TLS_KEY_FILE: "+err.Error())
 	}
 	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}, nil
+}
+
+// CheckConsoleListen refuses plain HTTP on an address other than
+// loopback, unless TLS is configured or ConsoleBehindTLSProxy says a
+// TLS-terminating proxy sits in front. It reads no file: manifests are
+// checked with it.
+func (c Config) CheckConsoleListen() error {
+	if c.ConsoleSecure() || loopbackAddr(c.ConsoleAddr) {
+		return nil
+	}
+	return &Error{Problems: []fieldError{{
+		Variable: Prefix + "CONSOLE_ADDR", Value: c.ConsoleAddr,
+		Allowed: "a loopback address such as 127.0.0.1:9465 when the console serves plain HTTP; " +
+			"for any other, set REBOUND_CONSOLE_TLS_CERT_FILE and _KEY_FILE, or " +
+			"REBOUND_CONSOLE_BEHIND_TLS_PROXY=true when a TLS-terminating proxy sits in front",
+	}}}
+}
+
+// loopbackAddr reports whether host:port listens on loopback only:
+// 127.0.0.0/8, ::1 or localhost. An empty host (":9465") is every
+// interface.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+// ConsoleSecure reports whether people reach the console over TLS, its
+// own or a proxy's: its cookies are then marked Secure.
+func (c Config) ConsoleSecure() bool {
+	return c.ConsoleTLSCertFile != "" || c.ConsoleBehindTLSProxy
 }
 
 // ConsoleProxies are the reverse proxies whose X-Forwarded-For the

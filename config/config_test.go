@@ -47,7 +47,7 @@ func TestLoadDefaults(t *testing.T) {
 		ConfirmTimeout: 30 * time.Second,
 		ShutdownGrace:  20 * time.Second,
 		HTTPAddr:       ":9464",
-		ConsoleAddr:    ":9465",
+		ConsoleAddr:    "127.0.0.1:9465",
 		LogLevel:       "info",
 		LogFormat:      "json",
 
@@ -470,6 +470,47 @@ func TestParseTrustedProxies(t *testing.T) {
 			t.Errorf("%q: %v, want an error", tt.in, got)
 		case tt.want != "error" && (err != nil || strings.Join(s, " ") != tt.want):
 			t.Errorf("%q: %v, %v; want %s", tt.in, s, err, tt.want)
+		}
+	}
+}
+
+// Plain HTTP is served on loopback only, unless TLS is configured or a
+// TLS-terminating proxy is said to sit in front; cookies are Secure in
+// the last two cases.
+func TestCheckConsoleListen(t *testing.T) {
+	for _, tt := range []struct {
+		addr         string
+		cert, proxy  bool
+		refused, sec bool
+	}{
+		{"127.0.0.1:9465", false, false, false, false},
+		{"127.0.0.2:9465", false, false, false, false},
+		{"[::1]:9465", false, false, false, false},
+		{"localhost:9465", false, false, false, false},
+		{":9465", false, false, true, false},
+		{"0.0.0.0:9465", false, false, true, false},
+		{"[::]:9465", false, false, true, false},
+		{"10.0.0.5:9465", false, false, true, false},
+		{"console.internal:9465", false, false, true, false},
+		{":9465", true, false, false, true},
+		{":9465", false, true, false, true},
+		{"127.0.0.1:9465", false, true, false, true},
+	} {
+		c := Config{ConsoleAddr: tt.addr, ConsoleBehindTLSProxy: tt.proxy}
+		if tt.cert {
+			c.ConsoleTLSCertFile, c.ConsoleTLSKeyFile = "/tls/crt", "/tls/key"
+		}
+		err := c.CheckConsoleListen()
+		var cfgErr *Error
+		switch {
+		case tt.refused && (!errors.As(err, &cfgErr) || !strings.Contains(err.Error(), "REBOUND_CONSOLE_ADDR") ||
+			!strings.Contains(err.Error(), tt.addr) || !strings.Contains(err.Error(), "REBOUND_CONSOLE_BEHIND_TLS_PROXY")):
+			t.Errorf("%s (cert %v, proxy %v): %v, want a configuration error naming the variable, value and the ways out", tt.addr, tt.cert, tt.proxy, err)
+		case !tt.refused && err != nil:
+			t.Errorf("%s (cert %v, proxy %v): %v, want allowed", tt.addr, tt.cert, tt.proxy, err)
+		}
+		if got := c.ConsoleSecure(); got != tt.sec {
+			t.Errorf("%s (cert %v, proxy %v): ConsoleSecure %v, want %v", tt.addr, tt.cert, tt.proxy, got, tt.sec)
 		}
 	}
 }

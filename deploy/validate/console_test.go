@@ -2,6 +2,7 @@ package validate
 
 import (
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -9,6 +10,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/rebound-mq/rebound/config"
 )
@@ -18,7 +22,41 @@ import (
 // password, listens where its probes and Service look, and runs as the
 // restricted profile asks.
 func TestConsole(t *testing.T) {
-	checkConsole(t, build(t, filepath.Join(kustomizeDir, "console")))
+	objs := build(t, filepath.Join(kustomizeDir, "console"))
+	checkConsole(t, objs)
+	checkConsoleNetworkPolicy(t, objs)
+}
+
+// checkConsoleNetworkPolicy: a console serving plain HTTP behind a
+// TLS-terminating proxy admits, on its port only, the pods of named
+// namespaces (the ingress controller's), never every pod.
+func checkConsoleNetworkPolicy(t *testing.T, objs []Object) {
+	t.Helper()
+	d := only[*appsv1.Deployment](t, objs)
+	np := only[*networkingv1.NetworkPolicy](t, objs)
+	selector, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+	if err != nil || selector.Empty() || !selector.Matches(labels.Set(d.Spec.Template.Labels)) {
+		t.Errorf("NetworkPolicy %s selects %v, want the console's pod alone", np.Name, np.Spec.PodSelector)
+	}
+	if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+		t.Errorf("NetworkPolicy %s policy types %v, want Ingress", np.Name, np.Spec.PolicyTypes)
+	}
+	if len(np.Spec.Ingress) == 0 {
+		t.Errorf("NetworkPolicy %s admits nothing: the ingress controller cannot reach the console", np.Name)
+	}
+	for _, rule := range np.Spec.Ingress {
+		if len(rule.From) == 0 {
+			t.Errorf("NetworkPolicy %s: a rule admits every source", np.Name)
+		}
+		for _, from := range rule.From {
+			if from.NamespaceSelector == nil || len(from.NamespaceSelector.MatchLabels)+len(from.NamespaceSelector.MatchExpressions) == 0 || from.IPBlock != nil {
+				t.Errorf("NetworkPolicy %s admits %+v, want named namespaces only", np.Name, from)
+			}
+		}
+		if len(rule.Ports) != 1 || rule.Ports[0].Port == nil || rule.Ports[0].Port.String() != "console" {
+			t.Errorf("NetworkPolicy %s ports %+v, want the console port alone", np.Name, rule.Ports)
+		}
+	}
 }
 
 // checkConsole checks a rendering of the console (its Deployment, Service
@@ -62,6 +100,9 @@ func checkConsole(t *testing.T, objs []Object) {
 		t.Errorf("REBOUND_AMQP_URL %q: want a broker URL without user or password (%v)", config.Redact(cfg.AMQPURL), err)
 	} else if u.Vhost == "" {
 		t.Error("REBOUND_AMQP_URL names no virtual host")
+	}
+	if err := cfg.CheckConsoleListen(); err != nil {
+		t.Errorf("the console would refuse to start: %v", err)
 	}
 	_, port, _ := strings.Cut(cfg.ConsoleAddr, ":")
 	var named *corev1.ContainerPort

@@ -19,13 +19,26 @@ import (
 const chartDir = "../helm/rebound"
 
 // helm runs the Helm pinned in tools/go.mod (go tool helm): no download,
-// the same Helm on every machine.
+// the same Helm on every machine. An argument "CHART" is the chart's
+// directory.
 func helm(t *testing.T, args ...string) []byte {
+	t.Helper()
+	out, err := runHelm(t, args...)
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// runHelm runs helm and returns its output: stdout, and after it stderr
+// when helm failed.
+func runHelm(t *testing.T, args ...string) ([]byte, error) {
 	t.Helper()
 	chart, err := filepath.Abs(chartDir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	args = slices.Clone(args)
 	for i, a := range args {
 		if a == "CHART" {
 			args[i] = chart
@@ -37,9 +50,9 @@ func helm(t *testing.T, args ...string) []byte {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("helm %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.Bytes())
+		out = append(out, stderr.Bytes()...)
 	}
-	return out
+	return out, err
 }
 
 // renderChart renders the chart as `helm template` does and decodes each
@@ -138,7 +151,7 @@ func TestHelmChartValues(t *testing.T) {
 // and no selector of the retrier's takes its pod.
 func TestHelmChartConsole(t *testing.T) {
 	set := []string{"amqp.existingSecret=orders-amqp", "console.enabled=true",
-		"console.brokerURL=amqp://rabbitmq.messaging.svc:5672/orders"}
+		"console.brokerURL=amqp://rabbitmq.messaging.svc:5672/orders", "console.behindTLSProxy=true"}
 	checkConsole(t, renderChart(t, append(set, "show-only=templates/console.yaml", "show-only=templates/configmap.yaml")...))
 
 	var console *appsv1.Deployment
@@ -171,8 +184,13 @@ func TestHelmChartConsole(t *testing.T) {
 		}
 	}
 
-	if _, err := exec.Command("go", "-C", "../../tools", "tool", "helm", "template", "r", chartDir, "--set", "console.enabled=true").CombinedOutput(); err == nil {
-		t.Error("console.enabled without console.brokerURL renders; want helm to refuse it")
+	if out, err := runHelm(t, "template", "r", "CHART", "--set", "amqp.existingSecret=orders-amqp", "--set", "console.enabled=true",
+		"--set", "console.brokerURL=amqp://rabbitmq.messaging.svc:5672/orders"); err == nil || !strings.Contains(string(out), "console.behindTLSProxy") {
+		t.Errorf("the console with neither console.tlsSecret nor console.behindTLSProxy renders (%v): want helm to refuse it, naming both\n%s", err, out)
+	}
+	if out, err := runHelm(t, "template", "r", "CHART", "--set", "amqp.existingSecret=orders-amqp", "--set", "console.enabled=true",
+		"--set", "console.behindTLSProxy=true"); err == nil || !strings.Contains(string(out), "console.brokerURL") {
+		t.Errorf("console.enabled without console.brokerURL renders (%v); want helm to refuse it, naming it\n%s", err, out)
 	}
 }
 

@@ -23,8 +23,11 @@ import (
 const consoleUsage = `usage: rebound console
 
 Serves the web console for failures on REBOUND_CONSOLE_ADDR (default
-:9465), over HTTPS when REBOUND_CONSOLE_TLS_CERT_FILE and _KEY_FILE are
-set: failure groups, their messages, the copies waiting in the delay
+127.0.0.1:9465), over HTTPS when REBOUND_CONSOLE_TLS_CERT_FILE and
+_KEY_FILE are set. Plain HTTP on any other address than loopback is
+refused unless REBOUND_CONSOLE_BEHIND_TLS_PROXY=true says a
+TLS-terminating proxy sits in front: sign-in carries broker passwords.
+It shows failure groups, their messages, the copies waiting in the delay
 queues, and replay, redirect, purge, flush and cancel, each previewed and
 confirmed. People sign in with their RabbitMQ user and password, and
 every broker connection the console opens for them is opened as that
@@ -46,7 +49,7 @@ func runConsole(ctx context.Context, args []string, in invocation) error {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
-	srv, err := newConsole(cfg, in, log, tlsConfig != nil)
+	srv, err := newConsole(cfg, in, log, cfg.ConsoleSecure())
 	if err != nil {
 		return err
 	}
