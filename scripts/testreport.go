@@ -44,6 +44,8 @@ var (
 	// testLine is a line worth showing live under -v: the framework's, a
 	// test's own (t.Log, t.Error), and the signs of a crash.
 	testLine = regexp.MustCompile(`^(=== RUN|\s*--- |PASS|FAIL|ok\s)|^\s+\S+_test\.go:[0-9]+:|panic:|DATA RACE|data race|race detected|timed out`)
+	// dumpedLog is a line of rebound's logs a harness prints for a failed test.
+	dumpedLog = regexp.MustCompile(`^\s+\S+\.go:[0-9]+: \w+ log: `)
 	// failureLine is a line that says why a test failed.
 	failureLine = regexp.MustCompile(`^\s+\S+\.go:[0-9]+:|panic:|DATA RACE|race detected|timed out|^\s+running tests:|^\s+Test\S+ \(`)
 )
@@ -277,13 +279,24 @@ func (r *report) hasFailedSubtest(k testKey) bool {
 }
 
 // lastFailureLines keeps the last lines of a test's output that say why it
-// failed; a test that failed without such a line gets its last lines.
+// failed; a test that failed without such a line gets its last lines. The
+// logs a harness dumps when a test fails (consumer's "sidecar log:" lines)
+// come after the failure and would crowd it out (a fresh clone's CI showed
+// six of them and not the failure), so they count only when nothing else
+// does.
 func lastFailureLines(lines []string) []string {
-	var kept []string
+	var kept, dumped []string
 	for _, l := range lines {
-		if failureLine.MatchString(l) {
+		switch {
+		case !failureLine.MatchString(l):
+		case dumpedLog.MatchString(l):
+			dumped = append(dumped, l)
+		default:
 			kept = append(kept, l)
 		}
+	}
+	if len(kept) == 0 {
+		kept = dumped
 	}
 	if len(kept) == 0 {
 		kept = lines
