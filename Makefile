@@ -30,10 +30,11 @@ run: broker build
 # The whole test suite against both brokers of the matrix: formatting, vet,
 # staticcheck, a tidy go.mod, the alerting rules' unit tests, then for each
 # broker, both brokers at once (scripts/test-broker.sh; each line prefixed
-# by its broker): the race-enabled tests, beside the Kubernetes manifest
-# checks; the ones that disturb the main node (memory alarm, broker
-# restarts) one at a time, beside the cluster tests on three extra nodes
-# (stopped and deleted afterwards, pass or fail); beside them, the release
+# by its broker), side by side: the race-enabled tests; the Kubernetes
+# manifest checks; the ones that disturb a whole node (memory alarm, broker
+# restarts) one at a time on a standalone node of their own; the cluster
+# tests on three more nodes (extra nodes stopped and deleted afterwards,
+# pass or fail); beside them all, the release
 # builder's tests (make release-test); last, an account of what failed
 # (scripts/testreport.go) and each broker's time per step.
 # The clients target installs what the client tests run besides Go (Node's

@@ -8,6 +8,7 @@
 #   scripts/cluster.sh [-b 3.10|4.3] status        the nodes and the running members (exit 1 unless 3 run)
 #   scripts/cluster.sh [-b 3.10|4.3] stop-node N   stop node N (1-3), keeping its data: a test's fault
 #   scripts/cluster.sh [-b 3.10|4.3] start-node N  start node N again; it rejoins the cluster from its data
+#   scripts/cluster.sh [-b 3.10|4.3] -s COMMAND    the same for one standalone node (N is 1)
 #
 # 3.10 (the default): rebound-c1..c3@localhost, Debian 12's RabbitMQ on the
 # host, AMQP on 127.0.0.1:5701-5703, distribution on 25701-25703, data
@@ -16,6 +17,10 @@
 # scripts/rabbitmq43.sh (run `scripts/rabbitmq43.sh ensure` first), AMQP on
 # 127.0.0.1:5711-5713, distribution on 25711-25713, data under the chroot's
 # /var/lib/rabbitmq/rebound-cluster.
+# -s: one node of its own instead, for the tests that disturb a whole node
+# (memory alarm, broker restarts) so that they run beside the suite rather
+# than after it: rebound-s1@localhost on 5721 (3.10), rebound43-s1@localhost
+# on 5731 (4.3), data under .../rebound-solo.
 #
 # The nodes run beside the broker's main node (rabbit@localhost on 5672,
 # rabbit43@localhost on 5674), which this script never touches, each with
@@ -26,11 +31,20 @@
 # is stopped and wiped first. `stop` is safe to run again and again.
 set -euo pipefail
 
-BROKER=3.10
-if [ "${1:-}" = "-b" ]; then
-  BROKER=${2:-}
-  shift 2
-fi
+BROKER=3.10 SOLO=
+while true; do
+  case "${1:-}" in
+    -b)
+      BROKER=${2:-}
+      shift 2
+      ;;
+    -s)
+      SOLO=1
+      shift
+      ;;
+    *) break ;;
+  esac
+done
 case "$BROKER" in
   3.10)
     ROOT=""                # the host
@@ -48,12 +62,24 @@ case "$BROKER" in
     ;;
 esac
 BASE=/var/lib/rabbitmq/rebound-cluster # as the nodes see it
-HOSTBASE=$ROOT$BASE                    # as this script sees it
 NODES=(1 2 3)
+if [ -n "$SOLO" ]; then
+  NAME=${NAME%-c}-s
+  PORT_BASE=$((PORT_BASE + 20))
+  BASE=/var/lib/rabbitmq/rebound-solo
+  NODES=(1)
+fi
+HOSTBASE=$ROOT$BASE # as this script sees it
+COUNT=${#NODES[@]}
 SBIN=/usr/lib/rabbitmq/bin # Debian's rabbitmq-server package; /usr/sbin holds wrappers
 WAIT_SECONDS=120
 
 node() { echo "$NAME$1@localhost"; }
+names() {
+  local i out=()
+  for i in "${NODES[@]}"; do out+=("$(node "$i")"); done
+  echo "${out[*]}"
+}
 amqp_port() { echo $((PORT_BASE + $1)); }
 dir() { echo "$BASE/c$1"; }
 
@@ -107,7 +133,7 @@ healthy() {
   for i in "${NODES[@]}"; do
     pinged "$i" || return 1
   done
-  [ "$(running_count 1)" -eq 3 ]
+  [ "$(running_count 1)" -eq "$COUNT" ]
 }
 
 # configure writes node $1's environment file (read through
@@ -208,7 +234,7 @@ cmd_start() {
   local i began=$SECONDS
   [ -x "$ROOT$SBIN/rabbitmq-server" ] || die "$ROOT$SBIN/rabbitmq-server not found; start the broker first (scripts/ensure-rabbitmq.sh, scripts/rabbitmq43.sh ensure)"
   if healthy; then
-    log "already running: $(node 1), $(node 2), $(node 3) on 127.0.0.1:$(amqp_port 1)-$(amqp_port 3)"
+    log "already running: $(names) on 127.0.0.1:$(amqp_port 1)-$(amqp_port "$COUNT")"
     return
   fi
   if [ -e "$HOSTBASE" ]; then
@@ -235,19 +261,19 @@ cmd_start() {
   for i in "${NODES[@]}"; do
     wait -n || die "a node did not start"
   done
-  for i in 2 3; do
+  for i in "${NODES[@]:1}"; do
     quiet ctl -n "$(node "$i")" -q stop_app
     quiet ctl -n "$(node "$i")" -q join_cluster "$(node 1)"
     quiet ctl -n "$(node "$i")" -q start_app
   done
   for _ in $(seq 1 "$WAIT_SECONDS"); do
-    if [ "$(running_count 1)" -eq 3 ]; then
-      log "3 nodes running ($(node 1), $(node 2), $(node 3)) on 127.0.0.1:$(amqp_port 1)-$(amqp_port 3) after $((SECONDS - began))s"
+    if [ "$(running_count 1)" -eq "$COUNT" ]; then
+      log "$COUNT running ($(names)) on 127.0.0.1:$(amqp_port 1)-$(amqp_port "$COUNT") after $((SECONDS - began))s"
       return
     fi
     sleep 1
   done
-  die "the cluster did not show 3 running nodes within ${WAIT_SECONDS}s"
+  die "the cluster did not show $COUNT running nodes within ${WAIT_SECONDS}s"
 }
 
 cmd_status() {
@@ -264,7 +290,7 @@ cmd_status() {
       local running
       running=$(running_count "$i")
       echo "running members seen by $(node "$i"): $running"
-      [ "$running" -eq 3 ] && return 0
+      [ "$running" -eq "$COUNT" ] && return 0
       return 1
     fi
   done
@@ -272,9 +298,9 @@ cmd_status() {
 }
 
 node_arg() {
-  case "${1:-}" in
-    1 | 2 | 3) ;;
-    *) die "usage: $0 [-b 3.10|4.3] stop-node|start-node 1|2|3" ;;
+  case " ${NODES[*]} " in
+    *" ${1:-} "*) ;;
+    *) die "usage: $0 [-b 3.10|4.3] [-s] stop-node|start-node ${NODES[*]}" ;;
   esac
 }
 
@@ -299,5 +325,5 @@ case "${1:-}" in
     pinged "$2" || launch "$2"
     log "$(node "$2") running"
     ;;
-  *) die "usage: $0 [-b 3.10|4.3] start|stop|status|ctl N ARGS|stop-node N|start-node N" ;;
+  *) die "usage: $0 [-b 3.10|4.3] [-s] start|stop|status|ctl N ARGS|stop-node N|start-node N" ;;
 esac

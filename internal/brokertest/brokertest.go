@@ -16,6 +16,11 @@
 //	4.3   Debian sid's RabbitMQ in a chroot on 127.0.0.1:5674, node
 //	      rabbit43@localhost, started by scripts/rabbitmq43.sh
 //
+// REBOUND_TEST_NODE=solo puts a run on the broker's standalone node
+// instead of its main one (Solo: `scripts/cluster.sh -b <name> -s start`),
+// so that the tests that disturb a whole node (a memory alarm, a restart)
+// run beside the rest of the suite; `make test` does so.
+//
 // A test that needs a broker calls Require. Without one it is skipped with
 // a message saying how to start it, unless CI or REBOUND_REQUIRE_BROKER is
 // set: then it fails. Require logs the broker's version, so every test's
@@ -103,7 +108,8 @@ func Brokers() map[string]*Broker {
 	}
 }
 
-// Current returns the broker REBOUND_TEST_BROKER names (3.10 when unset).
+// Current returns the broker REBOUND_TEST_BROKER names (3.10 when unset),
+// on the node REBOUND_TEST_NODE names: main (when unset) or solo.
 func Current() (*Broker, error) {
 	name := os.Getenv("REBOUND_TEST_BROKER")
 	if name == "" {
@@ -113,7 +119,14 @@ func Current() (*Broker, error) {
 	if b == nil {
 		return nil, fmt.Errorf("REBOUND_TEST_BROKER=%q: want 3.10 or 4.3", name)
 	}
-	return b, nil
+	switch node := os.Getenv("REBOUND_TEST_NODE"); node {
+	case "", "main":
+		return b, nil
+	case "solo":
+		return b.Solo(), nil
+	default:
+		return nil, fmt.Errorf("REBOUND_TEST_NODE=%q: want main or solo", node)
+	}
 }
 
 // Required reports whether a missing broker fails tests instead of
@@ -249,6 +262,9 @@ func (b *Broker) Plugins(ctx context.Context, args ...string) (string, error) {
 }
 
 func run(ctx context.Context, stdin io.Reader, command []string, args ...string) (string, error) {
+	if len(command) == 0 { // the solo node's plugins: rabbitmq-plugins would reach the main node
+		return "", fmt.Errorf("not possible on this node (%v)", args)
+	}
 	argv := append(append([]string{}, command[1:]...), args...)
 	cmd := exec.CommandContext(ctx, command[0], argv...)
 	cmd.Stdin = stdin
@@ -631,6 +647,26 @@ func (b *Broker) Cluster() ([]*Broker, error) {
 		return nil, fmt.Errorf("cluster node %s at %s does not answer (%w); start the cluster with %s", nodes[0].Node, redact(nodes[0].URL), err, nodes[0].setup)
 	}
 	return nodes, nil
+}
+
+// Solo returns the standalone node `scripts/cluster.sh -b <name> -s start`
+// runs beside the broker's own node, of the same version and with the same
+// (empty) plugins and configuration: a node of its own for the tests that
+// alarm or restart one, so that they need not wait for the rest of the
+// suite to leave the main node.
+func (b *Broker) Solo() *Broker {
+	script := filepath.Join(scriptsDir(), "cluster.sh")
+	// The solo node's ports are 20 above the cluster's (scripts/cluster.sh).
+	return &Broker{
+		Name:  b.Name,
+		URL:   fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", b.clusterPorts+21),
+		Node:  strings.TrimSuffix(b.clusterName, "-c") + "-s1@localhost",
+		ctl:   []string{script, "-b", b.Name, "-s", "ctl", "1"},
+		start: []string{script, "-b", b.Name, "-s", "start-node", "1"},
+		stop:  []string{script, "-b", b.Name, "-s", "stop-node", "1"},
+		setup: "scripts/cluster.sh -b " + b.Name + " -s start",
+		root:  b.root,
+	}
 }
 
 // Stop stops a cluster node, keeping its data, and waits until it is down.
