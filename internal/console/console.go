@@ -71,8 +71,9 @@ type Options struct {
 	// before it says who is reading it; 0 means 15 seconds.
 	TurnWait time.Duration
 	// SignInLimit failed sign-ins within SignInWindow hold back further
-	// tries of that user, and 4 times as many those of that client
-	// address; 0 means 5 and 15 minutes.
+	// tries of that user from that client address, 4 times as many those
+	// of that address, 10 times as many those of that user from anywhere;
+	// 0 means 5 and 15 minutes.
 	SignInLimit  int
 	SignInWindow time.Duration
 	// TrustedProxies are the reverse proxies whose X-Forwarded-For the
@@ -87,8 +88,9 @@ type Server struct {
 	log      *zap.Logger
 	pages    map[string]*template.Template
 	sessions *sessions
-	byUser   *throttle // failed sign-ins by user name
+	byUserAt *throttle // failed sign-ins by user name and client address
 	byAddr   *throttle // failed sign-ins by client address
+	byUser   *throttle // failed sign-ins by user name, from anywhere
 	parked   *turn     // reads of the parking queue
 	delays   *turn     // reads of the delay queues
 	jobs     *jobs
@@ -140,14 +142,16 @@ func New(opt Options) (*Server, error) {
 	s := &Server{
 		opt: opt, log: opt.Logger, pages: pages,
 		sessions: &sessions{idle: opt.IdleTimeout, byID: map[string]*session{}},
-		byUser:   newThrottle(opt.SignInLimit, opt.SignInWindow),
+		byUserAt: newThrottle(opt.SignInLimit, opt.SignInWindow),
 		byAddr:   newThrottle(4*opt.SignInLimit, opt.SignInWindow),
+		byUser:   newThrottle(10*opt.SignInLimit, opt.SignInWindow),
 		parked:   newTurn(), delays: newTurn(),
 		jobs:      &jobs{byID: map[string]*job{}},
 		signInKey: signInKey,
 		readings:  map[string]*reading{}, surveys: map[string]*survey{},
 		ctx: ctx, cancel: cancel,
 	}
+	s.sessions.lastEnded = s.forget
 	s.wg.Add(1)
 	go s.sweep()
 	return s, nil

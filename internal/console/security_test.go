@@ -2,12 +2,16 @@ package console
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/zap"
@@ -174,4 +178,86 @@ func TestThrottleKey(t *testing.T) {
 			t.Errorf("throttleKey(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// TestSignInThrottleHoldsAtOnce: wrong passwords fired at once from one
+// address reach the broker no more often than the limit lets them one
+// after the other; a guesser at one address does not lock the user out
+// of another; a broker that cannot be reached counts against no one.
+func TestSignInThrottleHoldsAtOnce(t *testing.T) {
+	const limit, fired = 5, 40
+	gate := make(chan struct{})
+	var outage atomic.Bool
+	var arrived atomic.Int32 // guesses the broker holds
+	b := newBrokerless(t, func(o *Options) {
+		o.SignInLimit = limit
+		o.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+		o.Dial = func(ctx context.Context, _, _, _ string) (*amqp.Connection, error) {
+			arrived.Add(1)
+			<-gate
+			if outage.Load() {
+				return nil, errors.New("dial tcp 127.0.0.1:5672: connect: connection refused")
+			}
+			return nil, amqp.ErrCredentials
+		}
+	})
+	dialed := func() int { return len(b.logs.FilterMessage("console sign-in failed").All()) }
+
+	// Every guess gets its form first, then all go at once; the broker
+	// answers none until every request has either reached it or been
+	// refused.
+	forms := make([]url.Values, fired)
+	guessers := make([]*person, fired)
+	for i := range guessers {
+		guessers[i] = b.browser("203.0.113.7")
+		forms[i] = url.Values{"user": {"admin"}, "password": {fmt.Sprint("guess", i)},
+			"csrf": {csrfOf(t, guessers[i].get("/signin").body)}}
+	}
+	statuses := make(chan int, fired)
+	for i, g := range guessers {
+		go func() {
+			req, _ := http.NewRequest(http.MethodPost, g.base+"/signin", strings.NewReader(forms[i].Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			req.Header.Set("X-Forwarded-For", g.forwardedFor)
+			res, err := g.client.Do(req)
+			if err != nil {
+				statuses <- 0
+				return
+			}
+			res.Body.Close()
+			statuses <- res.StatusCode
+		}()
+	}
+	refused := 0
+	for deadline := time.After(time.Minute); refused+int(arrived.Load()) < fired; {
+		select {
+		case s := <-statuses:
+			if s != http.StatusTooManyRequests {
+				t.Fatalf("a guess answered %d before the broker did", s)
+			}
+			refused++
+		case <-time.After(10 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("after a minute %d guesses refused and %d at the broker, of %d", refused, arrived.Load(), fired)
+		}
+	}
+	close(gate)
+	for range fired - refused {
+		if s := <-statuses; s != http.StatusUnauthorized {
+			t.Errorf("a guess that reached the broker answered %d, want 401", s)
+		}
+	}
+	if n := dialed(); n != limit {
+		t.Errorf("%d of %d guesses fired at once reached the broker, want %d (the limit)", n, fired, limit)
+	}
+
+	want(t, "admin from the guesser's address", b.browser("203.0.113.7").signInAs("admin", "right"), http.StatusTooManyRequests, "Too many")
+	want(t, "admin from another address", b.browser("198.51.100.9").signInAs("admin", "right"), http.StatusUnauthorized, "did not accept")
+
+	outage.Store(true)
+	for i := range 2 * limit {
+		want(t, fmt.Sprint("sign-in ", i+1, " while the broker is down"), b.browser("198.51.100.10").signInAs("ops", "right"), http.StatusBadGateway, "Could not sign in")
+	}
+	outage.Store(false)
+	want(t, "the same user once the broker is back", b.browser("198.51.100.10").signInAs("ops", "right"), http.StatusUnauthorized, "did not accept")
 }

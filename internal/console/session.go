@@ -81,6 +81,10 @@ var errSignedOut = errors.New("signed out")
 // sessions holds the sessions, by id. Safe for concurrent use.
 type sessions struct {
 	idle time.Duration
+	// lastEnded, when set, is called with a user none of whose sessions
+	// is left, after one ended: what the console read for that user
+	// (parking-queue bodies among it) must not outlive them.
+	lastEnded func(user string)
 
 	mu   sync.Mutex
 	byID map[string]*session
@@ -147,6 +151,23 @@ func (ss *sessions) remove(s *session) {
 	delete(ss.byID, s.id)
 	ss.mu.Unlock()
 	s.end()
+	ss.ended(s.user)
+}
+
+// ended calls lastEnded for user if no session of user is left.
+func (ss *sessions) ended(user string) {
+	if ss.lastEnded == nil {
+		return
+	}
+	ss.mu.Lock()
+	for _, s := range ss.byID {
+		if s.user == user {
+			ss.mu.Unlock()
+			return
+		}
+	}
+	ss.mu.Unlock()
+	ss.lastEnded(user)
 }
 
 // sweep ends every session idle for the idle timeout as of now, so that a
@@ -165,6 +186,7 @@ func (ss *sessions) sweep(now time.Time) (ended []*session) {
 	ss.mu.Unlock()
 	for _, s := range ended {
 		s.end()
+		ss.ended(s.user)
 	}
 	return ended
 }

@@ -79,8 +79,12 @@ func (s *Server) validSignInCSRF(r *http.Request) bool {
 const maxCredential = 1024
 
 // signIn checks a user and password by opening a connection as that user:
-// the broker is the only judge. Failures are throttled per user and per
-// client address, and logged with both, never with the password.
+// the broker is the only judge. Failures are throttled per user from one
+// client address (SignInLimit), per address (4×) and per user from
+// anywhere (10×: so that one address cannot lock a named user out, while
+// guesses spread over many addresses stay bounded), and logged with user
+// and address, never with the password. A broker that cannot be reached is
+// no verdict and counts against no one.
 func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
 	user, password := r.PostFormValue("user"), r.PostFormValue("password")
@@ -97,38 +101,37 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 		s.renderSignIn(w, r, http.StatusBadRequest, signInForm{User: user, Problem: "Enter a RabbitMQ user name and its password."})
 		return
 	}
-	if wait := max(s.byUser.wait("user:"+user, now), s.byAddr.wait(throttleKey(addr), now)); wait > 0 {
+	signIn := attempt{{s.byUserAt, "user:" + user + "\x00" + throttleKey(addr)}, {s.byAddr, throttleKey(addr)}, {s.byUser, "user:" + user}}
+	if wait := signIn.begin(now); wait > 0 {
 		log.Warn("console sign-in refused: throttled", zap.Duration("wait", wait))
 		w.Header().Set("Retry-After", retryAfter(wait))
 		s.renderSignIn(w, r, http.StatusTooManyRequests,
-			signInForm{User: user, Problem: "Too many failed sign-ins for this user or from this address: try again in " + wait.Round(time.Second).String() + "."})
+			signInForm{User: user, Problem: "Too many failed sign-ins for this user or from this address: try again in " + max(wait, time.Second).Round(time.Second).String() + "."})
 		return
 	}
 	conn, err := s.opt.Dial(r.Context(), "console "+user, user, password)
 	if err != nil {
-		problem := "The broker did not accept this user and password."
-		status := http.StatusUnauthorized
-		if !errors.Is(err, amqp.ErrCredentials) && !errors.Is(err, amqp.ErrSASL) && !errors.Is(err, amqp.ErrVhost) {
-			// Not a verdict on the password: the broker could not be
-			// reached, or the user has no access to the virtual host.
-			problem, status = "Could not sign in: "+err.Error(), http.StatusBadGateway
-		}
-		if errors.Is(err, amqp.ErrVhost) {
+		problem, status, verdict := "The broker did not accept this user and password.", http.StatusUnauthorized, wrongCredentials
+		switch {
+		case errors.Is(err, amqp.ErrVhost):
 			problem, status = "This user may not use the deployment's virtual host.", http.StatusForbidden
+		case !errors.Is(err, amqp.ErrCredentials) && !errors.Is(err, amqp.ErrSASL):
+			// Not a verdict on the password: the broker could not be
+			// reached. Counted, an outage would lock every user out.
+			problem, status, verdict = "Could not sign in: "+err.Error(), http.StatusBadGateway, inconclusive
 		}
-		s.byUser.failed("user:"+user, now)
-		s.byAddr.failed(throttleKey(addr), now)
+		signIn.end(s.now(), verdict)
 		log.Warn("console sign-in failed", zap.Error(err))
 		s.renderSignIn(w, r, status, signInForm{User: user, Problem: problem})
 		return
 	}
+	signIn.end(s.now(), signedIn)
 	sess, err := s.sessions.start(user, password, addr, conn, now, s.opt.Dial)
 	if err != nil {
 		conn.Close()
 		s.fail(w, r, nil, http.StatusInternalServerError, "Sign-in failed", err)
 		return
 	}
-	s.byUser.succeeded("user:" + user)
 	log.Info("console sign-in")
 	http.SetCookie(w, &http.Cookie{Name: signInCookie, Path: "/signin", MaxAge: -1, HttpOnly: true, Secure: s.opt.Secure, SameSite: http.SameSiteStrictMode})
 	setCookie(w, sess.id, s.opt.Secure)

@@ -3,11 +3,15 @@ package console
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.uber.org/zap"
 
 	"github.com/rebound-mq/rebound/internal/parking"
 )
@@ -25,26 +29,36 @@ func TestThrottle(t *testing.T) {
 		{"fewer than the limit", []time.Duration{0, time.Second}, false, 2 * time.Second, 0},
 		{"at the limit: wait for the oldest to age out", []time.Duration{0, time.Minute, 2 * time.Minute}, false, 3 * time.Minute, 12 * time.Minute},
 		{"past the window", []time.Duration{0, time.Minute, 2 * time.Minute}, false, 15 * time.Minute, 0},
-		{"one aged out", []time.Duration{0, time.Minute, 2 * time.Minute, 3 * time.Minute}, false, 15*time.Minute + time.Second, 59 * time.Second},
+		{"one aged out, one more failed", []time.Duration{0, time.Minute, 2 * time.Minute, 15 * time.Minute}, false, 15*time.Minute + time.Second, 59 * time.Second},
 		{"a success forgets", []time.Duration{0, time.Minute, 2 * time.Minute}, true, 3 * time.Minute, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			th := newThrottle(3, 15*time.Minute)
 			for _, f := range tt.failures {
-				th.failed("k", t0.Add(f))
+				fail(t, th, "k", t0.Add(f))
 			}
 			if tt.success {
-				th.succeeded("k")
+				th.end("k", t0.Add(tt.at), signedIn)
 			}
-			if got := th.wait("k", t0.Add(tt.at)); got != tt.want {
+			if got := th.begin("k", t0.Add(tt.at)); got != tt.want {
 				t.Errorf("wait %s, want %s", got, tt.want)
 			}
-			if got := th.wait("other", t0.Add(tt.at)); got != 0 {
+			if got := th.begin("other", t0.Add(tt.at)); got != 0 {
 				t.Errorf("another key waits %s", got)
 			}
 		})
 	}
+}
+
+// fail records a failed attempt of key at now, which the throttle must
+// let begin.
+func fail(t *testing.T, th *throttle, key string, now time.Time) {
+	t.Helper()
+	if wait := th.begin(key, now); wait != 0 {
+		t.Fatalf("%s refused before a failure (wait %s)", key, wait)
+	}
+	th.end(key, now, wrongCredentials)
 }
 
 func TestThrottleHoldsAtMostMaxKeys(t *testing.T) {
@@ -52,10 +66,39 @@ func TestThrottleHoldsAtMostMaxKeys(t *testing.T) {
 	th.maxKeys = 10
 	t0 := time.Now()
 	for i := range 100 {
-		th.failed(strings.Repeat("k", i+1), t0.Add(time.Duration(i)*time.Second))
+		fail(t, th, strings.Repeat("k", 1000+i), t0.Add(time.Duration(i)*time.Second))
 	}
 	if n := len(th.failures); n > 10 {
 		t.Errorf("%d keys kept, want at most 10", n)
+	}
+	if len(th.pending) != 0 {
+		t.Errorf("%d keys pending after every attempt ended", len(th.pending))
+	}
+}
+
+// TestThrottleCountsAttemptsUnderWay: attempts begun and not ended count
+// against the limit, so attempts fired at once cannot all pass; an
+// inconclusive one (the broker unreachable) counts for nothing once ended.
+func TestThrottleCountsAttemptsUnderWay(t *testing.T) {
+	th := newThrottle(3, 15*time.Minute)
+	now := time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC)
+	for i := range 3 {
+		if wait := th.begin("k", now); wait != 0 {
+			t.Fatalf("attempt %d of 3 at once waits %s", i+1, wait)
+		}
+	}
+	if wait := th.begin("k", now); wait != pendingWait {
+		t.Errorf("a 4th attempt while 3 are under way waits %s, want %s", wait, pendingWait)
+	}
+	for range 3 {
+		th.end("k", now, inconclusive)
+	}
+	if wait := th.begin("k", now); wait != 0 {
+		t.Errorf("after 3 inconclusive attempts ended, a 4th waits %s, want 0", wait)
+	}
+	th.end("k", now, wrongCredentials)
+	if n := len(th.failures[digest("k")]); n != 1 {
+		t.Errorf("%d failures kept, want 1 (the inconclusive attempts are none)", n)
 	}
 }
 
@@ -152,5 +195,60 @@ func TestRetryAfter(t *testing.T) {
 		if got := retryAfter(d); got != want {
 			t.Errorf("retryAfter(%s) = %s, want %s", d, got, want)
 		}
+	}
+}
+
+// TestReadingsEndWithTheLastSession: what the console read for a user
+// (parking-queue bodies among it) goes when that user's last session ends,
+// idle or signed out, and not while another of their sessions lives.
+func TestReadingsEndWithTheLastSession(t *testing.T) {
+	srv, err := New(Options{Logger: zap.NewNop(), IdleTimeout: time.Hour, Dial: func(context.Context, string, string, string) (*amqp.Connection, error) {
+		return nil, amqp.ErrCredentials
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	t0 := time.Now()
+	read := func() {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		srv.readings["ops"], srv.surveys["ops"] = &reading{user: "ops", at: t0}, &survey{}
+		srv.readings["dev"] = &reading{user: "dev", at: t0}
+	}
+	kept := func() (ops, dev bool) {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		return srv.readings["ops"] != nil && srv.surveys["ops"] != nil, srv.readings["dev"] != nil
+	}
+	start := func(user string, at time.Time) *session {
+		s, err := srv.sessions.start(user, "pw", "192.0.2.1", nil, at, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	start("ops", t0)
+	start("ops", t0.Add(30*time.Minute))
+	start("dev", t0.Add(90*time.Minute))
+	read()
+	srv.sessions.sweep(t0.Add(time.Hour))
+	if ops, dev := kept(); !ops || !dev {
+		t.Errorf("one of ops's two sessions ended idle: readings kept ops %v dev %v, want both", ops, dev)
+	}
+	srv.sessions.sweep(t0.Add(90 * time.Minute))
+	if ops, dev := kept(); ops || !dev {
+		t.Errorf("ops's last session ended idle: readings kept ops %v dev %v, want dev's only", ops, dev)
+	}
+	// Expired when next seen, before any sweep.
+	req := httptest.NewRequest(http.MethodGet, "/groups", nil)
+	for _, s := range srv.sessions.byID {
+		req.AddCookie(&http.Cookie{Name: cookieName, Value: s.id})
+	}
+	if srv.sessions.get(req, t0.Add(3*time.Hour)) != nil {
+		t.Fatal("an idle session was served")
+	}
+	if _, dev := kept(); dev {
+		t.Error("dev's session expired when next seen: its reading kept")
 	}
 }
