@@ -145,8 +145,9 @@ type Config struct {
 	// read from its REBOUND_POLICY_<NAME>_* variables.
 	Named []namedPolicy `env:"-"`
 	// Warnings name the REBOUND_ variables rebound does not read, each
-	// with the nearest one it does: for the log at start and `rebound
-	// config check`.
+	// with the nearest one it does, and those set for a policy whose
+	// backoff or jitter does not read them: for the log at start and
+	// `rebound config check`.
 	Warnings []string `env:"-"`
 }
 
@@ -210,6 +211,10 @@ func Load(environ []string) (Config, error) {
 	c.Named = named
 	problems = append(problems, ps...)
 	c.Warnings = unknownVariables(vars)
+	c.Warnings = append(c.Warnings, c.PolicyConfig.ignoredSettings(vars, Prefix)...)
+	for _, n := range c.Named {
+		c.Warnings = append(c.Warnings, n.PolicyConfig.ignoredSettings(vars, PolicyVariable(n.Name))...)
+	}
 	if len(problems) > 0 {
 		return c, &Error{Problems: problems}
 	}

@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"regexp/syntax"
 	"slices"
+	"strings"
+	"time"
 	"unicode"
 
 	"github.com/rebound-mq/rebound/policy"
@@ -15,11 +17,16 @@ import (
 // with it, and the message it affects is parked or decided by another
 // policy than the one written for it.
 type finding struct {
-	Policy string // the policy it concerns
+	Policy string // the policy it concerns; "" for the allowlist
 	Text   string
 }
 
-func (f finding) String() string { return "policy " + f.Policy + ": " + f.Text }
+func (f finding) String() string {
+	if f.Policy == "" {
+		return f.Text
+	}
+	return "policy " + f.Policy + ": " + f.Text
+}
 
 // Findings judges the named policies against the allowlist and against
 // each other: a policy whose QUEUES matches no queue REBOUND_ORIGIN_QUEUES
@@ -40,6 +47,7 @@ func (c Config) Findings() []finding {
 	if c.OriginQueues == "" || err != nil {
 		allow = nil
 	}
+	out = append(out, c.allowlistFindings(allow)...)
 	var earlier []namedPolicy
 	for _, n := range c.Named {
 		q, err := regexp.Compile(n.Queues)
@@ -66,6 +74,36 @@ func (c Config) Findings() []finding {
 		earlier = append(earlier, n)
 	}
 	return out
+}
+
+// allowlistFindings judges REBOUND_ORIGIN_QUEUES itself (allow: nil when
+// unset). Unset, every queue of the vhost is a destination: the broker's
+// x-death record names the origin, and whoever may publish to the inbox
+// can write one. Matching rebound's own queues, it says what its author
+// did not mean: the sidecar refuses them anyway (Topology.Owns), so such
+// a message is parked unknown-origin, never sent back.
+func (c Config) allowlistFindings(allow *regexp.Regexp) []finding {
+	if allow == nil {
+		if c.OriginQueues != "" {
+			return nil // Load reported it
+		}
+		return []finding{{Text: "REBOUND_ORIGIN_QUEUES is unset: rebound sends a copy back to any queue of the vhost a message's x-death names, " +
+			"and whoever may publish to the dead-letter exchange can write that header; set it to a pattern of your application queues (such as ^orders\\.)"}}
+	}
+	t := c.Topology()
+	delay, _ := t.DelayQueue(time.Second)
+	var own []string
+	for _, q := range []string{t.InboxQueue, t.ParkingQueue, delay.Name, t.HoldQueue().Name, t.HoldCommandsQueue().Name, t.LockQueue(), t.InUseQueue(), t.PlaceQueue(0)} {
+		if allow.MatchString(q) && !slices.Contains(own, q) {
+			own = append(own, q)
+		}
+	}
+	if len(own) == 0 {
+		return nil
+	}
+	return []finding{{Text: fmt.Sprintf("REBOUND_ORIGIN_QUEUES %s matches rebound's own queues (%s): "+
+		"a message naming one as its origin is parked unknown-origin, never sent there, so the pattern allows what it cannot mean; anchor it to your application queues",
+		c.OriginQueues, strings.Join(own, ", "))}}
 }
 
 // Deciders returns the policies of set that can decide a message whose

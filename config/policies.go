@@ -305,3 +305,23 @@ func (pc PolicyConfig) validate(prefix string, failed map[string]bool) []policyP
 	}
 	return ps
 }
+
+// ignoredSettings names the variables of a policy (prefix: REBOUND_ or
+// REBOUND_POLICY_<NAME>_) set in vars that its backoff or jitter does not
+// read: MULTIPLIER beside a linear backoff shapes nothing, and its author
+// surely meant it to.
+func (pc PolicyConfig) ignoredSettings(vars map[string]string, prefix string) []string {
+	var out []string
+	ignored := func(field string, used bool, readBy, chosen string) {
+		if _, set := vars[prefix+field]; set && !used {
+			out = append(out, fmt.Sprintf("%s%s is set but %s; %s does not read it", prefix, field, readBy, chosen))
+		}
+	}
+	ignored("MULTIPLIER", pc.Backoff == policy.Exponential,
+		"only BACKOFF=exponential reads it", "BACKOFF="+string(pc.Backoff))
+	ignored("JITTER_FACTOR", pc.Jitter == policy.ProportionalJitter || pc.Jitter == policy.GaussianJitter,
+		"only JITTER=proportional and gaussian read it", "JITTER="+string(pc.Jitter))
+	ignored("JITTER_MAX", pc.Jitter == "additive",
+		"only JITTER=additive reads it", "JITTER="+string(pc.Jitter))
+	return out
+}

@@ -60,6 +60,11 @@ func runConfigCheck(ctx context.Context, args []string, in invocation) error {
 	}
 	cfg, err := loadConfig(in)
 	if err != nil {
+		// The warnings too: an unread variable is often why a value
+		// is wrong (REBOUND_MAX_RETRY beside a policy that needs it).
+		for _, w := range append(notes, cfg.Warnings...) {
+			fmt.Fprintln(in.stderr, "rebound config check: warning:", w)
+		}
 		return err
 	}
 	// The TLS files too, as `rebound run` reads them before it connects.

@@ -51,10 +51,50 @@ func TestConfigCheckStrictRefusesUnknownVariables(t *testing.T) {
 	if _, _, err := runCLI(t, nil, "config", "check", "--env-file", name, "--strict"); !isUsageError(err) {
 		t.Errorf("with --strict: %v, want exit 2", err)
 	}
-	clean := writeEnvFile(t, "REBOUND_MAX_RETRIES=4\n")
+	clean := writeEnvFile(t, "REBOUND_ORIGIN_QUEUES=^orders\\.\nREBOUND_MAX_RETRIES=4\n")
 	if _, _, err := runCLI(t, nil, "config", "check", "--env-file", clean, "--strict"); err != nil {
 		t.Errorf("a clean file with --strict: %v", err)
 	}
+}
+
+// TestConfigCheckStrictRefusesWhatItCannotMean: --strict refuses each
+// configuration the sidecar starts with but whose author surely meant
+// something else, naming it, and shows warnings beside errors.
+func TestConfigCheckStrictRefusesWhatItCannotMean(t *testing.T) {
+	for _, tc := range []struct{ name, file, want string }{
+		{"an empty file: no allowlist", "", "REBOUND_ORIGIN_QUEUES is unset"},
+		{"an allowlist of rebound's own queues", "REBOUND_ORIGIN_QUEUES=^rebound\\.\n", "matches rebound's own queues (rebound.inbox, rebound.parked, rebound.delay."},
+		{"the inbox inside the allowlist", "REBOUND_ORIGIN_QUEUES=^orders\\.\nREBOUND_INBOX_QUEUE=orders.retry\n", "matches rebound's own queues (orders.retry)"},
+		{"MULTIPLIER with a linear backoff", "REBOUND_ORIGIN_QUEUES=^orders\\.\nREBOUND_BACKOFF=linear\nREBOUND_MAX_RETRIES=4\nREBOUND_MULTIPLIER=3\n",
+			"REBOUND_MULTIPLIER is set but only BACKOFF=exponential reads it; BACKOFF=linear does not read it"},
+		{"JITTER_MAX with full jitter, in a named policy", "REBOUND_ORIGIN_QUEUES=^orders\\.\nREBOUND_POLICIES=bulk\nREBOUND_POLICY_BULK_QUEUES=^orders\\.bulk\nREBOUND_POLICY_BULK_JITTER_MAX=5s\n",
+			"REBOUND_POLICY_BULK_JITTER_MAX is set but only JITTER=additive reads it; JITTER=full does not read it"},
+		{"JITTER_FACTOR with equal jitter", "REBOUND_ORIGIN_QUEUES=^orders\\.\nREBOUND_JITTER=equal\nREBOUND_JITTER_FACTOR=0.2\n", "REBOUND_JITTER_FACTOR is set but"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := writeEnvFile(t, tc.file)
+			stdout, stderr, err := runCLI(t, nil, "config", "check", "--env-file", name, "--strict")
+			if !isUsageError(err) {
+				t.Errorf("--strict: %v, want exit 2", err)
+			}
+			if !strings.Contains(stdout+stderr, tc.want) {
+				t.Errorf("report lacks %q:\n%s%s", tc.want, stdout, stderr)
+			}
+		})
+	}
+	t.Run("warnings beside errors", func(t *testing.T) {
+		name := writeEnvFile(t, "REBOUND_MAX_RETRY=4\nREBOUND_BACKOFF=sideways\n")
+		_, stderr, err := runCLI(t, nil, "config", "check", "--env-file", name)
+		if !isUsageError(err) || !strings.Contains(err.Error(), "REBOUND_BACKOFF") || !strings.Contains(stderr, "did you mean REBOUND_MAX_RETRIES?") {
+			t.Errorf("an invalid file with an unread variable: %v, stderr %q; want exit 2 naming REBOUND_BACKOFF and the warning", err, stderr)
+		}
+	})
+	t.Run("anchored to the application's queues, every setting read", func(t *testing.T) {
+		name := writeEnvFile(t, "REBOUND_ORIGIN_QUEUES=^orders\\.\nREBOUND_BACKOFF=exponential\nREBOUND_MULTIPLIER=3\nREBOUND_JITTER=additive\nREBOUND_JITTER_MAX=2s\n")
+		if stdout, stderr, err := runCLI(t, nil, "config", "check", "--env-file", name, "--strict"); err != nil {
+			t.Errorf("--strict: %v\n%s%s", err, stdout, stderr)
+		}
+	})
 }
 
 func TestConfigCheckRenderedConfigMap(t *testing.T) {

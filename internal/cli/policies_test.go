@@ -27,6 +27,9 @@ func TestConfigCheckListsThePolicies(t *testing.T) {
 	lines := strings.Split(out, "\n")
 	var rows []string
 	for _, l := range lines {
+		if l == "findings:" {
+			break
+		}
 		if strings.HasPrefix(l, "  ") && !strings.Contains(l, "NAME") {
 			rows = append(rows, strings.Fields(l)[0])
 		}
