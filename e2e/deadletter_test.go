@@ -225,7 +225,12 @@ func inboxDeliveryLimit(t *testing.T, variant string) {
 	e.refuseWaits(topo)
 
 	p := e.startBinary()
-	if variant == "earlier-rebound-with-policy" && !strings.Contains(p.logs.String(), "was declared by an earlier rebound without") {
+	// Logged before it is ready, but read from its stderr by a goroutine
+	// that may not have got there yet (a loaded CI saw the line 90 ms
+	// after the check).
+	if variant == "earlier-rebound-with-policy" && !brokertest.Await(30*time.Second, func() bool {
+		return strings.Contains(p.logs.String(), "was declared by an earlier rebound without")
+	}) {
 		t.Errorf("no notice about the earlier rebound's inbox in the log:\n%s", p.logs.String())
 	}
 	e.PublishTo(inbox, amqp.Publishing{MessageId: "in-flight", DeliveryMode: amqp.Persistent, Headers: amqp.Table{"x-retry-origin-queue": e.App}})
