@@ -3,10 +3,14 @@ package config
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"regexp"
-	"strconv"
+	"slices"
 	"strings"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // file is a configuration read from a file, for `rebound config check
@@ -22,11 +26,15 @@ type file struct {
 var envName = regexp.MustCompile(`^[-._a-zA-Z][-._a-zA-Z0-9]*$`)
 
 // ReadFile reads the variables of data: a dotenv file (the rebound.env a
-// configMapGenerator loads) or a rendered ConfigMap in YAML (the output of
-// `kubectl kustomize`, whose ConfigMap's data is taken). Which one is
-// told by the text: a line starting "apiVersion:" or "kind:" makes it
-// YAML.
+// configMapGenerator loads) or rendered ConfigMaps in YAML or JSON (the
+// output of `kubectl kustomize`, or `kubectl get configmap -o yaml|json`,
+// a List's items included), whose data is taken. Which one is told by the
+// text: a first character "{" or a line starting "apiVersion:" or "kind:"
+// makes it YAML (JSON is YAML).
 func ReadFile(data []byte) (file, error) {
+	if t := bytes.TrimSpace(data); len(t) > 0 && t[0] == '{' {
+		return readConfigMaps(data)
+	}
 	for line := range strings.Lines(string(data)) {
 		if strings.HasPrefix(line, "apiVersion:") || strings.HasPrefix(line, "kind:") {
 			return readConfigMaps(data)
@@ -72,42 +80,72 @@ func readEnvFile(data []byte) (file, error) {
 	return f, nil
 }
 
-// documentSeparator and configMapKind find the documents of a YAML
-// stream and the ConfigMaps among them.
-var (
-	documentSeparator = regexp.MustCompile(`(?m)^---\s*$`)
-	configMapKind     = regexp.MustCompile(`(?m)^kind:\s*ConfigMap\s*$`)
-)
+// manifest is what readConfigMaps reads of a YAML document: a ConfigMap's
+// data, or a List's items.
+type manifest struct {
+	Kind     string               `yaml:"kind"`
+	Metadata struct{ Name string } `yaml:"metadata"`
+	Data     yaml.Node            `yaml:"data"` // a mapping, read in order
+	Items    []manifest           `yaml:"items"`
+}
 
-// readConfigMaps reads the data of the ConfigMaps in a YAML stream that
-// hold REBOUND_ variables. It reads what `kubectl kustomize` writes for
-// a ConfigMap's data (one "key: value" a line, the value plain, single-
-// or double-quoted), not every YAML: a block scalar (| or >) is an error,
-// as is a second ConfigMap that sets a variable the first did otherwise.
+// readConfigMaps reads the data of the ConfigMaps in a YAML stream (or a
+// JSON document) that hold REBOUND_ variables, with a YAML library: any
+// scalar style, comments, flow mappings. A value that is not a string (5
+// unquoted, true) is an error, as the Kubernetes API makes it; so is a
+// second ConfigMap that sets a variable the first did otherwise.
 func readConfigMaps(data []byte) (file, error) {
 	var f file
 	seen := map[string]string{}
 	found := false
-	for i, doc := range documentSeparator.Split(string(data), -1) {
-		if !configMapKind.MatchString(doc) {
-			continue
+	var take func(m manifest, where string) error
+	take = func(m manifest, where string) error {
+		for i, item := range m.Items {
+			if err := take(item, fmt.Sprintf("%s, item %d", where, i+1)); err != nil {
+				return err
+			}
 		}
-		vars, err := configMapData(doc)
-		if err != nil {
-			return file{}, fmt.Errorf("read ConfigMap (document %d): %w", i+1, err)
+		if m.Kind != "ConfigMap" {
+			return nil
 		}
-		if !hasReboundVariable(vars) {
-			continue
+		if m.Data.Kind == 0 {
+			return nil // no data
+		}
+		if m.Data.Kind != yaml.MappingNode {
+			return fmt.Errorf("read ConfigMap %s (%s): data is %s, want a mapping", m.Metadata.Name, where, describeNode(m.Data))
+		}
+		pairs := m.Data.Content // key, value, key, value...
+		if !slices.ContainsFunc(pairs, func(n *yaml.Node) bool { return strings.HasPrefix(n.Value, Prefix) }) {
+			return nil
 		}
 		found = true
-		for _, kv := range vars {
-			if old, ok := seen[kv[0]]; ok && old != kv[1] {
-				return file{}, fmt.Errorf("read ConfigMaps: %s is %q in one and %q in another", kv[0], old, kv[1])
+		for i := 0; i+1 < len(pairs); i += 2 {
+			k, n := pairs[i].Value, *pairs[i+1]
+			if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+				return fmt.Errorf("read ConfigMap %s (%s): data %s is %s, not a string: a ConfigMap's data holds strings (quote it)", m.Metadata.Name, where, k, describeNode(n))
 			}
-			if _, ok := seen[kv[0]]; !ok {
-				f.Environ = append(f.Environ, kv[0]+"="+kv[1])
+			if old, ok := seen[k]; ok && old != n.Value {
+				return fmt.Errorf("read ConfigMaps: %s is %q in one and %q in another", k, old, n.Value)
 			}
-			seen[kv[0]] = kv[1]
+			if _, ok := seen[k]; !ok {
+				f.Environ = append(f.Environ, k+"="+n.Value)
+			}
+			seen[k] = n.Value
+		}
+		return nil
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for i := 1; ; i++ {
+		var m manifest
+		err := dec.Decode(&m)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return file{}, fmt.Errorf("read YAML (document %d): %w", i, err)
+		}
+		if err := take(m, fmt.Sprintf("document %d", i)); err != nil {
+			return file{}, err
 		}
 	}
 	if !found {
@@ -116,65 +154,17 @@ func readConfigMaps(data []byte) (file, error) {
 	return f, nil
 }
 
-func hasReboundVariable(vars [][2]string) bool {
-	for _, kv := range vars {
-		if strings.HasPrefix(kv[0], Prefix) {
-			return true
-		}
-	}
-	return false
-}
-
-// configMapData reads the top-level data: mapping of one YAML document.
-func configMapData(doc string) ([][2]string, error) {
-	var out [][2]string
-	in := false
-	for line := range strings.Lines(doc) {
-		line = strings.TrimRight(line, "\r\n")
-		trimmed := strings.TrimLeft(line, " ")
-		switch {
-		case trimmed == "" || trimmed[0] == '#':
-			continue
-		case line == trimmed: // a top-level key
-			in = strings.TrimSpace(line) == "data:"
-			continue
-		case !in:
-			continue
-		}
-		key, raw, ok := strings.Cut(trimmed, ":")
-		if !ok {
-			return nil, fmt.Errorf("data line %q: want key: value", trimmed)
-		}
-		key, err := yamlScalar(strings.TrimSpace(key))
-		if err != nil {
-			return nil, fmt.Errorf("data key %q: %w", key, err)
-		}
-		value, err := yamlScalar(strings.TrimSpace(raw))
-		if err != nil {
-			return nil, fmt.Errorf("data %s: %w", key, err)
-		}
-		out = append(out, [2]string{key, value})
-	}
-	return out, nil
-}
-
-// yamlScalar reads a one-line YAML scalar as kubectl kustomize writes
-// them.
-func yamlScalar(s string) (string, error) {
+// describeNode says what a YAML value is, for an error.
+func describeNode(n yaml.Node) string {
 	switch {
-	case s == "|" || s == ">" || strings.HasPrefix(s, "|") || strings.HasPrefix(s, ">"):
-		return "", fmt.Errorf("block scalar %q: not read here; write the value on one line", s)
-	case len(s) >= 2 && s[0] == '\'' && s[len(s)-1] == '\'':
-		return strings.ReplaceAll(s[1:len(s)-1], "''", "'"), nil
-	case len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"':
-		v, err := strconv.Unquote(s)
-		if err != nil {
-			return "", fmt.Errorf("double-quoted value %s: %w", s, err)
-		}
-		return v, nil
+	case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null":
+		return "empty"
+	case n.Kind == yaml.ScalarNode:
+		return fmt.Sprintf("%s (%s)", n.Value, strings.TrimPrefix(n.ShortTag(), "!!"))
+	case n.Kind == yaml.MappingNode:
+		return "a mapping"
+	case n.Kind == yaml.SequenceNode:
+		return "a list"
 	}
-	if i := strings.Index(s, " #"); i >= 0 {
-		s = strings.TrimRight(s[:i], " ")
-	}
-	return s, nil
+	return "not a scalar"
 }
