@@ -83,10 +83,10 @@ func readEnvFile(data []byte) (file, error) {
 // manifest is what readConfigMaps reads of a YAML document: a ConfigMap's
 // data, or a List's items.
 type manifest struct {
-	Kind     string               `yaml:"kind"`
+	Kind     string                `yaml:"kind"`
 	Metadata struct{ Name string } `yaml:"metadata"`
-	Data     yaml.Node            `yaml:"data"` // a mapping, read in order
-	Items    []manifest           `yaml:"items"`
+	Data     yaml.Node             `yaml:"data"` // a mapping, read in order
+	Items    []manifest            `yaml:"items"`
 }
 
 // readConfigMaps reads the data of the ConfigMaps in a YAML stream (or a
