@@ -280,7 +280,7 @@ func (c Config) validate(failed map[string]bool) []fieldError {
 	}
 	oneOf := func(variable string, value string, allowed []string) {
 		if !slices.Contains(allowed, value) {
-			add(variable, value, "one of "+strings.Join(allowed, ", "))
+			add(variable, value, "one of "+strings.Join(allowed, ", ")+suggestion(value, allowed))
 		}
 	}
 	oneOf("QUEUE_TYPE", string(c.QueueType), []string{string(classic), string(quorum)})

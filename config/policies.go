@@ -254,7 +254,7 @@ func (pc PolicyConfig) validate(prefix string, failed map[string]bool) []policyP
 	}
 	oneOf := func(field string, value string, allowed []string) {
 		if !slices.Contains(allowed, value) {
-			add(field, value, "one of "+strings.Join(allowed, ", "))
+			add(field, value, "one of "+strings.Join(allowed, ", ")+suggestion(value, allowed))
 		}
 	}
 	oneOf("BACKOFF", string(pc.Backoff), names(policy.Backoffs))

@@ -45,7 +45,13 @@ func unknownVariables(vars map[string]string) []string {
 	var warnings []string
 	for _, variable := range slices.Sorted(maps.Keys(vars)) {
 		name, ok := strings.CutPrefix(variable, Prefix)
-		if !ok || isKnown[name] || strings.HasPrefix(name, "POLICY_") ||
+		if !ok {
+			if w := lookalike(variable, known); w != "" {
+				warnings = append(warnings, w)
+			}
+			continue
+		}
+		if isKnown[name] || strings.HasPrefix(name, "POLICY_") ||
 			strings.HasPrefix(name, "SERVICE_") || name == "PORT" || strings.HasPrefix(name, "PORT_") {
 			continue
 		}
@@ -57,6 +63,52 @@ func unknownVariables(vars map[string]string) []string {
 	}
 	return warnings
 }
+
+// lookalike warns of a variable that looks like rebound's but is not,
+// since rebound reads REBOUND_ in capitals only: REBOUNDS_LOG_LEVEL,
+// rebound_log_level, Rebound-Log-Level. "" for any other variable.
+func lookalike(variable string, known []string) string {
+	upper := strings.ToUpper(variable)
+	if !strings.HasPrefix(upper, "REBOUND") || strings.HasPrefix(variable, Prefix) {
+		return ""
+	}
+	rest := strings.TrimPrefix(upper, "REBOUND")
+	if strings.HasPrefix(rest, "S_") || strings.HasPrefix(rest, "S-") {
+		rest = rest[1:]
+	}
+	rest = strings.ReplaceAll(strings.TrimLeft(rest, "_-"), "-", "_")
+	w := variable + " looks like a rebound variable but is not one (rebound reads " + Prefix + " variables, in capitals)"
+	if slices.Contains(known, rest) {
+		return w + "; did you mean " + Prefix + rest + "?"
+	}
+	if near := nearest(rest, known); near != "" {
+		return w + "; did you mean " + Prefix + near + "?"
+	}
+	return w
+}
+
+// suggestion is " (did you mean X?)" for the allowed value closest to a
+// value that is none of them (QUEUE_TYPE=Quorum, LOG_LEVEL=warning), or "".
+func suggestion(value string, allowed []string) string {
+	for _, a := range allowed {
+		if strings.EqualFold(a, value) {
+			return " (did you mean " + a + "? values are lowercase)"
+		}
+	}
+	for _, a := range allowed {
+		if len(value) > len(a) && strings.HasPrefix(strings.ToLower(value), a) {
+			return " (did you mean " + a + "?)"
+		}
+	}
+	if near := nearest(strings.ToLower(value), allowed); near != "" {
+		return " (did you mean " + near + "?)"
+	}
+	return ""
+}
+
+// Nearest is nearest, for the command line's "did you mean": a command or
+// a flag misspelt.
+func Nearest(s string, candidates []string) string { return nearest(s, candidates) }
 
 // nearest returns the candidate closest to s by edit distance, when it is
 // close enough to be a typo of it (at most a third of its length plus

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/rebound-mq/rebound/config"
@@ -100,11 +101,36 @@ func Run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		}
 		what := "missing command"
 		if len(args) > 1 {
-			what = fmt.Sprintf("unknown command %q", args[1])
+			what = fmt.Sprintf("unknown command %q%s", args[1], didYouMean(args[1], commandWords(group)))
 		}
 		return usageError{fmt.Sprintf("%s: %s\n%s", group, what, commandList(group))}
 	}
-	return usageError{fmt.Sprintf("unknown command %q\n%s", args[0], commandList(""))}
+	return usageError{fmt.Sprintf("unknown command %q%s\n%s", args[0], didYouMean(args[0], commandWords("")), commandList(""))}
+}
+
+// commandWords lists the words that may follow group ("": rebound
+// itself): each command's first word, or its next one within a group.
+func commandWords(group string) []string {
+	var out []string
+	for _, c := range commands() {
+		words := strings.Fields(c.name)
+		switch {
+		case group == "" && !slices.Contains(out, words[0]):
+			out = append(out, words[0])
+		case group != "" && len(words) > 1 && words[0] == group && !slices.Contains(out, words[1]):
+			out = append(out, words[1])
+		}
+	}
+	return out
+}
+
+// didYouMean is " (did you mean X?)" for the candidate nearest a
+// misspelt word, or "".
+func didYouMean(word string, candidates []string) string {
+	if near := config.Nearest(word, candidates); near != "" {
+		return fmt.Sprintf(" (did you mean %s?)", near)
+	}
+	return ""
 }
 
 func isHelp(arg string) bool {
@@ -183,7 +209,15 @@ func parseFlags(fs *flag.FlagSet, args []string, usage string, maxArgs int, in i
 			}
 			return true, nil
 		}
-		return false, usageError{fmt.Sprintf("%s (see -h)", flagLine.ReplaceAllString(err.Error(), "$1--$2"))}
+		hint := ""
+		if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok {
+			var names []string
+			fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+			if near := config.Nearest(strings.TrimLeft(name, "-"), names); near != "" {
+				hint = fmt.Sprintf(" (did you mean --%s?)", near)
+			}
+		}
+		return false, usageError{fmt.Sprintf("%s%s (see -h)", flagLine.ReplaceAllString(err.Error(), "$1--$2"), hint)}
 	}
 	if fs.NArg() > maxArgs {
 		return false, usageError{fmt.Sprintf("unexpected argument %q (see -h)", fs.Arg(maxArgs))}

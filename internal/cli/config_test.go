@@ -123,3 +123,22 @@ func TestScheduleOfAnOriginTheSidecarRefuses(t *testing.T) {
 		t.Errorf("json: %v %q %q", err, out, stderr)
 	}
 }
+
+// TestDidYouMean: a misspelt command or flag is answered with the one
+// meant.
+func TestDidYouMean(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"parkd"}, `unknown command "parkd" (did you mean parked?)`},
+		{[]string{"parked", "lsit"}, `unknown command "lsit" (did you mean list?)`},
+		{[]string{"schedule", "--polcy", "x"}, "--polcy (did you mean --policy?)"},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"` + "\n"},
+	} {
+		_, _, err := runCLI(t, nil, tc.args[0], tc.args[1:]...)
+		if !isUsageError(err) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("rebound %v: %v, want exit 2 saying %q", tc.args, err, tc.want)
+		}
+	}
+}
