@@ -31,16 +31,16 @@ func TestCanaryWaitComesFromThePolicy(t *testing.T) {
 		origin, policy string
 		want           time.Duration
 	}{
-		{`^payments\.`, "payments", 14*time.Second + canaryMargin},
-		{`^orders\.`, "default", 23*time.Minute + 36*time.Second + canaryMargin},
-		{"", "email", 24*time.Hour + canaryMargin},
-		{`^email\.`, "email", 24*time.Hour + canaryMargin},
+		{`^payments\.`, "payments", 14*time.Second + config.CanaryMargin},
+		{`^orders\.`, "default", 23*time.Minute + 36*time.Second + config.CanaryMargin},
+		{"", "email", 24*time.Hour + config.CanaryMargin},
+		{`^email\.`, "email", 24*time.Hour + config.CanaryMargin},
 	} {
 		var origins *regexp.Regexp
 		if tc.origin != "" {
 			origins = regexp.MustCompile(tc.origin)
 		}
-		got, p := canaryWait(cfg.PolicySet(), origins)
+		got, p := config.CanaryWait(cfg.PolicySet(), origins)
 		if got != tc.want || p.Name != tc.policy {
 			t.Errorf("--origin %q: %s from %s, want %s from %s", tc.origin, got, p.Name, tc.want, tc.policy)
 		}

@@ -15,8 +15,10 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/internal/delayed"
 	"github.com/rebound-mq/rebound/internal/parking"
+	"github.com/rebound-mq/rebound/policy"
 )
 
 // An action is previewed (GET: what it would do, counted by a dry run of
@@ -42,9 +44,13 @@ type groupAsk struct {
 	AsOf time.Time
 }
 
-// parseGroupAsk reads an ask from r's query or form.
-func parseGroupAsk(r *http.Request) (groupAsk, error) {
-	a := groupAsk{Action: r.PathValue("action"), Group: r.PathValue("id"), To: r.FormValue("to"), CanaryWait: time.Minute}
+// parseGroupAsk reads an ask from r's query or form. A canary is watched
+// by default as long as the CLI's (config.CanaryWait): the time the
+// longest of the deployment's policies takes to park a message that fails
+// every time, plus a minute; a shorter watch cannot see a canary fail.
+func (s *Server) parseGroupAsk(r *http.Request) (groupAsk, error) {
+	defaultWait, _ := config.CanaryWait(s.opt.Router.Policies, nil)
+	a := groupAsk{Action: r.PathValue("action"), Group: r.PathValue("id"), To: r.FormValue("to"), CanaryWait: defaultWait}
 	if a.Action != "replay" && a.Action != "purge" {
 		return a, fmt.Errorf("unknown action %q: replay or purge", a.Action)
 	}
@@ -77,8 +83,8 @@ func parseGroupAsk(r *http.Request) (groupAsk, error) {
 	}
 	if v := r.FormValue("canary_wait"); v != "" {
 		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 || d > time.Hour {
-			return a, fmt.Errorf("canary wait %q: want a duration above 0 and at most 1h, such as 30s", v)
+		if limit := max(24*time.Hour, defaultWait); err != nil || d <= 0 || d > limit {
+			return a, fmt.Errorf("canary wait %q: want a duration above 0 and at most %s, such as 30s (default: %s)", v, policy.FormatDuration(limit), policy.FormatDuration(defaultWait))
 		}
 		a.CanaryWait = d
 	}

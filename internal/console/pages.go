@@ -6,8 +6,10 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/internal/delayed"
 	"github.com/rebound-mq/rebound/internal/parking"
+	"github.com/rebound-mq/rebound/policy"
 )
 
 // parkingQueue is the parking queue as sess reaches it: through their
@@ -129,6 +131,9 @@ type groupView struct {
 	Shown    int
 	Stale    string
 	Targets  bool // the form offers a redirect target
+	// CanaryWait is how long a canary is watched unless the form says
+	// otherwise (config.CanaryWait), as the CLI prints it.
+	CanaryWait string
 }
 
 // messageRow is one message in a group's list.
@@ -158,7 +163,8 @@ func (s *Server) groupPage(w http.ResponseWriter, r *http.Request, sess *session
 		s.fail(w, r, sess, http.StatusNotFound, "No such group", errors.New("no parked message of this group (replayed or purged since?)"))
 		return
 	}
-	v := groupView{Group: g, Shown: len(ms), Stale: stale}
+	wait, _ := config.CanaryWait(s.opt.Router.Policies, nil)
+	v := groupView{Group: g, Shown: len(ms), Stale: stale, CanaryWait: policy.FormatDuration(wait)}
 	for _, m := range ms {
 		v.Messages = append(v.Messages, rowOf(m))
 	}

@@ -13,7 +13,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/zap"
 
+	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/internal/parking"
+	"github.com/rebound-mq/rebound/internal/route"
 )
 
 func TestThrottle(t *testing.T) {
@@ -250,5 +252,41 @@ func TestReadingsEndWithTheLastSession(t *testing.T) {
 	}
 	if _, dev := kept(); dev {
 		t.Error("dev's session expired when next seen: its reading kept")
+	}
+}
+
+// TestCanaryWaitsAsLongAsThePolicyTakes: a console canary is watched as
+// long as the CLI's by default (the sample policy takes 23m36s to park;
+// a minute could never see a canary fail), and a longer watch than an
+// hour may be asked for.
+func TestCanaryWaitsAsLongAsThePolicyTakes(t *testing.T) {
+	cfg, err := config.Load([]string{"REBOUND_MIN_DELAY=2s", "REBOUND_MAX_DELAY=5m", "REBOUND_MAX_RETRIES=12", "REBOUND_IMMEDIATE_RETRIES=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Options{Logger: zap.NewNop(), Router: route.Router{Policies: cfg.PolicySet()},
+		Dial: func(context.Context, string, string, string) (*amqp.Connection, error) { return nil, amqp.ErrCredentials }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	want, _ := config.CanaryWait(cfg.PolicySet(), nil)
+	if want <= 23*time.Minute {
+		t.Fatalf("config.CanaryWait = %s, want the sample policy's 23m36s and a minute", want)
+	}
+	ask := func(query string) (groupAsk, error) {
+		r := httptest.NewRequest(http.MethodGet, "/groups/g/replay?"+query, nil)
+		r.SetPathValue("action", "replay")
+		r.SetPathValue("id", "g")
+		return srv.parseGroupAsk(r)
+	}
+	if a, err := ask("canary=2"); err != nil || a.CanaryWait != want {
+		t.Errorf("canary without a wait: %s, %v; want %s", a.CanaryWait, err, want)
+	}
+	if a, err := ask("canary=2&canary_wait=3h"); err != nil || a.CanaryWait != 3*time.Hour {
+		t.Errorf("canary_wait=3h: %s, %v", a.CanaryWait, err)
+	}
+	if _, err := ask("canary=2&canary_wait=48h"); err == nil || !strings.Contains(err.Error(), "at most 1d") && !strings.Contains(err.Error(), "at most 24h") {
+		t.Errorf("canary_wait=48h: %v, want refused naming the limit", err)
 	}
 }
