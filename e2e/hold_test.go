@@ -44,12 +44,12 @@ func TestHoldRefused(t *testing.T) {
 }
 
 // TestNoLossWhenReplicaKilledHold is TestNoLossWhenReplicaKilled in hold
-// mode: 3000 messages through three replicas, one SIGKILLed five times,
+// mode: 1500 messages through three replicas, one SIGKILLed five times,
 // mid-hold and mid-return; every message is accounted for.
 func TestNoLossWhenReplicaKilledHold(t *testing.T) {
 	t.Parallel()
 	holdBroker(t)
-	killRepeatedly(t, "quorum", 3, 3000, 0, map[string]string{"REBOUND_DELAY_MODE": "hold", "REBOUND_MIN_DELAY": "300ms"})
+	killRepeatedly(t, "quorum", 3, 1500, 0, map[string]string{"REBOUND_DELAY_MODE": "hold", "REBOUND_MIN_DELAY": "300ms"})
 }
 
 // TestHoldLoopAndCommands: in hold mode a rejected message comes back

@@ -371,16 +371,17 @@ func TestParkedPurgeNeedsYes(t *testing.T) {
 func TestParkedReplayKilledLosesNothing(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, nil)
-	// Enough that the replay is still running when the test kills it,
-	// on a fast broker too; the test fails if it was not.
-	const n = 10000
+	// Paced (--rate), the replay takes at least n/rate = 3s, still
+	// running when the test kills it at 600 whatever the broker's speed
+	// (the test fails if it was not); unpaced, that took 10 000 messages.
+	const n, rate = 3000, 1000
 	seeds := make([]parkedSeed, n)
 	for i := range seeds {
 		seeds[i] = parkedSeed{id: strconv.Itoa(i), origin: e.App, reason: "max-retries", body: make([]byte, 256)}
 	}
 	e.seedParked(seeds...)
 
-	cmd := exec.Command(binary(t), "parked", "replay")
+	cmd := exec.Command(binary(t), "parked", "replay", "--rate", strconv.Itoa(rate))
 	cmd.Env = append(os.Environ(), e.Environ()...)
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
