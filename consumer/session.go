@@ -75,6 +75,7 @@ func (ss *session) open(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	s.connected.Store(true)
 	ss.meter = m
 	s.inboxMeter.Store(m)
 	s.stallAfter.Store(int64(max(ss.consConn.Config.Heartbeat, minStallAfter)))

@@ -98,6 +98,11 @@ type Sidecar struct {
 	ready     atomic.Bool
 	blocked   atomic.Bool
 	heartbeat atomic.Int64 // Unix nanoseconds of the last sign of life
+	// connected is set once a session's connection opened; churn counts
+	// the sessions in a row that ended within churnWindow of opening one
+	// (Healthy: a reconnect loop is no sign of life).
+	connected atomic.Bool
+	churn     atomic.Int32
 	// The meter under the session's consume connection, nil between
 	// sessions, and how long it may wait holding nothing before Healthy
 	// calls it a stall: the connection's heartbeat interval.
@@ -183,6 +188,18 @@ func New(opt Options) *Sidecar {
 // is consuming and is not blocked by a resource alarm.
 func (s *Sidecar) Ready() bool { return s.ready.Load() && !s.blocked.Load() }
 
+// churnLimit sessions in a row, each ended within churnWindow of opening
+// its connection, make Healthy fail: a session that dies on every connect
+// (a message whose headers outgrow frame_max, a queue whose declaration
+// the broker refuses, an origin whose confirms never come) reconnects
+// forever, and each reconnect looked like a sign of life. A broker that
+// cannot be reached opens no connection and counts for nothing: a restart
+// would not bring it back.
+const (
+	churnLimit  = 5
+	churnWindow = time.Minute
+)
+
 // wedgedAfter is how long without a sign of life Healthy tolerates. A
 // broker outage is not a wedge: reconnect attempts are signs of life.
 func (s *Sidecar) wedgedAfter() time.Duration { return 2*time.Minute + 2*s.opt.ConfirmTimeout }
@@ -207,6 +224,9 @@ func (s *Sidecar) Healthy() error {
 		if d, limit := m.stalled(s.opt.Now()), time.Duration(s.stallAfter.Load()); d > limit {
 			return fmt.Errorf("inbox stalled: the consume connection unread for %s while rebound holds no delivery", d.Round(time.Second))
 		}
+	}
+	if n := s.churn.Load(); n >= churnLimit {
+		return fmt.Errorf("%d sessions in a row ended within %s of connecting (see the log's \"session ended; reconnecting\")", n, churnWindow)
 	}
 	since := s.opt.Now().Sub(time.Unix(0, s.heartbeat.Load()))
 	if since > s.wedgedAfter() {
@@ -286,8 +306,16 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			s.log.Info("stopped")
 			return nil
 		}
-		if s.opt.Now().Sub(started) > time.Minute {
+		lasted := s.opt.Now().Sub(started)
+		if lasted > time.Minute {
 			attempt = 0 // the session was healthy for a while: start backoff over
+		}
+		switch {
+		case !s.connected.Swap(false): // no connection: the broker's outage, not a churn
+		case lasted < churnWindow:
+			s.churn.Add(1)
+		default:
+			s.churn.Store(0)
 		}
 		d := s.opt.Reconnect.Decide(policy.State{Retries: attempt, StartedAt: started}, s.opt.Now(), rng).Delay
 		attempt++

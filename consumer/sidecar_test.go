@@ -550,3 +550,31 @@ func TestRunKeepsReconnectingUntilCancelled(t *testing.T) {
 		t.Errorf("last log line %q, want stopped", all[len(all)-1].Message)
 	}
 }
+
+// TestHealthFailsWhenEverySessionDiesOnConnect: a message whose headers
+// the broker's x-death pushes past frame_max ends every session as soon as
+// it is delivered (amqp091-go refuses the frame and closes the
+// connection), so rebound reconnects forever; that is not a sign of life,
+// and /healthz must say so, where before it answered 200.
+func TestHealthFailsWhenEverySessionDiesOnConnect(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "classic")
+	s, _ := e.start(e.options())
+	if err := s.Healthy(); err != nil {
+		t.Fatalf("healthy before: %v", err)
+	}
+	// Under the 128 KiB frame_max as published, over it with x-death.
+	e.Publish(e.app, amqp.Publishing{MessageId: "huge-headers", Headers: amqp.Table{"pad": strings.Repeat("x", 131072-400)}})
+	e.reject(e.app)
+	var err error
+	e.within(time.Minute, "/healthz fails while every session dies on its first delivery", func() bool {
+		err = s.Healthy()
+		return err != nil
+	})
+	if !strings.Contains(err.Error(), "sessions in a row ended") {
+		t.Errorf("Healthy: %v, want it to name the reconnect loop", err)
+	}
+	if n := len(e.logged("session ended; reconnecting")); n < churnLimit {
+		t.Errorf("%d reconnects logged, want at least %d", n, churnLimit)
+	}
+}
