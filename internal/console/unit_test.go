@@ -265,7 +265,9 @@ func TestCanaryWaitsAsLongAsThePolicyTakes(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv, err := New(Options{Logger: zap.NewNop(), Router: route.Router{Policies: cfg.PolicySet()},
-		Dial: func(context.Context, string, string, string) (*amqp.Connection, error) { return nil, amqp.ErrCredentials }})
+		Dial: func(context.Context, string, string, string) (*amqp.Connection, error) {
+			return nil, amqp.ErrCredentials
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
