@@ -152,7 +152,12 @@ func TestHelmChartValues(t *testing.T) {
 func TestHelmChartConsole(t *testing.T) {
 	set := []string{"amqp.existingSecret=orders-amqp", "console.enabled=true",
 		"console.brokerURL=amqp://rabbitmq.messaging.svc:5672/orders", "console.behindTLSProxy=true"}
-	checkConsole(t, renderChart(t, append(set, "show-only=templates/console.yaml", "show-only=templates/configmap.yaml")...))
+	consoleObjs := renderChart(t, append(set, "show-only=templates/console.yaml", "show-only=templates/configmap.yaml")...)
+	checkConsole(t, consoleObjs)
+	checkConsoleNetworkPolicy(t, consoleObjs)
+	if objs := renderChart(t, append(set, "show-only=templates/console.yaml", "console.ingressNamespaces=null")...); slices.ContainsFunc(objs, func(o Object) bool { return o.Kind == "NetworkPolicy" }) {
+		t.Error("console.ingressNamespaces emptied still renders a NetworkPolicy")
+	}
 
 	var console *appsv1.Deployment
 	objs := renderChart(t, append(set, "serviceMonitor.enabled=true")...)
