@@ -340,10 +340,17 @@ func TestRetryRateBudgetReplicaJoinsOrLeavesMidStorm(t *testing.T) {
 			}
 			booked := bookedBefore(arrivals, changed)
 			share := (stormRate + 2) / 3 // the cap over three, rounded up
-			bound := share * 2
-			if join {
-				bound = share * (int(booked.Seconds()) + 2)
-			}
+			// Either way the bound is one share (the newcomer's, the
+			// leaver's) for each second booked before the change, plus
+			// two. A leaver's overshoot is its share over the seconds it
+			// had booked beyond the others' own bookings: none on a quiet
+			// machine (measured 0), but at load 30 one replica got 3–4
+			// seconds ahead of the others (54 due in one second, 45 over
+			// the cap in all, 14 s booked), and which replica booked
+			// which copy the test cannot tell, so the seconds anyone had
+			// booked stand for them. The per-second rule is proven exactly
+			// in internal/calendar (TestReplicasJoiningOrLeavingMidStorm).
+			bound := share * (int(booked.Seconds()) + 2)
 			t.Logf("BUDGET broker=%s replica %s mid-storm (2↔3): at most %d copies due in one second (cap %d), %d over the cap in all, seconds booked before the change %.1f, bound %d: %v",
 				e.Broker.Version(), name, slices.Max(due), stormRate, excess, booked.Seconds(), bound, due)
 			if excess > bound {
