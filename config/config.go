@@ -211,9 +211,9 @@ func Load(environ []string) (Config, error) {
 	c.Named = named
 	problems = append(problems, ps...)
 	c.Warnings = unknownVariables(vars)
-	c.Warnings = append(c.Warnings, c.PolicyConfig.ignoredSettings(vars, Prefix)...)
+	c.Warnings = append(c.Warnings, c.PolicyConfig.ignoredSettings(vars, Prefix, c.Named)...)
 	for _, n := range c.Named {
-		c.Warnings = append(c.Warnings, n.PolicyConfig.ignoredSettings(vars, PolicyVariable(n.Name))...)
+		c.Warnings = append(c.Warnings, n.PolicyConfig.ignoredSettings(vars, PolicyVariable(n.Name), nil)...)
 	}
 	if len(problems) > 0 {
 		return c, &Error{Problems: problems}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"regexp"
-	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -115,7 +114,11 @@ func readConfigMaps(data []byte) (file, error) {
 			return fmt.Errorf("read ConfigMap %s (%s): data is %s, want a mapping", m.Metadata.Name, where, describeNode(m.Data))
 		}
 		pairs := m.Data.Content // key, value, key, value...
-		if !slices.ContainsFunc(pairs, func(n *yaml.Node) bool { return strings.HasPrefix(n.Value, Prefix) }) {
+		hasRebound := false
+		for i := 0; i < len(pairs); i += 2 { // the keys; a value may read REBOUND_ too
+			hasRebound = hasRebound || strings.HasPrefix(pairs[i].Value, Prefix)
+		}
+		if !hasRebound {
 			return nil
 		}
 		found = true

@@ -309,19 +309,31 @@ func (pc PolicyConfig) validate(prefix string, failed map[string]bool) []policyP
 // ignoredSettings names the variables of a policy (prefix: REBOUND_ or
 // REBOUND_POLICY_<NAME>_) set in vars that its backoff or jitter does not
 // read: MULTIPLIER beside a linear backoff shapes nothing, and its author
-// surely meant it to.
-func (pc PolicyConfig) ignoredSettings(vars map[string]string, prefix string) []string {
-	var out []string
-	ignored := func(field string, used bool, readBy, chosen string) {
-		if _, set := vars[prefix+field]; set && !used {
-			out = append(out, fmt.Sprintf("%s%s is set but %s; %s does not read it", prefix, field, readBy, chosen))
-		}
+// surely meant it to. For the default policy, inheritors are the named
+// policies, which inherit a field they do not set: a default MULTIPLIER
+// an exponential named policy reads is not ignored.
+func (pc PolicyConfig) ignoredSettings(vars map[string]string, prefix string, inheritors []namedPolicy) []string {
+	reads := map[string]func(PolicyConfig) bool{
+		"MULTIPLIER": func(p PolicyConfig) bool { return p.Backoff == policy.Exponential },
+		"JITTER_FACTOR": func(p PolicyConfig) bool {
+			return p.Jitter == policy.ProportionalJitter || p.Jitter == policy.GaussianJitter
+		},
+		"JITTER_MAX": func(p PolicyConfig) bool { return p.Jitter == "additive" },
 	}
-	ignored("MULTIPLIER", pc.Backoff == policy.Exponential,
-		"only BACKOFF=exponential reads it", "BACKOFF="+string(pc.Backoff))
-	ignored("JITTER_FACTOR", pc.Jitter == policy.ProportionalJitter || pc.Jitter == policy.GaussianJitter,
-		"only JITTER=proportional and gaussian read it", "JITTER="+string(pc.Jitter))
-	ignored("JITTER_MAX", pc.Jitter == "additive",
-		"only JITTER=additive reads it", "JITTER="+string(pc.Jitter))
+	var out []string
+	ignored := func(field, readBy, chosen string) {
+		if _, set := vars[prefix+field]; !set || reads[field](pc) {
+			return
+		}
+		for _, n := range inheritors {
+			if _, own := vars[PolicyVariable(n.Name)+field]; !own && reads[field](n.PolicyConfig) {
+				return
+			}
+		}
+		out = append(out, fmt.Sprintf("%s%s is set but %s; %s does not read it", prefix, field, readBy, chosen))
+	}
+	ignored("MULTIPLIER", "only BACKOFF=exponential reads it", "BACKOFF="+string(pc.Backoff))
+	ignored("JITTER_FACTOR", "only JITTER=proportional and gaussian read it", "JITTER="+string(pc.Jitter))
+	ignored("JITTER_MAX", "only JITTER=additive reads it", "JITTER="+string(pc.Jitter))
 	return out
 }

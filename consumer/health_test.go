@@ -151,3 +151,22 @@ func TestQuoteShort(t *testing.T) {
 		}
 	}
 }
+
+// TestHealthyAfterAReconnectLoopEnds: the count of sessions that ended
+// soon after connecting fails Healthy while the loop goes on, and stops
+// failing it once a session has stayed connected for the churn window,
+// though the count resets only when that session ends.
+func TestHealthyAfterAReconnectLoopEnds(t *testing.T) {
+	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	s := New(Options{
+		Logger: zap.NewNop(), Metrics: NewMetrics(prometheus.NewRegistry(), route.Router{}), ConfirmTimeout: 10 * time.Second,
+		Now: func() time.Time { return now },
+	})
+	connect := func() { s.connectedAt.Store(now.UnixNano()); s.connected.Store(true) }
+	playHealth(t, s, []healthStep{
+		{"4 short sessions", func() { s.churn.Store(churnLimit - 1) }, ""},
+		{"a 5th", func() { s.churn.Store(churnLimit) }, `5 sessions in a row ended within 1m0s of connecting (see the log's "session ended; reconnecting")`},
+		{"connected again", connect, `5 sessions in a row ended within 1m0s of connecting (see the log's "session ended; reconnecting")`},
+		{"connected for the window", func() { now = now.Add(churnWindow); s.beat() }, ""},
+	})
+}

@@ -75,6 +75,7 @@ func (ss *session) open(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	s.connectedAt.Store(s.opt.Now().UnixNano())
 	s.connected.Store(true)
 	ss.meter = m
 	s.inboxMeter.Store(m)

@@ -101,8 +101,9 @@ type Sidecar struct {
 	// connected is set once a session's connection opened; churn counts
 	// the sessions in a row that ended within churnWindow of opening one
 	// (Healthy: a reconnect loop is no sign of life).
-	connected atomic.Bool
-	churn     atomic.Int32
+	connected   atomic.Bool
+	connectedAt atomic.Int64 // Unix nanoseconds the current session's connection opened
+	churn       atomic.Int32
 	// The meter under the session's consume connection, nil between
 	// sessions, and how long it may wait holding nothing before Healthy
 	// calls it a stall: the connection's heartbeat interval.
@@ -225,7 +226,7 @@ func (s *Sidecar) Healthy() error {
 			return fmt.Errorf("inbox stalled: the consume connection unread for %s while rebound holds no delivery", d.Round(time.Second))
 		}
 	}
-	if n := s.churn.Load(); n >= churnLimit {
+	if n := s.churn.Load(); n >= churnLimit && !s.connectedFor(churnWindow) {
 		return fmt.Errorf("%d sessions in a row ended within %s of connecting (see the log's \"session ended; reconnecting\")", n, churnWindow)
 	}
 	since := s.opt.Now().Sub(time.Unix(0, s.heartbeat.Load()))
@@ -233,6 +234,13 @@ func (s *Sidecar) Healthy() error {
 		return fmt.Errorf("no progress for %s", since.Round(time.Second))
 	}
 	return nil
+}
+
+// connectedFor reports whether the current session's connection has been
+// open for at least d: a session that outlived the churn window ends the
+// loop Healthy saw, though the count resets only when it ends.
+func (s *Sidecar) connectedFor(d time.Duration) bool {
+	return s.connected.Load() && s.opt.Now().Sub(time.Unix(0, s.connectedAt.Load())) >= d
 }
 
 func (s *Sidecar) beat() { s.heartbeat.Store(s.opt.Now().UnixNano()) }
@@ -310,9 +318,10 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		if lasted > time.Minute {
 			attempt = 0 // the session was healthy for a while: start backoff over
 		}
+		connectedAt := time.Unix(0, s.connectedAt.Load())
 		switch {
 		case !s.connected.Swap(false): // no connection: the broker's outage, not a churn
-		case lasted < churnWindow:
+		case s.opt.Now().Sub(connectedAt) < churnWindow:
 			s.churn.Add(1)
 		default:
 			s.churn.Store(0)

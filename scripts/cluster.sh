@@ -169,6 +169,8 @@ EOF
 launch() {
   local d
   d=$(dir "$1")
+  # A killed node leaves its pid file; `wait` would read the dead pid.
+  rm -f "$ROOT$d/rabbitmq.pid"
   as_rabbitmq RABBITMQ_CONF_ENV_FILE="$d/rabbitmq-env.conf" "$SBIN/rabbitmq-server" -detached
   ctl -n "$(node "$1")" -q wait "$d/rabbitmq.pid" --timeout "$WAIT_SECONDS" >/dev/null ||
     die "$(node "$1") did not start within ${WAIT_SECONDS}s; see $ROOT$d/log"
@@ -298,10 +300,11 @@ cmd_status() {
 }
 
 node_arg() {
-  case " ${NODES[*]} " in
-    *" ${1:-} "*) ;;
-    *) die "usage: $0 [-b 3.10|4.3] [-s] stop-node|start-node ${NODES[*]}" ;;
-  esac
+  local i
+  for i in "${NODES[@]}"; do
+    [ "${1:-}" = "$i" ] && return
+  done
+  die "usage: $0 [-b 3.10|4.3] [-s] stop-node|start-node ${NODES[*]}"
 }
 
 case "${1:-}" in

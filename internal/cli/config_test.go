@@ -89,6 +89,12 @@ func TestConfigCheckStrictRefusesWhatItCannotMean(t *testing.T) {
 			t.Errorf("an invalid file with an unread variable: %v, stderr %q; want exit 2 naming REBOUND_BACKOFF and the warning", err, stderr)
 		}
 	})
+	t.Run("a default MULTIPLIER an exponential named policy inherits", func(t *testing.T) {
+		name := writeEnvFile(t, "REBOUND_ORIGIN_QUEUES=^orders\\.\nREBOUND_BACKOFF=linear\nREBOUND_MAX_RETRIES=4\nREBOUND_MULTIPLIER=3\nREBOUND_POLICIES=bulk\nREBOUND_POLICY_BULK_QUEUES=^orders\\.bulk\nREBOUND_POLICY_BULK_BACKOFF=exponential\n")
+		if stdout, stderr, err := runCLI(t, nil, "config", "check", "--env-file", name, "--strict"); err != nil {
+			t.Errorf("--strict: %v\n%s%s", err, stdout, stderr)
+		}
+	})
 	t.Run("anchored to the application's queues, every setting read", func(t *testing.T) {
 		name := writeEnvFile(t, "REBOUND_ORIGIN_QUEUES=^orders\\.\nREBOUND_BACKOFF=exponential\nREBOUND_MULTIPLIER=3\nREBOUND_JITTER=additive\nREBOUND_JITTER_MAX=2s\n")
 		if stdout, stderr, err := runCLI(t, nil, "config", "check", "--env-file", name, "--strict"); err != nil {

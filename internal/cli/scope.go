@@ -40,7 +40,7 @@ func skipNonRetryable(f *parking.Filter, include bool) {
 	}
 }
 
-// defaultCanaryWait is canaryWait for the replay's configuration and
+// defaultCanaryWait is config.CanaryWait for the replay's configuration and
 // filter, said on stdout.
 func defaultCanaryWait(in invocation, q parking.Queue, f *parking.Filter) time.Duration {
 	wait, p := config.CanaryWait(q.Router.Policies, f.Origins)

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -187,6 +188,9 @@ func TestThrottleKey(t *testing.T) {
 func TestSignInThrottleHoldsAtOnce(t *testing.T) {
 	const limit, fired = 5, 40
 	gate := make(chan struct{})
+	var opened sync.Once
+	openGate := func() { opened.Do(func() { close(gate) }) }
+	t.Cleanup(openGate) // a failure before the gate opens must not leave handlers waiting on it
 	var outage atomic.Bool
 	var arrived atomic.Int32 // guesses the broker holds
 	b := newBrokerless(t, func(o *Options) {
@@ -241,7 +245,7 @@ func TestSignInThrottleHoldsAtOnce(t *testing.T) {
 			t.Fatalf("after a minute %d guesses refused and %d at the broker, of %d", refused, arrived.Load(), fired)
 		}
 	}
-	close(gate)
+	openGate()
 	for range fired - refused {
 		if s := <-statuses; s != http.StatusUnauthorized {
 			t.Errorf("a guess that reached the broker answered %d, want 401", s)

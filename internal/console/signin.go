@@ -101,17 +101,26 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 		s.renderSignIn(w, r, http.StatusBadRequest, signInForm{User: user, Problem: "Enter a RabbitMQ user name and its password."})
 		return
 	}
-	signIn := attempt{{s.byUserAt, "user:" + user + "\x00" + throttleKey(addr)}, {s.byAddr, throttleKey(addr)}, {s.byUser, "user:" + user}}
-	if wait := signIn.begin(now); wait > 0 {
+	// A success forgets the user's failures, never the address's: one
+	// valid account must not reset the count of guesses at others.
+	places := attempt{{t: s.byUserAt, key: "user:" + user + "\x00" + throttleKey(addr), forgetOnSuccess: true},
+		{t: s.byAddr, key: throttleKey(addr)}, {t: s.byUser, key: "user:" + user, forgetOnSuccess: true}}
+	if wait := places.begin(now); wait > 0 {
 		log.Warn("console sign-in refused: throttled", zap.Duration("wait", wait))
 		w.Header().Set("Retry-After", retryAfter(wait))
 		s.renderSignIn(w, r, http.StatusTooManyRequests,
 			signInForm{User: user, Problem: "Too many failed sign-ins for this user or from this address: try again in " + max(wait, time.Second).Round(time.Second).String() + "."})
 		return
 	}
+	// Ended however the dial ends, a panic included: a pending attempt
+	// left behind would hold its keys back for good.
+	verdict := inconclusive
+	defer func() { places.end(s.now(), verdict) }()
 	conn, err := s.opt.Dial(r.Context(), "console "+user, user, password)
 	if err != nil {
-		problem, status, verdict := "The broker did not accept this user and password.", http.StatusUnauthorized, wrongCredentials
+		var problem string
+		var status int
+		problem, status, verdict = "The broker did not accept this user and password.", http.StatusUnauthorized, wrongCredentials
 		switch {
 		case errors.Is(err, amqp.ErrVhost):
 			problem, status = "This user may not use the deployment's virtual host.", http.StatusForbidden
@@ -120,12 +129,11 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 			// reached. Counted, an outage would lock every user out.
 			problem, status, verdict = "Could not sign in: "+err.Error(), http.StatusBadGateway, inconclusive
 		}
-		signIn.end(s.now(), verdict)
 		log.Warn("console sign-in failed", zap.Error(err))
 		s.renderSignIn(w, r, status, signInForm{User: user, Problem: problem})
 		return
 	}
-	signIn.end(s.now(), signedIn)
+	verdict = signedIn
 	sess, err := s.sessions.start(user, password, addr, conn, now, s.opt.Dial)
 	if err != nil {
 		conn.Close()

@@ -74,7 +74,10 @@ func (t *throttle) end(key string, now time.Time, o outcome) {
 	k := digest(key)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.pending[k]--; t.pending[k] <= 0 {
+	if t.pending[k] <= 0 {
+		panic("throttle: end without begin") // a bookkeeping bug, which would hide a leak
+	}
+	if t.pending[k]--; t.pending[k] == 0 {
 		delete(t.pending, k)
 	}
 	switch o {
@@ -131,14 +134,16 @@ func (t *throttle) evict(now time.Time) {
 	}
 }
 
-// throttled is one place a sign-in attempt takes: a throttle and its key.
-type throttled struct {
-	t   *throttle
-	key string
+// throttlePlace is one place a sign-in attempt takes: a throttle and its
+// key, and whether a success forgets that key's failures.
+type throttlePlace struct {
+	t               *throttle
+	key             string
+	forgetOnSuccess bool
 }
 
 // attempt is a sign-in's places in every throttle it passes.
-type attempt []throttled
+type attempt []throttlePlace
 
 // begin begins the attempt in every throttle, or in none: 0, or the wait
 // of the first throttle that refused it.
@@ -157,6 +162,10 @@ func (a attempt) begin(now time.Time) time.Duration {
 // end ends the attempt in every throttle.
 func (a attempt) end(now time.Time, o outcome) {
 	for _, p := range a {
+		if o == signedIn && !p.forgetOnSuccess {
+			p.t.end(p.key, now, inconclusive)
+			continue
+		}
 		p.t.end(p.key, now, o)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -41,13 +42,21 @@ func TestThrottle(t *testing.T) {
 				fail(t, th, "k", t0.Add(f))
 			}
 			if tt.success {
+				th.pending[digest("k")]++ // begun before the failures filled the limit
 				th.end("k", t0.Add(tt.at), signedIn)
 			}
 			if got := th.begin("k", t0.Add(tt.at)); got != tt.want {
 				t.Errorf("wait %s, want %s", got, tt.want)
+			} else if got == 0 {
+				th.end("k", t0.Add(tt.at), inconclusive)
 			}
 			if got := th.begin("other", t0.Add(tt.at)); got != 0 {
 				t.Errorf("another key waits %s", got)
+			} else {
+				th.end("other", t0.Add(tt.at), inconclusive)
+			}
+			if len(th.pending) != 0 {
+				t.Errorf("%d keys pending after every attempt ended", len(th.pending))
 			}
 		})
 	}
@@ -75,6 +84,29 @@ func TestThrottleHoldsAtMostMaxKeys(t *testing.T) {
 	}
 	if len(th.pending) != 0 {
 		t.Errorf("%d keys pending after every attempt ended", len(th.pending))
+	}
+}
+
+// TestSuccessForgetsTheUserNotTheAddress: signing in with one valid
+// account forgets that user's failures, not the address's guesses at
+// others.
+func TestSuccessForgetsTheUserNotTheAddress(t *testing.T) {
+	byUser, byAddr := newThrottle(3, time.Hour), newThrottle(3, time.Hour)
+	now := time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC)
+	for i := range 2 {
+		a := attempt{{t: byUser, key: fmt.Sprint("victim", i), forgetOnSuccess: true}, {t: byAddr, key: "203.0.113.7"}}
+		if a.begin(now) != 0 {
+			t.Fatal("a first guess refused")
+		}
+		a.end(now, wrongCredentials)
+	}
+	own := attempt{{t: byUser, key: "mine", forgetOnSuccess: true}, {t: byAddr, key: "203.0.113.7"}}
+	if own.begin(now) != 0 {
+		t.Fatal("the own sign-in refused")
+	}
+	own.end(now, signedIn)
+	if n := len(byAddr.failures[digest("203.0.113.7")]); n != 2 {
+		t.Errorf("after a success from the address, %d of its 2 failures kept", n)
 	}
 }
 
