@@ -11,9 +11,10 @@ import (
 // its time too before it rejects a message.
 const CanaryMargin = time.Minute
 
-// canaryRows caps the schedule a time to park adds up: a policy limited
-// by duration alone can have thousands of retries.
-const canaryRows = 1000
+// ScheduleRows caps a schedule rebound adds up or prints (`rebound
+// schedule`, a canary's time to park): a policy limited by duration alone
+// can have thousands of retries.
+const ScheduleRows = 1000
 
 // CanaryWait is how long a canary replay (`parked replay --canary`, the
 // console's) watches by default: the longest time one of the policies
@@ -36,7 +37,7 @@ func CanaryWait(set policy.Set, origins *regexp.Regexp) (time.Duration, *policy.
 // timeToPark is the time from a message's first failure to its park when
 // every retry fails at once and waits the longest delay jitter can draw.
 func timeToPark(p policy.Policy) time.Duration {
-	steps, _ := p.Schedule(canaryRows)
+	steps, _ := p.Schedule(ScheduleRows)
 	var total time.Duration
 	for _, s := range steps {
 		total += s.Max

@@ -76,7 +76,6 @@ func (ss *session) open(ctx context.Context) error {
 		return err
 	}
 	s.connectedAt.Store(s.opt.Now().UnixNano())
-	s.connected.Store(true)
 	ss.meter = m
 	s.inboxMeter.Store(m)
 	s.stallAfter.Store(int64(max(ss.consConn.Config.Heartbeat, minStallAfter)))

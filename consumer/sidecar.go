@@ -98,11 +98,11 @@ type Sidecar struct {
 	ready     atomic.Bool
 	blocked   atomic.Bool
 	heartbeat atomic.Int64 // Unix nanoseconds of the last sign of life
-	// connected is set once a session's connection opened; churn counts
-	// the sessions in a row that ended within churnWindow of opening one
-	// (Healthy: a reconnect loop is no sign of life).
-	connected   atomic.Bool
-	connectedAt atomic.Int64 // Unix nanoseconds the current session's connection opened
+	// connectedAt is when the current session's connection opened (Unix
+	// nanoseconds, 0 while none is open); churn counts the sessions in a
+	// row that ended within churnWindow of opening one (Healthy: a
+	// reconnect loop is no sign of life).
+	connectedAt atomic.Int64
 	churn       atomic.Int32
 	// The meter under the session's consume connection, nil between
 	// sessions, and how long it may wait holding nothing before Healthy
@@ -240,7 +240,8 @@ func (s *Sidecar) Healthy() error {
 // open for at least d: a session that outlived the churn window ends the
 // loop Healthy saw, though the count resets only when it ends.
 func (s *Sidecar) connectedFor(d time.Duration) bool {
-	return s.connected.Load() && s.opt.Now().Sub(time.Unix(0, s.connectedAt.Load())) >= d
+	at := s.connectedAt.Load()
+	return at != 0 && s.opt.Now().Sub(time.Unix(0, at)) >= d
 }
 
 func (s *Sidecar) beat() { s.heartbeat.Store(s.opt.Now().UnixNano()) }
@@ -318,10 +319,10 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		if lasted > time.Minute {
 			attempt = 0 // the session was healthy for a while: start backoff over
 		}
-		connectedAt := time.Unix(0, s.connectedAt.Load())
+		connectedAt := s.connectedAt.Swap(0)
 		switch {
-		case !s.connected.Swap(false): // no connection: the broker's outage, not a churn
-		case s.opt.Now().Sub(connectedAt) < churnWindow:
+		case connectedAt == 0: // no connection: the broker's outage, not a churn
+		case s.opt.Now().Sub(time.Unix(0, connectedAt)) < churnWindow:
 			s.churn.Add(1)
 		default:
 			s.churn.Store(0)

@@ -10,12 +10,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/policy"
 )
 
 // scheduleRows caps the printout: a policy limited by duration alone can
 // schedule millions of short retries, and nobody reads past a thousand.
-const scheduleRows = 1000
+const scheduleRows = config.ScheduleRows
 
 const scheduleUsage = `usage: rebound schedule [--policy NAME | --origin QUEUE] [--format table|json]
 
