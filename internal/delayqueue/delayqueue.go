@@ -211,7 +211,8 @@ func (s *Set) Names() []string {
 // queue is declared again. A message a `rebound delayed` command has read
 // and not yet settled is invisible to if-empty, so the sweep holds the
 // lock of the delay queues (Lock), and when another rebound holds it, it
-// skips this round.
+// skips this round. When the broker refuses rebound's user the lock, it
+// deletes nothing: someone else may hold it.
 //
 // Quorum queues are never deleted here: RabbitMQ refuses if-empty deletes
 // on them with a connection error, and deleting without it could drop a
@@ -240,13 +241,18 @@ func (s *Set) SweepIdle(idle time.Duration, remove bool) (deleted []string, err 
 	case errors.Is(err, errLocked):
 		return nil, nil
 	case errors.Is(err, errLockRefused):
-		// Permissions from before the lock: a command with rebound's
-		// user cannot take it either, so none can hold messages of these
-		// queues; sweep without it.
+		// Permissions from before the lock. A command run as another
+		// user (the console runs as whoever signed in) may still hold
+		// the lock and messages of these queues unacked, which if-empty
+		// does not see: forget the idle queues, delete none.
 		if !s.lockRefused {
 			s.lockRefused = true
-			s.notice(err.Error() + "; idle delay queues are swept without it")
+			s.notice(err.Error() + "; idle delay queues are forgotten, not deleted (`rebound topology prune` deletes them)")
 		}
+		for _, ms := range stale {
+			delete(s.declared, ms)
+		}
+		return nil, nil
 	case err != nil:
 		return nil, err
 	default:

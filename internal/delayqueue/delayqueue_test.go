@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"testing"
 	"time"
@@ -128,6 +129,57 @@ func TestSweepIdleDeletesOnlyEmptyClassicQueues(t *testing.T) {
 	}
 	if err := tryLock(other, e.topo); err != nil {
 		t.Errorf("the sweep kept the lock: %v", err)
+	}
+}
+
+// TestSweepIdleWithoutTheLockDeletesNothing: rebound's user may lack
+// the permission to take the lock (permissions from before it) while a
+// command run as another user holds it, with a delay queue's last copy
+// read and unacked (a console flush), which if-empty does not see. The
+// sweep forgets the idle queue and deletes nothing, so the copy the
+// command hands back finds its queue.
+func TestSweepIdleWithoutTheLockDeletesNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	_, noLock := e.Broker.User(t, e.URL(), "", "^(?!"+regexp.QuoteMeta(e.topo.LockQueue())+"$).*", ".*", ".*")
+	s, err := New(e.Broker.Dial(t, noLock), e.topo, nil, e.clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	if _, err := s.Ensure(10 * time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	q, _ := e.topo.DelayQueue(10 * time.Minute)
+
+	console, err := e.Broker.Dial(t, e.URL()).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := console.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	brokertest.PublishConfirmed(t, console, q.Name, amqp.Publishing{MessageId: "last", DeliveryMode: amqp.Persistent})
+	if err := tryLock(console, e.topo); err != nil {
+		t.Fatal(err)
+	}
+	held, ok, err := console.Get(q.Name, false)
+	if err != nil || !ok {
+		t.Fatalf("get the delay queue's copy: %v, %v", ok, err)
+	}
+
+	e.clock.Advance(time.Hour)
+	if deleted, err := s.SweepIdle(time.Minute, true); err != nil || len(deleted) != 0 {
+		t.Errorf("SweepIdle without the lock = %v, %v; want nothing deleted", deleted, err)
+	}
+	if len(s.Names()) != 0 {
+		t.Errorf("the Set still leases %v after the sweep; want the idle queue forgotten", s.Names())
+	}
+	if err := held.Nack(false, true); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := brokertest.QueueLen(e.Broker.URL, q.Name); err != nil || n != 1 {
+		t.Errorf("delay queue %s after the held copy went back: %d, %v; want it there with the copy", q.Name, n, err)
 	}
 }
 
