@@ -5,13 +5,17 @@
 // Input (environment): CONSOLE_URL, CONSOLE_USER/CONSOLE_PASSWORD (may
 // read and move everything), CONSOLE_OUTSIDER/CONSOLE_OUTSIDER_PASSWORD
 // (may not read the parking queue), CONSOLE_GROUP (the group to replay),
-// CONSOLE_COUNT (its messages), CONSOLE_SCREENSHOTS (a directory to save a
+// CONSOLE_COUNT (its messages), CONSOLE_LATE (how many the test parks
+// into the group between the replay's preview and its confirmation: after
+// printing "step: replay previewed" the script waits for a line on stdin
+// saying they are parked), CONSOLE_SCREENSHOTS (a directory to save a
 // screenshot of each page into; unset: none), CHROMIUM (the browser).
 // It prints one line per step and exits 1 at the first that fails.
 import { chromium } from 'playwright-core';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createInterface } from 'node:readline';
 
 const env = process.env;
 const base = env.CONSOLE_URL;
@@ -68,6 +72,11 @@ try {
   if (would.trim() !== env.CONSOLE_COUNT) fail('the replay preview counts ' + would + ', want ' + env.CONSOLE_COUNT);
   await shot(page, 'replay-preview');
   console.log('step: replay previewed, ' + would + ' messages');
+  const late = env.CONSOLE_LATE || '0';
+  if (late !== '0') {
+    await createInterface({ input: process.stdin })[Symbol.asyncIterator]().next();
+    console.log('step: ' + late + ' more parked into the group');
+  }
 
   await Promise.all([page.waitForURL('**/jobs/*'), page.click('#confirm')]);
   await page.waitForFunction(() => !document.querySelector('meta[http-equiv="refresh"]') &&
@@ -78,9 +87,16 @@ try {
   await shot(page, 'replay-done');
   console.log('step: replay done: ' + (await page.locator('#job-lines').innerText()).replace(/\n/g, '; '));
 
-  await page.goto(base + '/groups');
-  if ((await text(page)).includes(group)) fail('the replayed group is still listed');
-  console.log('step: group gone from the groups page');
+  if (late === '0') {
+    await page.goto(base + '/groups');
+    if ((await text(page)).includes(group)) fail('the replayed group is still listed');
+    console.log('step: group gone from the groups page');
+  } else {
+    await page.goto(base + '/groups/' + group);
+    const left = await page.locator('#count').innerText();
+    if (left.trim() !== late) fail('the group counts ' + left + ' after the replay, want the ' + late + ' parked after its preview');
+    console.log('step: the ' + late + ' parked after the preview still parked');
+  }
 
   await page.goto(base + '/delayed');
   await page.locator('#origins, #empty').first().waitFor();

@@ -1,7 +1,9 @@
 package console
 
 import (
+	"bufio"
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,14 +12,17 @@ import (
 	"time"
 
 	"github.com/rebound-mq/rebound/internal/brokertest"
+	"github.com/rebound-mq/rebound/policy"
 )
 
 // TestBrowser drives the console in Debian's headless Chromium with
 // playwright-core (e2e/console/drive.mjs, installed by
-// scripts/ensure-clients.sh): sign in, open a group and a message, replay
-// the group, see it gone; then a user without read on the parking queue
-// is refused. The broker must then hold the group's messages in their
-// origin queue and no longer in the parking queue. With
+// scripts/ensure-clients.sh): sign in, open a group and a message, preview
+// the group's replay, and while the preview is on the screen two more
+// messages are parked into the group; confirm, and see the two still
+// parked; then a user without read on the parking queue is refused. The
+// broker must then hold the three previewed messages in their origin
+// queue, and the two late ones still in the parking queue. With
 // REBOUND_CONSOLE_SCREENSHOTS=1 it saves a screenshot of each page into
 // docs/console/.
 func TestBrowser(t *testing.T) {
@@ -42,7 +47,7 @@ func TestBrowser(t *testing.T) {
 	vars := []string{
 		"CONSOLE_URL=" + e.http.URL, "CONSOLE_USER=guest", "CONSOLE_PASSWORD=guest",
 		"CONSOLE_OUTSIDER=" + outsider, "CONSOLE_OUTSIDER_PASSWORD=" + outsiderPassword,
-		"CONSOLE_GROUP=" + timeouts, "CONSOLE_COUNT=3", "CHROMIUM=" + chromium,
+		"CONSOLE_GROUP=" + timeouts, "CONSOLE_COUNT=3", "CONSOLE_LATE=2", "CHROMIUM=" + chromium,
 	}
 	if os.Getenv("REBOUND_CONSOLE_SCREENSHOTS") == "1" {
 		dir, err := filepath.Abs("../../docs/console")
@@ -58,14 +63,39 @@ func TestBrowser(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", script)
 	cmd.Env = append(os.Environ(), vars...)
-	out, err := cmd.CombinedOutput()
-	t.Logf("drive.mjs:\n%s", out)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	for lines := bufio.NewScanner(stdout); lines.Scan(); {
+		out.WriteString(lines.Text() + "\n")
+		if strings.HasPrefix(lines.Text(), "step: replay previewed") {
+			e.seed(time.Now(),
+				parked{id: "late1", origin: e.App, reason: policy.MaxRetries, errText: "timeout after 40 ms on 10.1.2.9"},
+				parked{id: "late2", origin: e.App, reason: policy.MaxRetries, errText: "timeout after 41 ms on 10.1.2.9"})
+			e.WaitQueueLen(e.router.Topology.ParkingQueue, 7, 10*time.Second)
+			if _, err := io.WriteString(stdin, "parked\n"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	err = cmd.Wait()
+	t.Logf("drive.mjs:\n%s", out.String())
 	if err != nil {
 		t.Fatalf("the browser run failed: %v", err)
 	}
-	if !strings.Contains(string(out), "step: a user without permission refused") {
+	if !strings.Contains(out.String(), "step: a user without permission refused") {
 		t.Fatal("the browser run did not reach its last step")
 	}
 	e.WaitQueueLen(e.App, 3, 10*time.Second)
-	e.WaitQueueLen(e.router.Topology.ParkingQueue, 2, 10*time.Second)
+	e.WaitQueueLen(e.router.Topology.ParkingQueue, 4, 10*time.Second)
 }
