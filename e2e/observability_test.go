@@ -237,11 +237,19 @@ func TestTracesFollowAMessageAcrossRetries(t *testing.T) {
 		if s.Kind != tracepb.Span_SPAN_KIND_CONSUMER {
 			t.Errorf("process span kind %v", s.Kind)
 		}
-		if spanAttr(s, "messaging.destination.name") != e.App || spanAttr(s, "messaging.message.id") != "order-8812" ||
-			spanAttr(s, "messaging.system") != "rabbitmq" || spanAttr(s, "rebound.policy") != "default" {
+		// OpenTelemetry's conventions for RabbitMQ: the exchange the
+		// delivery came through, its routing key, the queue read.
+		if spanAttr(s, "rebound.origin_queue") != e.App || spanAttr(s, "messaging.message.id") != "order-8812" ||
+			spanAttr(s, "messaging.system") != "rabbitmq" || spanAttr(s, "rebound.policy") != "default" ||
+			spanAttr(s, "messaging.destination.subscription.name") != e.Vars["REBOUND_INBOX_QUEUE"] {
 			t.Errorf("process span attributes %v", s.Attributes)
 		}
 		decision, _ := spanAttr(s, "rebound.decision").(string)
+		if decision != "return" && (spanAttr(s, "messaging.destination.name") != e.Vars["REBOUND_DEAD_LETTER_EXCHANGE"] ||
+			spanAttr(s, "messaging.rabbitmq.destination.routing_key") != e.App) {
+			t.Errorf("a rejected delivery's process span: exchange %v, routing key %v; want %s, %s", spanAttr(s, "messaging.destination.name"),
+				spanAttr(s, "messaging.rabbitmq.destination.routing_key"), e.Vars["REBOUND_DEAD_LETTER_EXCHANGE"], e.App)
+		}
 		decisions[decision]++
 		if decision == "park" && (spanAttr(s, "rebound.parked_reason") != "max-retries" || s.Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR ||
 			spanAttr(s, "rebound.group") != group.Of(e.App, "", "max-retries")) {
@@ -339,7 +347,8 @@ func TestReplayIsTraced(t *testing.T) {
 	if hex.EncodeToString(s.TraceId) != traceID || hex.EncodeToString(s.ParentSpanId) != producerSpan {
 		t.Errorf("replay span in trace %x under %x, want the message's %s under %s", s.TraceId, s.ParentSpanId, traceID, producerSpan)
 	}
-	if spanAttr(s, "messaging.operation.name") != "replay" || spanAttr(s, "messaging.message.id") != "order-9" {
+	if spanAttr(s, "messaging.operation.name") != "replay" || spanAttr(s, "messaging.message.id") != "order-9" ||
+		spanAttr(s, "messaging.destination.name") == nil || spanAttr(s, "messaging.rabbitmq.destination.routing_key") == nil {
 		t.Errorf("replay span attributes %v", s.Attributes)
 	}
 }

@@ -23,7 +23,23 @@ const (
 	attrPolicy       = attribute.Key("rebound.policy")
 	attrParkedReason = attribute.Key("rebound.parked_reason")
 	attrGroup        = attribute.Key("rebound.group")
+	// The queue a message goes back to: the conventions put the exchange
+	// in messaging.destination.name and the queue a consumer reads in
+	// messaging.destination.subscription.name, and this one is neither.
+	attrOrigin = attribute.Key("rebound.origin_queue")
 )
+
+// rabbitMQDestination is where a message was sent, in the terms of
+// OpenTelemetry's messaging conventions for RabbitMQ: the exchange as messaging.destination.name, "" for
+// the default exchange (the attribute is set all the same), and the
+// routing key beside it when there is one.
+func rabbitMQDestination(exchange, routingKey string) []attribute.KeyValue {
+	kv := []attribute.KeyValue{semconv.MessagingSystemRabbitMQ, semconv.MessagingDestinationName(exchange)}
+	if routingKey != "" {
+		kv = append(kv, semconv.MessagingRabbitMQDestinationRoutingKey(routingKey))
+	}
+	return kv
+}
 
 // Decision is what rebound decided for one message, as a span shows it.
 type Decision struct {
@@ -57,8 +73,12 @@ func Start(tr trace.Tracer, inbox string, d amqp.Delivery) *delivery {
 	ctx, span := tr.Start(extract(context.Background(), d.Headers), "process "+inbox,
 		trace.WithSpanKind(trace.SpanKindConsumer))
 	if span.IsRecording() {
-		span.SetAttributes(semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationTypeProcess,
-			semconv.MessagingOperationName("process"), semconv.MessagingConsumerGroupName(inbox),
+		// The exchange and routing key the message reached the inbox
+		// by (the dead-letter exchange and the origin queue's name,
+		// for a rejected message).
+		span.SetAttributes(rabbitMQDestination(d.Exchange, d.RoutingKey)...)
+		span.SetAttributes(semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"),
+			semconv.MessagingDestinationSubscriptionName(inbox),
 			semconv.MessagingMessageID(d.MessageId), semconv.MessagingMessageBodySize(len(d.Body)),
 			semconv.MessagingRabbitMQMessageDeliveryTag(int(d.DeliveryTag)))
 	}
@@ -81,7 +101,7 @@ func (t *delivery) Decided(dec Decision) {
 	case dec.Returning:
 		decision = "return"
 	}
-	t.process.SetAttributes(semconv.MessagingDestinationName(dec.Origin), attrDecision.String(decision),
+	t.process.SetAttributes(attrOrigin.String(dec.Origin), attrDecision.String(decision),
 		attrDelayMS.Int64(dec.Delay.Milliseconds()), attrRetryCount.Int(dec.RetryCount), attrPolicy.String(dec.Policy))
 	if dec.ParkedReason != "" {
 		t.process.SetAttributes(attrParkedReason.String(dec.ParkedReason))
@@ -97,14 +117,12 @@ func (t *delivery) Publishing(tr trace.Tracer, exchange, routingKey string) {
 	if t == nil {
 		return
 	}
-	// Through the default exchange the destination is the queue the
-	// routing key names.
-	destination := cmp.Or(exchange, routingKey)
-	_, t.publish = tr.Start(t.ctx, "publish "+destination, trace.WithSpanKind(trace.SpanKindProducer))
+	// The span's name says where the copy went: through the default
+	// exchange, the queue the routing key names.
+	_, t.publish = tr.Start(t.ctx, "publish "+cmp.Or(exchange, routingKey), trace.WithSpanKind(trace.SpanKindProducer))
 	if t.publish.IsRecording() {
-		t.publish.SetAttributes(semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationTypeSend,
-			semconv.MessagingOperationName("publish"), semconv.MessagingDestinationName(destination),
-			semconv.MessagingRabbitMQDestinationRoutingKey(routingKey))
+		t.publish.SetAttributes(rabbitMQDestination(exchange, routingKey)...)
+		t.publish.SetAttributes(semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("publish"))
 	}
 }
 
@@ -138,9 +156,9 @@ func (t *delivery) End(confirmed bool, outcome string) {
 func Move(tr trace.Tracer, operation string, d amqp.Delivery, exchange, routingKey string) (end func(confirmed bool, outcome string)) {
 	_, span := tr.Start(extract(context.Background(), d.Headers), operation+" "+routingKey, trace.WithSpanKind(trace.SpanKindProducer))
 	if span.IsRecording() {
-		span.SetAttributes(semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationTypeSend,
-			semconv.MessagingOperationName(operation), semconv.MessagingDestinationName(exchange),
-			semconv.MessagingRabbitMQDestinationRoutingKey(routingKey), semconv.MessagingMessageID(d.MessageId))
+		span.SetAttributes(rabbitMQDestination(exchange, routingKey)...)
+		span.SetAttributes(semconv.MessagingOperationTypeSend, semconv.MessagingOperationName(operation),
+			semconv.MessagingMessageID(d.MessageId))
 	}
 	return func(confirmed bool, outcome string) {
 		if !confirmed {

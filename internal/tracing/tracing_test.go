@@ -2,6 +2,7 @@ package tracing
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 )
@@ -105,7 +107,7 @@ func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
 
 func TestDeliverySpans(t *testing.T) {
 	delivery := amqp.Delivery{MessageId: "order-8812", Body: []byte("hello"), DeliveryTag: 7,
-		Headers: amqp.Table{"traceparent": producerParent}}
+		Exchange: "rebound.dlx", RoutingKey: "payments.capture", Headers: amqp.Table{"traceparent": producerParent}}
 	for _, tc := range []struct {
 		name      string
 		decision  Decision
@@ -143,8 +145,7 @@ func TestDeliverySpans(t *testing.T) {
 			}
 			a := attrs(process)
 			want := map[attribute.Key]any{
-				"messaging.system": "rabbitmq", "messaging.operation.type": "process", "messaging.destination.name": "payments.capture",
-				"messaging.message.id": "order-8812", "rebound.retry_count": int64(tc.decision.RetryCount),
+				"rebound.origin_queue": "payments.capture", "rebound.retry_count": int64(tc.decision.RetryCount),
 				"rebound.policy": tc.decision.Policy, "rebound.delay_ms": tc.decision.Delay.Milliseconds(),
 			}
 			if tc.decision.Retry {
@@ -164,11 +165,74 @@ func TestDeliverySpans(t *testing.T) {
 			if process.Status().Code != tc.status {
 				t.Errorf("process status %v, want %v", process.Status(), tc.status)
 			}
-			if got := attrs(publish)["messaging.rabbitmq.destination.routing_key"].AsString(); got != "payments.capture" {
-				t.Errorf("publish routing key %q", got)
-			}
+			// The message reached the inbox through the dead-letter
+			// exchange, with its origin queue's name as routing key.
+			wantMessaging(t, "process", process, semconv.MessagingSystemRabbitMQ,
+				semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"),
+				semconv.MessagingDestinationName("rebound.dlx"), semconv.MessagingRabbitMQDestinationRoutingKey("payments.capture"),
+				semconv.MessagingDestinationSubscriptionName("rebound.inbox"), semconv.MessagingMessageID("order-8812"),
+				semconv.MessagingMessageBodySize(5), semconv.MessagingRabbitMQMessageDeliveryTag(7))
+			wantMessaging(t, "publish", publish, semconv.MessagingSystemRabbitMQ,
+				semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("publish"),
+				semconv.MessagingDestinationName("rebound.delay.32000"), semconv.MessagingRabbitMQDestinationRoutingKey("payments.capture"))
 		})
 	}
+}
+
+// wantMessaging checks a span's messaging attributes against the
+// conventions' keys: exactly want, none missing, none more.
+func wantMessaging(t *testing.T, name string, s sdktrace.ReadOnlySpan, want ...attribute.KeyValue) {
+	t.Helper()
+	got := map[attribute.Key]attribute.Value{}
+	for k, v := range attrs(s) {
+		if strings.HasPrefix(string(k), "messaging.") {
+			got[k] = v
+		}
+	}
+	for _, kv := range want {
+		if v, ok := got[kv.Key]; !ok || v != kv.Value {
+			t.Errorf("%s span: %s = %v (set: %v), want %v", name, kv.Key, v.Emit(), ok, kv.Value.Emit())
+		}
+		delete(got, kv.Key)
+	}
+	for k, v := range got {
+		t.Errorf("%s span: %s = %v, which the conventions for RabbitMQ do not ask for here", name, k, v.Emit())
+	}
+}
+
+// TestSpansThroughTheDefaultExchange: a copy sent through the default
+// exchange names no exchange (messaging.destination.name is set, empty)
+// and the queue as its routing key; a command's move does the same.
+func TestSpansThroughTheDefaultExchange(t *testing.T) {
+	tr, rec := recorder(t)
+	d := amqp.Delivery{MessageId: "order-9", Exchange: "", RoutingKey: "rebound.parked"}
+	span := Start(tr, "rebound.inbox", d)
+	span.Decided(Decision{Origin: "orders", Retry: true, Returning: true})
+	span.Publishing(tr, "", "orders")
+	span.End(true, "confirmed")
+	Move(tr, "replay", d, "", "orders")(true, "confirmed")
+	Move(tr, "flush", d, "rebound.delay.1000", "")(true, "confirmed")
+	ended := rec.Ended()
+	if len(ended) != 4 {
+		t.Fatalf("%d spans ended, want publish, process, replay and flush", len(ended))
+	}
+	wantMessaging(t, "publish", ended[0], semconv.MessagingSystemRabbitMQ,
+		semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("publish"),
+		semconv.MessagingDestinationName(""), semconv.MessagingRabbitMQDestinationRoutingKey("orders"))
+	wantMessaging(t, "process", ended[1], semconv.MessagingSystemRabbitMQ,
+		semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"),
+		semconv.MessagingDestinationName(""), semconv.MessagingRabbitMQDestinationRoutingKey("rebound.parked"),
+		semconv.MessagingDestinationSubscriptionName("rebound.inbox"), semconv.MessagingMessageID("order-9"),
+		semconv.MessagingMessageBodySize(0), semconv.MessagingRabbitMQMessageDeliveryTag(0))
+	wantMessaging(t, "replay", ended[2], semconv.MessagingSystemRabbitMQ,
+		semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("replay"),
+		semconv.MessagingDestinationName(""), semconv.MessagingRabbitMQDestinationRoutingKey("orders"),
+		semconv.MessagingMessageID("order-9"))
+	// An exchange with no routing key: the attribute is left out
+	// ("conditionally required: if not empty").
+	wantMessaging(t, "flush", ended[3], semconv.MessagingSystemRabbitMQ,
+		semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("flush"),
+		semconv.MessagingDestinationName("rebound.delay.1000"), semconv.MessagingMessageID("order-9"))
 }
 
 // BenchmarkDeliverySpans is what tracing costs one delivery: off (no
