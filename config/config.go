@@ -71,6 +71,10 @@ type Config struct {
 	// EventsExchange is the topic exchange a JSON event is published to on
 	// every park; "" publishes none.
 	EventsExchange string `env:"EVENTS_EXCHANGE"`
+	// EventsFormat is the form of park events: "cloudevents" (CloudEvents
+	// 1.0, structured JSON) or "schema1" (the form before it, kept for one
+	// version).
+	EventsFormat string `env:"EVENTS_FORMAT" envDefault:"cloudevents"`
 	// OriginQueues is a regular expression of the queues rebound may send
 	// messages back to, "" for any (RabbitMQ's policy syntax: unanchored).
 	OriginQueues string `env:"ORIGIN_QUEUES"`
@@ -287,6 +291,7 @@ func (c Config) validate(failed map[string]bool) []fieldError {
 	oneOf("DELAY_MODE", string(c.DelayMode), []string{string(delayQueues), string(DelayHold)})
 	oneOf("LOG_LEVEL", c.LogLevel, []string{"debug", "info", "warn", "error"})
 	oneOf("LOG_FORMAT", c.LogFormat, []string{"json", "console"})
+	oneOf("EVENTS_FORMAT", c.EventsFormat, []string{"cloudevents", "schema1"})
 
 	if allowed := c.checkBrokerURLs(); allowed != "" {
 		if c.AMQPURLFile != "" {

@@ -50,6 +50,7 @@ func TestLoadDefaults(t *testing.T) {
 		ConsoleAddr:    "127.0.0.1:9465",
 		LogLevel:       "info",
 		LogFormat:      "json",
+		EventsFormat:   "cloudevents",
 
 		HeaderRetryCount:    "x-retry-count",
 		HeaderTaskStartedAt: "x-task-started-at",
@@ -126,6 +127,7 @@ func TestLoadInvalid(t *testing.T) {
 		{"hold slice too long", []string{"REBOUND_HOLD_SLICE=48h"}, "REBOUND_HOLD_SLICE", "48h0m0s", "a duration from 1s to 24h"},
 		{"unknown log level", []string{"REBOUND_LOG_LEVEL=trace"}, "REBOUND_LOG_LEVEL", "trace", "one of debug, info, warn, error"},
 		{"unknown log format", []string{"REBOUND_LOG_FORMAT=xml"}, "REBOUND_LOG_FORMAT", "xml", "one of json, console"},
+		{"unknown events format", []string{"REBOUND_EVENTS_FORMAT=cloudevent"}, "REBOUND_EVENTS_FORMAT", "cloudevent", "one of cloudevents, schema1 (did you mean cloudevents?)"},
 		{"duration that does not parse", []string{"REBOUND_MIN_DELAY=soon"}, "REBOUND_MIN_DELAY", "soon", "a Go duration such as 500ms"},
 		{"duration without unit", []string{"REBOUND_MAX_DURATION=3600"}, "REBOUND_MAX_DURATION", "3600", "a Go duration"},
 		{"delay digits out of range", []string{"REBOUND_DELAY_DIGITS=4"}, "REBOUND_DELAY_DIGITS", "4", "1, 2 or 3 significant digits"},

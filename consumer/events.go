@@ -3,7 +3,11 @@ package consumer
 // Park events tell subscribers when a message is parked: a small JSON
 // event per park, published to a topic exchange (REBOUND_EVENTS_EXCHANGE)
 // with the routing key parked.<reason>.<origin>, for a ticket, a chat
-// message or a webhook.
+// message or a webhook. An event is a CloudEvent 1.0 in structured JSON
+// mode (what Knative, Argo Events and most webhook receivers read), its
+// data the ParkedEvent's fields, described by the JSON Schema
+// docs/events/parked.schema.json; REBOUND_EVENTS_FORMAT=schema1 publishes
+// the ParkedEvent itself, the form before CloudEvents, for one version.
 //
 // Events are at most once and never hold up a message: a park is final
 // once its parked copy is confirmed, and its event is published after
@@ -17,8 +21,11 @@ package consumer
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -31,9 +38,11 @@ import (
 // meaning never changes within one.
 const eventSchema = 1
 
-// ParkedEvent is the event of one parked message. It never carries the body.
+// ParkedEvent is the event of one parked message. It never carries the
+// body. As a CloudEvent's data it has no Schema (the event's type says
+// what it is).
 type ParkedEvent struct {
-	Schema     int    `json:"schema"`
+	Schema     int    `json:"schema,omitempty"`
 	MessageID  string `json:"message_id"`
 	Origin     string `json:"origin"`
 	Reason     string `json:"reason"`
@@ -47,11 +56,70 @@ type ParkedEvent struct {
 // newParkedEvent returns the event of a message parked at parkedAt; the
 // error a consumer reported is cut to maxEventError bytes.
 func newParkedEvent(messageID, origin, reason, policy, group, errText string, retryCount int, parkedAt time.Time) ParkedEvent {
-	return ParkedEvent{Schema: eventSchema, MessageID: messageID, Origin: origin, Reason: reason, Policy: policy, Group: group,
+	return ParkedEvent{MessageID: messageID, Origin: origin, Reason: reason, Policy: policy, Group: group,
 		Error: cutUTF8(errText, maxEventError), RetryCount: retryCount, ParkedAt: parkedAt.UTC().Format("2006-01-02T15:04:05.000Z07:00")}
 }
 
 const maxEventError = 1024
+
+// The forms of park events (REBOUND_EVENTS_FORMAT).
+const (
+	EventsCloudEvents = "cloudevents"
+	EventsSchema1     = "schema1"
+)
+
+// CloudEvent is a park event as a CloudEvent 1.0 in structured JSON mode
+// (https://github.com/cloudevents/spec/blob/v1.0.2/cloudevents/spec.md).
+type CloudEvent struct {
+	SpecVersion     string      `json:"specversion"` // "1.0"
+	ID              string      `json:"id"`          // unique per event
+	Source          string      `json:"source"`      // the rebound deployment (EventsSource)
+	Type            string      `json:"type"`        // parkedEventType and the reason
+	Subject         string      `json:"subject"`     // the origin queue
+	Time            string      `json:"time"`        // when the message was parked
+	DataContentType string      `json:"datacontenttype"`
+	Data            ParkedEvent `json:"data"`
+}
+
+// parkedEventType is the CloudEvents type of a park, followed by the
+// reason: io.github.rebound-mq.parked.max-retries. Reverse DNS of the
+// project's home, as CloudEvents asks.
+const parkedEventType = "io.github.rebound-mq.parked."
+
+// cloudEventContentType is the content type of a structured CloudEvent
+// (the AMQP binding's structured mode).
+const cloudEventContentType = "application/cloudevents+json; charset=utf-8"
+
+// EventsSource is the CloudEvents source of a deployment's park events,
+// the same on every replica: /rebound/<vhost>/<inbox>, each escaped.
+func EventsSource(vhost, inbox string) string {
+	return "/rebound/" + url.PathEscape(vhost) + "/" + url.PathEscape(inbox)
+}
+
+// eventEncoder returns how events of format are published: a
+// CloudEvent with source, or the ParkedEvent as it is (schema1).
+func eventEncoder(format, source string) func(ParkedEvent) amqp.Publishing {
+	if format == EventsSchema1 {
+		return func(e ParkedEvent) amqp.Publishing {
+			e.Schema = eventSchema
+			body, _ := json.Marshal(e) // strings and ints: cannot fail
+			return amqp.Publishing{ContentType: "application/json", MessageId: e.MessageID, Type: "rebound.parked", Body: body}
+		}
+	}
+	return func(e ParkedEvent) amqp.Publishing {
+		ce := CloudEvent{SpecVersion: "1.0", ID: eventID(), Source: source, Type: parkedEventType + e.Reason,
+			Subject: e.Origin, Time: e.ParkedAt, DataContentType: "application/json", Data: e}
+		body, _ := json.Marshal(ce) // strings and ints: cannot fail
+		return amqp.Publishing{ContentType: cloudEventContentType, MessageId: ce.ID, Type: ce.Type, Body: body}
+	}
+}
+
+// eventID returns 128 random bits in hex: an id no other event has.
+func eventID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
 
 // eventRoutingKey is parked.<reason>.<origin>, cut to the 255 bytes AMQP
 // allows a routing key (at a character boundary). An origin's dots become more
@@ -94,6 +162,7 @@ const eventConfirmTimeout = 5 * time.Second
 type eventPublisher struct {
 	conn     *amqp.Connection
 	exchange string
+	encode   func(ParkedEvent) amqp.Publishing
 	log      *zap.Logger
 	count    func(outcome string)
 
@@ -104,12 +173,12 @@ type eventPublisher struct {
 }
 
 // startEvents declares exchange (a durable topic exchange) and starts publishing
-// events to it on a channel of conn. count is called once per event with
+// events to it, as encode makes them, on a channel of conn. count is called once per event with
 // its outcome. A declaration the broker refuses (an exchange of that name
 // with another type, or no permission) is logged: parks go on, their
 // events are counted failed.
-func startEvents(conn *amqp.Connection, exchange string, log *zap.Logger, count func(outcome string)) *eventPublisher {
-	p := &eventPublisher{conn: conn, exchange: exchange, log: log, count: count,
+func startEvents(conn *amqp.Connection, exchange string, encode func(ParkedEvent) amqp.Publishing, log *zap.Logger, count func(outcome string)) *eventPublisher {
+	p := &eventPublisher{conn: conn, exchange: exchange, encode: encode, log: log, count: count,
 		queue: make(chan ParkedEvent, eventQueueSize), stop: make(chan struct{})}
 	if err := p.declare(); err != nil {
 		log.Warn("events: exchange not declared; park events will fail until it exists", zap.String("exchange", exchange), zap.Error(err))
@@ -209,16 +278,11 @@ func (p *eventPublisher) openChannel() (*eventChannel, error) {
 }
 
 func (p *eventPublisher) publish(ch *eventChannel, e ParkedEvent) error {
-	body, err := json.Marshal(e)
-	if err != nil {
-		return err // unreachable: the event holds strings and ints
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), eventConfirmTimeout)
 	defer cancel()
-	confirm, err := ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange, eventRoutingKey(e.Reason, e.Origin), false, false, amqp.Publishing{
-		ContentType: "application/json", DeliveryMode: amqp.Persistent, MessageId: e.MessageID,
-		Type: "rebound.parked", Timestamp: time.Now(), Body: body,
-	})
+	msg := p.encode(e)
+	msg.DeliveryMode, msg.Timestamp = amqp.Persistent, time.Now()
+	confirm, err := ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange, eventRoutingKey(e.Reason, e.Origin), false, false, msg)
 	if err != nil {
 		return fmt.Errorf("publish to %s: %w", p.exchange, err)
 	}

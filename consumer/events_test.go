@@ -3,6 +3,7 @@ package consumer
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/rebound-mq/rebound/internal/brokertest"
+	"github.com/rebound-mq/rebound/internal/eventstest"
 )
 
 // eventCounts counts an eventPublisher's outcomes while a test reads them.
@@ -61,29 +63,80 @@ func TestEventsRoutingKey(t *testing.T) {
 	}
 }
 
+// TestParkedEventJSON: the two forms of a park event. schema1 is the
+// ParkedEvent with exactly its nine fields; a CloudEvent carries the same
+// fields but schema as its data, validates against
+// docs/events/parked-event.schema.json, and names its reason in its type,
+// its origin as its subject and the deployment as its source.
 func TestParkedEventJSON(t *testing.T) {
 	at := time.Date(2026, 11, 27, 2, 10, 3, 512_000_000, time.FixedZone("CET", 3600))
 	e := newParkedEvent("order-8812", "payments.capture", "max-retries", "payments", "0123456789ab", strings.Repeat("x", 5000), 10, at)
-	b, err := json.Marshal(e)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fields map[string]any
-	if err := json.Unmarshal(b, &fields); err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]any{"schema": 1.0, "message_id": "order-8812", "origin": "payments.capture", "reason": "max-retries",
+	fields := map[string]any{"message_id": "order-8812", "origin": "payments.capture", "reason": "max-retries",
 		"policy": "payments", "group": "0123456789ab", "retry_count": 10.0, "parked_at": "2026-11-27T01:10:03.512Z"}
-	for k, v := range want {
-		if fields[k] != v {
-			t.Errorf("%s = %v, want %v", k, fields[k], v)
+	wantFields := func(t *testing.T, got map[string]any, want map[string]any) {
+		t.Helper()
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("%s = %v, want %v", k, got[k], v)
+			}
+		}
+		if got := len(got["error"].(string)); got != maxEventError {
+			t.Errorf("error of %d bytes, want it cut to %d", got, maxEventError)
+		}
+		if len(got) != len(want)+1 {
+			t.Errorf("fields %v: want exactly %d", got, len(want)+1)
 		}
 	}
-	if got := len(fields["error"].(string)); got != maxEventError {
-		t.Errorf("error of %d bytes, want it cut to %d", got, maxEventError)
-	}
-	if len(fields) != len(want)+1 {
-		t.Errorf("fields %v: schema 1 has exactly these nine", fields)
+
+	t.Run("schema1", func(t *testing.T) {
+		msg := eventEncoder(EventsSchema1, "")(e)
+		var got map[string]any
+		if err := json.Unmarshal(msg.Body, &got); err != nil {
+			t.Fatal(err)
+		}
+		want := maps.Clone(fields)
+		want["schema"] = 1.0
+		wantFields(t, got, want)
+		if msg.ContentType != "application/json" || msg.Type != "rebound.parked" || msg.MessageId != "order-8812" {
+			t.Errorf("schema1 properties: content type %q, type %q, message id %q", msg.ContentType, msg.Type, msg.MessageId)
+		}
+	})
+
+	t.Run("cloudevents", func(t *testing.T) {
+		source := EventsSource("/", "rebound.inbox")
+		encode := eventEncoder(EventsCloudEvents, source)
+		msg := encode(e)
+		if err := eventstest.Validate(msg.Body); err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			CloudEvent
+			Data map[string]any `json:"data"`
+		}
+		if err := json.Unmarshal(msg.Body, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.SpecVersion != "1.0" || got.Source != "/rebound/%2F/rebound.inbox" || got.Type != "io.github.rebound-mq.parked.max-retries" ||
+			got.Subject != "payments.capture" || got.Time != "2026-11-27T01:10:03.512Z" || got.DataContentType != "application/json" {
+			t.Errorf("envelope %+v", got.CloudEvent)
+		}
+		wantFields(t, got.Data, fields)
+		if msg.ContentType != "application/cloudevents+json; charset=utf-8" || msg.Type != got.Type || msg.MessageId != got.ID {
+			t.Errorf("properties: content type %q, type %q, message id %q (event id %q)", msg.ContentType, msg.Type, msg.MessageId, got.ID)
+		}
+		if again := encode(e); again.MessageId == msg.MessageId {
+			t.Errorf("two events share the id %s", msg.MessageId)
+		}
+	})
+
+	// What the schema refuses, so that the check above can fail.
+	for name, body := range map[string]string{
+		"no data":          `{"specversion":"1.0","id":"0123456789abcdef0123456789abcdef","source":"/rebound/%2F/rebound.inbox","type":"io.github.rebound-mq.parked.max-retries","subject":"o","time":"2026-11-27T01:10:03.512Z","datacontenttype":"application/json"}`,
+		"schema 1 as data": string(eventEncoder(EventsSchema1, "")(e).Body),
+	} {
+		if err := eventstest.Validate([]byte(body)); err == nil {
+			t.Errorf("%s: the event schema accepted %s", name, body)
+		}
 	}
 }
 
@@ -126,7 +179,7 @@ func TestEventsPublisherOnTheBroker(t *testing.T) {
 	exchange, queue := prefix+"events", prefix+"subscriber"
 	core, logs := observer.New(zap.WarnLevel)
 	o := &eventCounts{n: map[string]int{}}
-	p := startEvents(conn, exchange, zap.New(core), o.count)
+	p := startEvents(conn, exchange, eventEncoder(EventsCloudEvents, EventsSource("/", "rebound.inbox")), zap.New(core), o.count)
 	defer p.close()
 
 	ch, err := conn.Channel()
@@ -148,12 +201,15 @@ func TestEventsPublisherOnTheBroker(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("the subscriber got nothing: %v, %v", ok, err)
 	}
-	var got ParkedEvent
+	if err := eventstest.Validate(d.Body); err != nil {
+		t.Error(err)
+	}
+	var got CloudEvent
 	if err := json.Unmarshal(d.Body, &got); err != nil {
 		t.Fatal(err)
 	}
-	if d.RoutingKey != "parked.max-retries.payments.capture" || d.ContentType != "application/json" || d.Type != "rebound.parked" ||
-		d.MessageId != "m1" || got.MessageID != "m1" || got.Error != "boom" || got.ParkedAt != "2026-11-27T02:10:03.000Z" {
+	if d.RoutingKey != "parked.max-retries.payments.capture" || d.ContentType != cloudEventContentType || d.Type != "io.github.rebound-mq.parked.max-retries" ||
+		d.MessageId != got.ID || d.DeliveryMode != amqp.Persistent || got.Data.MessageID != "m1" || got.Data.Error != "boom" || got.Time != "2026-11-27T02:10:03.000Z" {
 		t.Errorf("event: routing key %s, content type %s, type %s, id %s, %+v", d.RoutingKey, d.ContentType, d.Type, d.MessageId, got)
 	}
 
@@ -182,8 +238,8 @@ func TestEventsPublisherOnTheBroker(t *testing.T) {
 	if !brokertest.Await(10*time.Second, func() bool { return o.get(eventPublished) == 2 }) {
 		t.Fatalf("outcomes %v, want a second published once the exchange is back", o)
 	}
-	if d, ok, err := ch.Get(queue, true); err != nil || !ok || d.MessageId != "m3" {
-		t.Errorf("after the exchange came back the subscriber got %q, %v, %v; want m3", d.MessageId, ok, err)
+	if d, ok, err := ch.Get(queue, true); err != nil || !ok || !strings.Contains(string(d.Body), `"message_id":"m3"`) {
+		t.Errorf("after the exchange came back the subscriber got %s, %v, %v; want m3's event", d.Body, ok, err)
 	}
 }
 
@@ -194,7 +250,7 @@ func TestEventsFailWhileTheConnectionIsGone(t *testing.T) {
 	conn, prefix := eventsBroker(t)
 	core, logs := observer.New(zap.WarnLevel)
 	o := &eventCounts{n: map[string]int{}}
-	p := startEvents(conn, prefix+"events", zap.New(core), o.count)
+	p := startEvents(conn, prefix+"events", eventEncoder(EventsCloudEvents, "/rebound/%2F/rebound.inbox"), zap.New(core), o.count)
 	defer p.close()
 	if err := conn.Close(); err != nil {
 		t.Fatal(err)
@@ -229,7 +285,7 @@ func TestEventsStartWithAnExchangeItCannotDeclare(t *testing.T) {
 		t.Fatal(err)
 	}
 	core, logs := observer.New(zap.WarnLevel)
-	p := startEvents(conn, prefix+"events", zap.New(core), func(string) {})
+	p := startEvents(conn, prefix+"events", eventEncoder(EventsCloudEvents, "/rebound/%2F/rebound.inbox"), zap.New(core), func(string) {})
 	p.close()
 	if l := logs.FilterMessage("events: exchange not declared; park events will fail until it exists").All(); len(l) != 1 {
 		t.Errorf("%d warnings about the exchange, want 1", len(l))

@@ -20,6 +20,8 @@ func OptionsFrom(cfg config.Config, dialer *dialer.Dialer, log *zap.Logger, m *M
 		ShutdownGrace:  cfg.ShutdownGrace,
 		DelayQueueIdle: cfg.DelayQueueIdle,
 		EventsExchange: cfg.EventsExchange,
+		EventsFormat:   cfg.EventsFormat,
+		EventsSource:   EventsSource(cfg.Vhost(), cfg.InboxQueue),
 		Logger:         log,
 		Metrics:        m,
 		MetricsOrigins: cfg.MetricsOriginsRegexp(),

@@ -100,7 +100,7 @@ func (ss *session) open(ctx context.Context) error {
 	ss.origins = declarer.NewOrigins(ss.pubConn, ss.pub.ReturnedSince, notice, time.Now)
 
 	if s.opt.EventsExchange != "" {
-		ss.events = startEvents(ss.pubConn, s.opt.EventsExchange, s.log, func(outcome string) {
+		ss.events = startEvents(ss.pubConn, s.opt.EventsExchange, eventEncoder(s.opt.EventsFormat, s.opt.EventsSource), s.log, func(outcome string) {
 			s.m.Events.WithLabelValues(outcome).Inc()
 		})
 	}

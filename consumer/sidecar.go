@@ -57,9 +57,13 @@ type Options struct {
 	// (see topology.Lease); 0 deletes none, and stops leasing them after
 	// defaultLeaseIdle.
 	DelayQueueIdle time.Duration
-	// EventsExchange receives a JSON event for every park (package
-	// events); "" publishes none.
+	// EventsExchange receives an event for every park (see events.go);
+	// "" publishes none. EventsFormat is its form (EventsCloudEvents,
+	// the default when "", or EventsSchema1) and EventsSource the
+	// CloudEvents source naming this deployment (EventsSource).
 	EventsExchange string
+	EventsFormat   string
+	EventsSource   string
 	Logger         *zap.Logger
 	Metrics        *Metrics
 	// Tracer starts each delivery's spans (package tracing); nil for

@@ -1,6 +1,6 @@
 // Command park-webhook forwards rebound's park events to a webhook: it
 // binds a queue of its own to REBOUND_EVENTS_EXCHANGE, and POSTs each
-// event's JSON to a URL (a chat's incoming webhook, a ticketing system),
+// event (a CloudEvent in structured JSON mode) to a URL (a chat's incoming webhook, a ticketing system),
 // acking the event once the webhook answered 2xx. A webhook that fails is
 // tried again after a pause: the event waits in the queue meanwhile.
 //
@@ -79,7 +79,7 @@ func run(ctx context.Context, opt options) error {
 	}
 	client := &http.Client{Timeout: 10 * time.Second}
 	for d := range deliveries {
-		if err := post(ctx, client, opt.webhook, d.Body); err != nil {
+		if err := post(ctx, client, opt.webhook, d.ContentType, d.Body); err != nil {
 			fmt.Fprintf(os.Stderr, "park-webhook: %v; trying again in %s\n", err, opt.retryAfter)
 			_ = d.Nack(false, true)
 			select {
@@ -96,12 +96,18 @@ func run(ctx context.Context, opt options) error {
 	return nil
 }
 
-func post(ctx context.Context, client *http.Client, url string, event []byte) error {
+// post sends event with its own content type: a CloudEvent in structured
+// mode keeps application/cloudevents+json over HTTP too, which is how a
+// CloudEvents receiver (Knative, Argo Events) tells it from plain JSON.
+func post(ctx context.Context, client *http.Client, url, contentType string, event []byte) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(event))
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if contentType == "" {
+		contentType = "application/json"
+	}
+	req.Header.Set("Content-Type", contentType)
 	resp, err := client.Do(req)
 	if err != nil {
 		return err

@@ -23,15 +23,15 @@ func TestForwardsEventsToTheWebhook(t *testing.T) {
 	prefix := brokertest.Unique(t)
 	b.CleanupPrefix(t, b.URL, prefix)
 	var calls atomic.Int32
-	got := make(chan consumer.ParkedEvent, 1)
+	got := make(chan consumer.CloudEvent, 1)
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if calls.Add(1) == 1 {
 			http.Error(w, "busy", http.StatusServiceUnavailable)
 			return
 		}
-		var e consumer.ParkedEvent
+		var e consumer.CloudEvent
 		body, _ := io.ReadAll(r.Body)
-		if err := json.Unmarshal(body, &e); err != nil || r.Header.Get("Content-Type") != "application/json" {
+		if err := json.Unmarshal(body, &e); err != nil || r.Header.Get("Content-Type") != "application/cloudevents+json; charset=utf-8" {
 			t.Errorf("webhook got %q (%v)", body, err)
 		}
 		got <- e
@@ -56,8 +56,11 @@ func TestForwardsEventsToTheWebhook(t *testing.T) {
 	if err := ch.QueueBind(opt.queue, opt.binding, opt.exchange, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	want := consumer.ParkedEvent{Schema: 1, MessageID: "order-1", Origin: "payments", Reason: "max-retries", Policy: "default",
-		Group: "0123456789ab", Error: "TimeoutError", RetryCount: 10, ParkedAt: time.Now().UTC().Format(time.RFC3339)}
+	at := time.Now().UTC().Format(time.RFC3339)
+	want := consumer.CloudEvent{SpecVersion: "1.0", ID: "0123456789abcdef0123456789abcdef", Source: "/rebound/%2F/rebound.inbox",
+		Type: "io.github.rebound-mq.parked.max-retries", Subject: "payments", Time: at, DataContentType: "application/json",
+		Data: consumer.ParkedEvent{MessageID: "order-1", Origin: "payments", Reason: "max-retries", Policy: "default",
+			Group: "0123456789ab", Error: "TimeoutError", RetryCount: 10, ParkedAt: at}}
 	body, _ := json.Marshal(want)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -68,8 +71,8 @@ func TestForwardsEventsToTheWebhook(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	if err := ch.PublishWithContext(ctx, opt.exchange, "parked."+want.Reason+"."+want.Origin, false, false,
-		amqp.Publishing{ContentType: "application/json", Body: body}); err != nil {
+	if err := ch.PublishWithContext(ctx, opt.exchange, "parked."+want.Data.Reason+"."+want.Data.Origin, false, false,
+		amqp.Publishing{ContentType: "application/cloudevents+json; charset=utf-8", Body: body}); err != nil {
 		t.Fatal(err)
 	}
 	select {
