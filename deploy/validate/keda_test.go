@@ -23,8 +23,9 @@ func TestKEDAComponent(t *testing.T) {
 	if so.Spec.ScaleTargetRef.Name != d.Name || so.Namespace != d.Namespace {
 		t.Errorf("ScaledObject targets %s/%s, the Deployment is %s/%s", so.Namespace, so.Spec.ScaleTargetRef.Name, d.Namespace, d.Name)
 	}
-	if so.Spec.MinReplicaCount == nil || *so.Spec.MinReplicaCount < 1 {
-		t.Error("minReplicaCount below 1: held copies (REBOUND_DELAY_MODE=hold) need a replica, and the inbox's triggers cannot see them")
+	if so.Spec.MinReplicaCount == nil || d.Spec.Replicas == nil || *so.Spec.MinReplicaCount < *d.Spec.Replicas {
+		t.Errorf("minReplicaCount %v below the Deployment's %v replicas, which its PodDisruptionBudget and spread assume (and held copies need a replica the inbox's trigger cannot see)",
+			so.Spec.MinReplicaCount, d.Spec.Replicas)
 	}
 	if so.Spec.MaxReplicaCount == nil || *so.Spec.MaxReplicaCount < *so.Spec.MinReplicaCount {
 		t.Errorf("maxReplicaCount %v below minReplicaCount", so.Spec.MaxReplicaCount)

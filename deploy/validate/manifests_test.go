@@ -338,8 +338,9 @@ func TestCheckPodCatches(t *testing.T) {
 		{"cpu limit", func(d *appsv1.Deployment, _ *PodInput) {
 			reboundContainer(d).Resources.Limits[corev1.ResourceCPU] = resource.MustParse("100m")
 		}, "CPU limit"},
-		{"memlimit above limit", func(d *appsv1.Deployment, _ *PodInput) {
-			reboundContainer(d).Resources.Limits[corev1.ResourceMemory] = resource.MustParse("64Mi")
+		{"memlimit literal", func(d *appsv1.Deployment, _ *PodInput) {
+			c := reboundContainer(d)
+			c.Env = append(c.Env, corev1.EnvVar{Name: "GOMEMLIMIT", Value: "144MiB"})
 		}, "GOMEMLIMIT"},
 		{"short grace", func(d *appsv1.Deployment, _ *PodInput) {
 			d.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](20)
@@ -456,5 +457,49 @@ func TestParkedExpireComponent(t *testing.T) {
 	if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
 		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
 		t.Errorf("the job's security context %+v is not the restricted profile's", sc)
+	}
+}
+
+// TestCheckSpreadCatches: a standalone Deployment needs two replicas
+// spread over nodes by a constraint that selects its own pods.
+func TestCheckSpreadCatches(t *testing.T) {
+	good := func() *appsv1.Deployment {
+		d := &appsv1.Deployment{}
+		d.Spec.Replicas = ptr.To[int32](2)
+		d.Spec.Template.Labels = map[string]string{"app.kubernetes.io/name": "rebound"}
+		d.Spec.Template.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
+			MaxSkew: 1, TopologyKey: "kubernetes.io/hostname", WhenUnsatisfiable: corev1.ScheduleAnyway,
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "rebound"}},
+		}}
+		return d
+	}
+	p := &problems{}
+	checkSpread(p, good())
+	if len(p.list) > 0 {
+		t.Fatalf("a good Deployment: %v", p.list)
+	}
+	for name, tc := range map[string]struct {
+		mutate func(*appsv1.Deployment)
+		want   string
+	}{
+		"one replica": {func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](1) }, "fewer than 2 replicas"},
+		"no spread":   {func(d *appsv1.Deployment) { d.Spec.Template.Spec.TopologySpreadConstraints = nil }, "topologySpreadConstraints"},
+		"spread by zone": {func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.TopologySpreadConstraints[0].TopologyKey = "topology.kubernetes.io/zone"
+		}, "topologySpreadConstraints"},
+		"selects others": {func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.TopologySpreadConstraints[0].LabelSelector.MatchLabels["app.kubernetes.io/name"] = "orders"
+		}, "topologySpreadConstraints"},
+		"empty selector": {func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.TopologySpreadConstraints[0].LabelSelector = &metav1.LabelSelector{}
+		}, "topologySpreadConstraints"},
+	} {
+		d := good()
+		tc.mutate(d)
+		p := &problems{}
+		checkSpread(p, d)
+		if len(p.list) != 1 || !strings.Contains(p.list[0], tc.want) {
+			t.Errorf("%s: %v, want one problem naming %q", name, p.list, tc.want)
+		}
 	}
 }

@@ -12,6 +12,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -134,7 +136,29 @@ func CheckPod(d *appsv1.Deployment, in PodInput) []string {
 	if spec.HostNetwork || spec.HostPID || spec.HostIPC {
 		p.add("pod shares host namespaces")
 	}
+	if in.Layout == Standalone {
+		checkSpread(p, d)
+	}
 	return p.list
+}
+
+// checkSpread checks that the standalone Deployment runs at least two
+// replicas and spreads them over nodes, so that one node's loss or drain
+// never takes every consumer of the inbox.
+func checkSpread(p *problems, d *appsv1.Deployment) {
+	if d.Spec.Replicas == nil || *d.Spec.Replicas < 2 {
+		p.add("fewer than 2 replicas: a node drain or a rollout would stop every consumer of the inbox")
+	}
+	for _, tsc := range d.Spec.Template.Spec.TopologySpreadConstraints {
+		if tsc.TopologyKey != "kubernetes.io/hostname" || tsc.LabelSelector == nil {
+			continue
+		}
+		selector, err := metav1.LabelSelectorAsSelector(tsc.LabelSelector)
+		if err == nil && !selector.Empty() && selector.Matches(labels.Set(d.Spec.Template.Labels)) {
+			return
+		}
+	}
+	p.add("no topologySpreadConstraints over kubernetes.io/hostname selecting its own pods: both replicas may land on one node")
 }
 
 type problems struct {
@@ -410,7 +434,10 @@ func checkEnv(p *problems, spec *corev1.PodSpec, c *corev1.Container, in PodInpu
 		case config.Prefix + "AMQP_URL_FILE":
 			urlFile = e.Value
 		case "GOMEMLIMIT":
-			checkMemLimit(p, c, e.Value)
+			// rebound takes three quarters of the container's memory
+			// limit itself (internal/memlimit): a literal beside the
+			// limit is a second place to change, which drifts.
+			p.add("%s: GOMEMLIMIT=%s set: rebound sets it from the memory limit itself; state only resources.limits.memory", c.Name, e.Value)
 		}
 	}
 	if !podName {
@@ -489,39 +516,6 @@ func readable(spec *corev1.PodSpec, c *corev1.Container, mode *int32) bool {
 		return true
 	}
 	return false
-}
-
-func checkMemLimit(p *problems, c *corev1.Container, value string) {
-	limit, ok := c.Resources.Limits[corev1.ResourceMemory]
-	if !ok {
-		return
-	}
-	bytes, ok := parseGoMemLimit(value)
-	if !ok {
-		p.add("%s: GOMEMLIMIT %q does not parse", c.Name, value)
-		return
-	}
-	if bytes >= limit.Value() {
-		p.add("%s: GOMEMLIMIT %s is not below the memory limit %s", c.Name, value, limit.String())
-	}
-}
-
-// parseGoMemLimit reads GOMEMLIMIT's syntax: a byte count with an optional
-// B, KiB, MiB, GiB or TiB suffix.
-func parseGoMemLimit(v string) (int64, bool) {
-	units := []struct {
-		suffix string
-		size   int64
-	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}}
-	size := int64(1)
-	for _, u := range units {
-		if n, ok := strings.CutSuffix(v, u.suffix); ok {
-			v, size = n, u.size
-			break
-		}
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	return n * size, err == nil && n >= 0
 }
 
 func checkResources(p *problems, c *corev1.Container) {

@@ -49,6 +49,7 @@ func runConsole(ctx context.Context, args []string, in invocation) error {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	applyMemoryLimit(log, in.environ)
 	srv, err := newConsole(cfg, in, log, cfg.ConsoleSecure())
 	if err != nil {
 		return err

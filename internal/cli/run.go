@@ -22,6 +22,7 @@ import (
 	"github.com/rebound-mq/rebound/consumer"
 	"github.com/rebound-mq/rebound/internal/buildinfo"
 	"github.com/rebound-mq/rebound/internal/holder"
+	"github.com/rebound-mq/rebound/internal/memlimit"
 	"github.com/rebound-mq/rebound/internal/tracing"
 )
 
@@ -43,6 +44,7 @@ func runSidecar(ctx context.Context, args []string, in invocation) error {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	applyMemoryLimit(log, in.environ)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -152,6 +154,20 @@ func newLogger(cfg config.Config, stderr io.Writer) (*zap.Logger, error) {
 		enc = zapcore.NewJSONEncoder(encCfg)
 	}
 	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(stderr), level)), nil
+}
+
+// applyMemoryLimit gives the Go runtime three quarters of the container's
+// memory limit unless GOMEMLIMIT is set (package memlimit), for the
+// long-running commands, and logs what it did.
+func applyMemoryLimit(log *zap.Logger, environ []string) {
+	vars := env.ToMap(environ)
+	set := memlimit.Apply(memlimit.Root(), func(k string) string { return vars[k] })
+	if set.Limit == 0 {
+		log.Info("go memory limit left as it is", zap.String("why", set.Reason))
+		return
+	}
+	log.Info("go memory limit set from the container's", zap.Int64("go_memory_limit_bytes", set.Limit),
+		zap.Int64("container_memory_limit_bytes", set.Container))
 }
 
 // commandTracer returns the tracer of a command that moves messages, and
