@@ -19,6 +19,7 @@ import (
 
 	"github.com/rebound-mq/rebound/headers"
 	"github.com/rebound-mq/rebound/internal/brokertest"
+	"github.com/rebound-mq/rebound/internal/eventstest"
 	"github.com/rebound-mq/rebound/internal/declarer"
 	"github.com/rebound-mq/rebound/internal/dialer"
 	"github.com/rebound-mq/rebound/internal/route"
@@ -173,40 +174,68 @@ func TestRunParksWhatCannotGoBack(t *testing.T) {
 // TestRunPublishesAParkEvent: with REBOUND_EVENTS_EXCHANGE set, a
 // subscriber bound to parked.<reason>.# hears of each park once its copy
 // is parked: which message, from which origin, why, under which policy
-// and failure group, with the consumer's error; never the body.
+// and failure group, with the consumer's error; never the body. By
+// default as a CloudEvent that the published schema accepts; with
+// REBOUND_EVENTS_FORMAT=schema1, in the form before it.
 func TestRunPublishesAParkEvent(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "classic")
-	exchange, subscriber := e.prefix+"events", e.prefix+"subscriber"
-	if err := e.Ch.ExchangeDeclare(exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	e.Declare(subscriber, nil)
-	if err := e.Ch.QueueBind(subscriber, "parked.non-retryable.#", exchange, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	e.start(e.options("REBOUND_EVENTS_EXCHANGE", exchange))
+	for _, format := range []string{"cloudevents", "schema1"} {
+		t.Run(format, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, "classic")
+			exchange, subscriber := e.prefix+"events", e.prefix+"subscriber"
+			if err := e.Ch.ExchangeDeclare(exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
+				t.Fatal(err)
+			}
+			e.Declare(subscriber, nil)
+			if err := e.Ch.QueueBind(subscriber, "parked.non-retryable.#", exchange, false, nil); err != nil {
+				t.Fatal(err)
+			}
+			e.start(e.options("REBOUND_EVENTS_EXCHANGE", exchange, "REBOUND_EVENTS_FORMAT", format))
 
-	e.Publish(e.app, amqp.Publishing{MessageId: "m1", Body: []byte("secret body"),
-		Headers: amqp.Table{names.NonRetryable: true, names.Error: "card 4242 declined"}})
-	e.reject(e.app)
-	event := e.take(subscriber)
-	parked := e.take(e.topo.ParkingQueue)
-	var got map[string]any
-	if err := json.Unmarshal(event.Body, &got); err != nil {
-		t.Fatalf("event %s: %v", event.Body, err)
+			e.Publish(e.app, amqp.Publishing{MessageId: "m1", Body: []byte("secret body"),
+				Headers: amqp.Table{names.NonRetryable: true, names.Error: "card 4242 declined"}})
+			e.reject(e.app)
+			event := e.take(subscriber)
+			parked := e.take(e.topo.ParkingQueue)
+			want := map[string]any{"message_id": "m1", "origin": e.app, "reason": "non-retryable", "policy": "default",
+				"group": parked.Headers[names.Group], "error": "card 4242 declined", "retry_count": 0.0}
+			var got map[string]any
+			if format == "schema1" {
+				want["schema"] = 1.0
+				if err := json.Unmarshal(event.Body, &got); err != nil {
+					t.Fatalf("event %s: %v", event.Body, err)
+				}
+			} else {
+				if err := eventstest.Validate(event.Body); err != nil {
+					t.Error(err)
+				}
+				var ce struct {
+					Type, Subject string
+					Data          map[string]any
+				}
+				if err := json.Unmarshal(event.Body, &ce); err != nil {
+					t.Fatalf("event %s: %v", event.Body, err)
+				}
+				if ce.Type != "io.github.rebound-mq.parked.non-retryable" || ce.Subject != e.app {
+					t.Errorf("CloudEvent type %q, subject %q", ce.Type, ce.Subject)
+				}
+				got = ce.Data
+			}
+			for k, v := range want {
+				if got[k] != v {
+					t.Errorf("event's %s = %v, want %v", k, got[k], v)
+				}
+			}
+			if len(got) != len(want)+1 { // and parked_at
+				t.Errorf("event's fields %v, want exactly %d", got, len(want)+1)
+			}
+			if event.RoutingKey != "parked.non-retryable."+e.app || strings.Contains(string(event.Body), "secret") {
+				t.Errorf("event with routing key %s: %s; want parked.non-retryable.%s, without the body", event.RoutingKey, event.Body, e.app)
+			}
+			e.eventually("the event is counted published", func() bool { return e.metric("rebound_events_total", "outcome", "published") == 1 })
+		})
 	}
-	want := map[string]any{"schema": 1.0, "message_id": "m1", "origin": e.app, "reason": "non-retryable", "policy": "default",
-		"group": parked.Headers[names.Group], "error": "card 4242 declined", "retry_count": 0.0}
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("event's %s = %v, want %v", k, got[k], v)
-		}
-	}
-	if event.RoutingKey != "parked.non-retryable."+e.app || strings.Contains(string(event.Body), "secret") {
-		t.Errorf("event with routing key %s: %s; want parked.non-retryable.%s, without the body", event.RoutingKey, event.Body, e.app)
-	}
-	e.eventually("the event is counted published", func() bool { return e.metric("rebound_events_total", "outcome", "published") == 1 })
 }
 
 // TestRunTrustsTheBrokersRecordOverTheOriginHeader: a producer names
