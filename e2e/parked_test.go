@@ -247,13 +247,20 @@ func TestParkedReplayMovesOnlyMatches(t *testing.T) {
 	if n := e.QueueLen(e.App); n != 0 {
 		t.Fatalf("dry run put %d messages in the origin queue", n)
 	}
+	bound := regexp.MustCompile(`to replay exactly these, and none parked since: add --parked-before (\S+) --limit (\d+)`).FindStringSubmatch(dry)
+	if bound == nil || bound[2] != "3" {
+		t.Fatalf("the dry run prints no bound for exactly what it counted:\n%s", dry)
+	}
+	// Parked after the dry run: the replay it bounds leaves it parked.
+	e.seedParked(parkedSeed{id: "late", origin: e.App, reason: "max-retries", retries: 10})
+	e.WaitQueueLen(e.Vars["REBOUND_PARKING_QUEUE"], 6, 10*time.Second)
 
 	before := time.Now().Add(-time.Second)
-	out, stderr, err := e.cli("parked", "replay", "--reason", "max-retries")
+	out, stderr, err := e.cli("parked", "replay", "--reason", "max-retries", "--parked-before", bound[1], "--limit", bound[2])
 	if err != nil {
 		t.Fatalf("replay: %v\n%s%s", err, out, stderr)
 	}
-	if !strings.Contains(out, "replayed 3 of 3 matching messages (5 parked read); 0 stay parked") {
+	if !strings.Contains(out, "replayed 3 of 3 matching messages") || !strings.Contains(out, "0 stay parked") {
 		t.Errorf("replay output: %s", out)
 	}
 	back := e.Drain(e.App)
@@ -282,11 +289,11 @@ func TestParkedReplayMovesOnlyMatches(t *testing.T) {
 		}
 	}
 	left := e.Drain(e.Vars["REBOUND_PARKING_QUEUE"])
-	if len(left) != 2 {
-		t.Fatalf("parking queue holds %d, want the 2 max-duration messages", len(left))
+	if len(left) != 3 {
+		t.Fatalf("parking queue holds %d, want the 2 max-duration messages and the one parked after the dry run", len(left))
 	}
 	for _, d := range left {
-		if d.Headers["x-retry-parked-reason"] != "max-duration" {
+		if d.Headers["x-retry-parked-reason"] != "max-duration" && d.MessageId != "late" {
 			t.Errorf("left parked: %s with reason %v", d.MessageId, d.Headers["x-retry-parked-reason"])
 		}
 	}

@@ -378,6 +378,10 @@ broker has confirmed its copy; messages with an unknown or missing origin
 stay parked and are reported (exit status 1). Interrupted, it loses
 nothing: at worst a message is both replayed and still parked.
 
+--dry-run counts what would be replayed and prints the --parked-before
+and --limit that make the replay move exactly those, and none parked
+since.
+
 --rate N holds the replay to N messages a second. --canary K replays K
 matching messages first, then watches the parking queue for
 --canary-wait: if one of them comes back parked, it stops there and says
@@ -449,8 +453,21 @@ func runParkedReplay(ctx context.Context, args []string, in invocation) error {
 		}
 		return replayCanary(ctx, in, q, *f, *canary, *canaryWait, opt)
 	}
-	res, err := q.ReplayWith(ctx, *f, time.Now(), opt)
+	now := time.Now()
+	res, err := q.ReplayWith(ctx, *f, now, opt)
+	if *dryRun && err == nil {
+		printBound(in.stdout, "to replay exactly these", "", f.Bound(now), res.Replayed)
+	}
 	return reportReplay(in, q, res, err, *dryRun)
+}
+
+// printBound prints, after a dry run that counted n messages as of bound,
+// the flags (after flags, such as --yes) that make the real run act on
+// exactly those: the messages parked since are left alone.
+func printBound(w io.Writer, what, flags string, bound time.Time, n int) {
+	if n > 0 {
+		fmt.Fprintf(w, "%s, and none parked since: add %s--parked-before %s --limit %d\n", what, flags, bound.UTC().Format(time.RFC3339Nano), n)
+	}
 }
 
 // replayCanary runs `parked replay --canary`.
@@ -542,10 +559,7 @@ func runParkedPurge(ctx context.Context, args []string, in invocation) error {
 			return fmt.Errorf("list %s: %w", q.Name(), err)
 		}
 		fmt.Fprintf(in.stdout, "would purge %d messages (%d parked read); nothing changed\n", l.Matched, l.Scanned)
-		if l.Matched > 0 {
-			fmt.Fprintf(in.stdout, "to delete exactly these, and none parked since: add --yes --parked-before %s --limit %d\n",
-				f.Bound(now).UTC().Format(time.RFC3339Nano), l.Matched)
-		}
+		printBound(in.stdout, "to delete exactly these", "--yes ", f.Bound(now), l.Matched)
 		return nil
 	}
 	scanned, removed, err := q.Purge(ctx, *f, now)
