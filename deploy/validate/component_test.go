@@ -25,7 +25,7 @@ kind: Deployment
 metadata:
   name: billing-api
   labels:
-    rebound/sidecar: enabled
+    rebound-mq.github.io/rebound: enabled
 spec:
   replicas: 3
   selector:
@@ -106,7 +106,7 @@ patches:
       metadata:
         name: audit
         labels:
-          rebound/sidecar: enabled
+          rebound-mq.github.io/rebound: enabled
 `
 
 const adoptingSelect = `
@@ -119,7 +119,7 @@ patches:
       metadata:
         name: ledger
         labels:
-          rebound/sidecar: enabled
+          rebound-mq.github.io/rebound: enabled
 `
 
 // TestSidecarComponentAddsReboundToTheDeploymentsNamed builds the sidecar
@@ -132,6 +132,9 @@ func TestSidecarComponentAddsReboundToTheDeploymentsNamed(t *testing.T) {
 	for _, name := range []string{"ledger", "reporting", "audit"} {
 		docs += fmt.Sprintf(otherApp, restrictedContainer, name)
 	}
+	// payroll carries the label from before 0.4.0, which still selects
+	// for one version.
+	docs += fmt.Sprintf(strings.Replace(otherApp, "  name: %[2]s\n", "  name: %[2]s\n  labels: {rebound/sidecar: enabled}\n", 1), restrictedContainer, "payroll")
 	for path, content := range map[string]string{
 		"/kustomize/overlays/adopt/apps.yaml":                 docs,
 		"/kustomize/overlays/adopt/kustomization.yaml":        adoptingOverlay,
@@ -151,15 +154,15 @@ func TestSidecarComponentAddsReboundToTheDeploymentsNamed(t *testing.T) {
 			deployments[d.Name] = d
 		}
 	}
-	if len(deployments) != 4 {
-		t.Fatalf("built %d Deployments, want billing-api, ledger, reporting and audit", len(deployments))
+	if len(deployments) != 5 {
+		t.Fatalf("built %d Deployments, want billing-api, ledger, reporting, audit and payroll", len(deployments))
 	}
-	for _, name := range []string{"billing-api", "ledger"} {
+	for _, name := range []string{"billing-api", "ledger", "payroll"} {
 		t.Run(name, func(t *testing.T) {
 			d := deployments[name]
 			checkDeployment(t, d, objs, NativeSidecar, true)
-			if d.Spec.Template.Labels["rebound/sidecar"] != "enabled" {
-				t.Errorf("pod template labels %v lack rebound/sidecar: enabled (the PodMonitor selects it)", d.Spec.Template.Labels)
+			if d.Spec.Template.Labels["rebound-mq.github.io/rebound"] != "enabled" {
+				t.Errorf("pod template labels %v lack rebound-mq.github.io/rebound: enabled (the PodMonitor selects it)", d.Spec.Template.Labels)
 			}
 		})
 	}
