@@ -19,9 +19,9 @@ import (
 
 	"github.com/rebound-mq/rebound/headers"
 	"github.com/rebound-mq/rebound/internal/brokertest"
-	"github.com/rebound-mq/rebound/internal/eventstest"
 	"github.com/rebound-mq/rebound/internal/declarer"
 	"github.com/rebound-mq/rebound/internal/dialer"
+	"github.com/rebound-mq/rebound/internal/eventstest"
 	"github.com/rebound-mq/rebound/internal/route"
 	"github.com/rebound-mq/rebound/policy"
 )
