@@ -476,6 +476,7 @@ func (c Config) MetricsOriginsRegexp() *regexp.Regexp {
 // for a Config that Load accepted.
 func (c Config) Topology() topology.Topology {
 	t := topology.Topology{
+		Vhost:              c.Vhost(),
 		InboxQueue:         c.InboxQueue,
 		DeadLetterExchange: c.DeadLetterExchange,
 		DelayExchange:      c.DelayExchange,

@@ -81,6 +81,17 @@ func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 }
 
+// queueCounterVec and queueGaugeVec make the series that name a queue
+// (origin or queue label): each carries the vhost as well, so that two
+// vhosts' queues of the same name stay two series.
+func queueCounterVec(vhost prometheus.Labels, name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: vhost}, labels)
+}
+
+func queueGaugeVec(vhost prometheus.Labels, name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: vhost}, labels)
+}
+
 func gauge(name, help string) prometheus.Gauge {
 	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
 }
@@ -93,16 +104,17 @@ func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
 // of r's policies and of the headers it reads start at 0, so that
 // increase() counts the first retry, park or bad header too.
 func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
+	vhost := prometheus.Labels{"vhost": r.Topology.Vhost}
 	m := &Metrics{
 		Received:    counter("rebound_messages_received_total", "Messages delivered to rebound from its inbox."),
 		Redelivered: counter("rebound_redelivered_total", "Inbox deliveries flagged redelivered; each may produce a duplicate copy."),
-		Retried: counterVec("rebound_messages_retried_total", "Messages sent back for another attempt, confirmed by the broker.",
+		Retried: queueCounterVec(vhost, "rebound_messages_retried_total", "Messages sent back for another attempt, confirmed by the broker.",
 			"kind", "policy", "origin"),
 		RetryDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "rebound_retry_delay_seconds", Help: "Delay chosen for each delayed retry.",
 			Buckets: prometheus.ExponentialBuckets(0.1, 4, 10), // 100ms .. ~7h
 		}),
-		Parked: counterVec("rebound_messages_parked_total", "Messages moved to the parking queue, confirmed by the broker.",
+		Parked: queueCounterVec(vhost, "rebound_messages_parked_total", "Messages moved to the parking queue, confirmed by the broker.",
 			"reason", "policy", "origin"),
 		InvalidHeaders: counterVec("rebound_invalid_headers_total", "Headers that could not be read and were treated as absent.", "header"),
 		OriginMismatch: counter("rebound_origin_mismatch_total",
@@ -122,14 +134,14 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 		Blocked:    gauge("rebound_connection_blocked", "1 while the broker blocks rebound's publishing connection (resource alarm)."),
 		Ready:      gauge("rebound_ready", "1 when connected, topology declared and consuming."),
 
-		InboxMessages: gaugeVec("rebound_inbox_messages",
-			"Messages ready in the inbox, reported by the replica that holds the watch token (aggregate with max by queue).", "queue"),
+		InboxMessages: queueGaugeVec(vhost, "rebound_inbox_messages",
+			"Messages ready in the inbox, reported by the replica that holds the watch token (aggregate with max by vhost and queue).", "queue"),
 		InboxConsumers: gauge("rebound_inbox_consumers",
 			"Consumers on the inbox (rebound's replicas) as this replica last read them: the divisor of its share of a retry rate. Read by the replica that holds the watch token, and by every replica when a policy has a retry rate (aggregate with max)."),
-		ParkedMessages: gaugeVec("rebound_parked_messages",
-			"Messages in the parking queue, reported by the replica that holds the watch token (aggregate with max by queue).", "queue"),
-		DelayQueueMessages: gaugeVec("rebound_delay_queue_messages",
-			"Messages waiting in each delay queue the replica that holds the watch token uses, having published to it within REBOUND_DELAY_QUEUE_IDLE (aggregate with max by queue).", "queue"),
+		ParkedMessages: queueGaugeVec(vhost, "rebound_parked_messages",
+			"Messages in the parking queue, reported by the replica that holds the watch token (aggregate with max by vhost and queue).", "queue"),
+		DelayQueueMessages: queueGaugeVec(vhost, "rebound_delay_queue_messages",
+			"Messages waiting in each delay queue the replica that holds the watch token uses, having published to it within REBOUND_DELAY_QUEUE_IDLE (aggregate with max by vhost and queue).", "queue"),
 		WatchLeader: gauge("rebound_watch_leader", "1 while this replica holds the watch token and reports the queue gauges for the vhost."),
 		BrokerCalls: counterVec("rebound_broker_calls_total",
 			"Calls made to learn about the broker (passive declarations, the watch token, leases, places among the replicas), by kind.", "kind"),

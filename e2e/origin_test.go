@@ -103,7 +103,7 @@ func TestOriginAllowlist(t *testing.T) {
 	if n := e.QueueLen(payments); n != 0 {
 		t.Errorf("payments received %d messages", n)
 	}
-	if got := e.metricBecomes(`rebound_messages_parked_total{origin="",policy="default",reason="origin-not-allowed"}`, "2"); got != "2" {
+	if got := e.metricBecomes(`rebound_messages_parked_total{origin="",policy="default",reason="origin-not-allowed",vhost="`+e.vhost()+`"}`, "2"); got != "2" {
 		t.Errorf("parked metric = %q, want 2", got)
 	}
 }

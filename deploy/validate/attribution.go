@@ -29,8 +29,8 @@ var processLabels = []string{"namespace", "pod", "instance"}
 // CheckAttribution checks that expr attributes the vhost's numbers to what
 // they are about, not to the rebound that exported them: a queue gauge is
 // never selected or grouped by namespace or pod, and its innermost
-// aggregation is a max or min by (queue), which a handover's second
-// reporter does not double; a message counter is never selected or
+// aggregation is a max or min by (vhost, queue), which a handover's second
+// reporter does not double and two vhosts' queues of one name do not merge; a message counter is never selected or
 // grouped by namespace or pod, except as the condition of an and/unless
 // about that pod (did this rebound retry anything?).
 func CheckAttribution(expr string) []string {
@@ -76,11 +76,13 @@ func CheckAttribution(expr string) []string {
 		if gauge {
 			switch {
 			case innermost == nil:
-				problems = append(problems, fmt.Sprintf("%q: %s not aggregated: one series per reporting rebound; use max by (queue)", expr, vs.Name))
+				problems = append(problems, fmt.Sprintf("%q: %s not aggregated: one series per reporting rebound; use max by (vhost, queue)", expr, vs.Name))
 			case innermost.Op != parser.MAX && innermost.Op != parser.MIN:
-				problems = append(problems, fmt.Sprintf("%q: %s first aggregated with %s, which counts a queue once per reporting rebound; use max by (queue)", expr, vs.Name, innermost.Op))
-			case slices.ContainsFunc(innermost.Grouping, func(l string) bool { return l != "queue" }):
-				problems = append(problems, fmt.Sprintf("%q: %s first aggregated by %v; by (queue) alone", expr, vs.Name, innermost.Grouping))
+				problems = append(problems, fmt.Sprintf("%q: %s first aggregated with %s, which counts a queue once per reporting rebound; use max by (vhost, queue)", expr, vs.Name, innermost.Op))
+			case slices.ContainsFunc(innermost.Grouping, func(l string) bool { return l != "queue" && l != "vhost" }):
+				problems = append(problems, fmt.Sprintf("%q: %s first aggregated by %v; by (vhost, queue) alone", expr, vs.Name, innermost.Grouping))
+			case slices.Contains(innermost.Grouping, "queue") && !slices.Contains(innermost.Grouping, "vhost"):
+				problems = append(problems, fmt.Sprintf("%q: %s aggregated by queue without vhost: two vhosts' queues of one name (both keep the default names) merge; use max by (vhost, queue)", expr, vs.Name))
 			}
 		}
 		return nil

@@ -16,8 +16,9 @@ func TestCheckAttributionCatches(t *testing.T) {
 		{`max by (namespace) (delta(rebound_parked_messages[1h])) > 0`, "grouped by namespace"},
 		{`sum(rebound_inbox_messages)`, "first aggregated with sum"},
 		{`rebound_delay_queue_messages`, "not aggregated"},
-		{`max by (queue, pod) (rebound_delay_queue_messages)`, "grouped by pod"},
-		{`max by (queue) (rebound_parked_messages{namespace=~"$namespace"})`, "selected by namespace"},
+		{`max by (vhost, queue, pod) (rebound_delay_queue_messages)`, "grouped by pod"},
+		{`max by (vhost, queue) (rebound_parked_messages{namespace=~"$namespace"})`, "selected by namespace"},
+		{`max by (queue) (rebound_parked_messages)`, "without vhost"},
 		{`sum by (namespace, reason) (rate(rebound_messages_parked_total[15m])) * 60 > 1`, "grouped by namespace"},
 		{`sum without (policy) (rate(rebound_messages_retried_total[5m]))`, "without"},
 		{`sum(rate(rebound_policy_conflicts_total{pod=~"$pod"}[5m]))`, "selected by pod"},
@@ -27,8 +28,9 @@ func TestCheckAttributionCatches(t *testing.T) {
 		}
 	}
 	for _, expr := range []string{
-		`sum(max by (queue) (rebound_delay_queue_messages))`,
-		`max by (queue) (min_over_time(rebound_inbox_messages[15m])) > 100`,
+		`sum(max by (vhost, queue) (rebound_delay_queue_messages))`,
+		`max by (vhost, queue) (min_over_time(rebound_inbox_messages[15m])) > 100`,
+		`sum(max by (vhost) (rebound_parked_messages))`,
 		`sum by (policy, origin, reason) (rate(rebound_messages_parked_total[15m])) * 60 > 1`,
 		// Whether this pod retried anything: a condition on the process.
 		`max by (namespace, pod) (rebound_inflight_deliveries) > 0 unless on (namespace, pod) (sum by (namespace, pod) (increase(rebound_messages_retried_total[15m])) > 0)`,

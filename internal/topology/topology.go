@@ -37,6 +37,9 @@ import (
 // header is involved, so a consumer that republishes a retry with its
 // headers sends it nowhere else.
 type Topology struct {
+	// Vhost is the virtual host the queues are in ("/" by default): what
+	// tells two deployments' queues of the same name apart in metrics.
+	Vhost              string
 	InboxQueue         string
 	DeadLetterExchange string // fanout, bound to InboxQueue
 	DelayExchange      string // prefix of the delay queues' exchanges; see DelayExchangeFor
