@@ -57,9 +57,7 @@ func (s *Server) readParked(ctx context.Context, sess *session) (*reading, error
 	}
 	r := &reading{user: sess.user, at: start, took: time.Since(start), scanned: scanned}
 	r.groups, r.kept = sum.groups()
-	s.mu.Lock()
-	s.readings[sess.user] = r
-	s.mu.Unlock()
+	s.keep(sess.user, func() { s.readings[sess.user] = r })
 	return r, nil
 }
 
@@ -73,6 +71,20 @@ func (s *Server) lastReading(user string, fresh time.Duration) *reading {
 		return nil
 	}
 	return r
+}
+
+// keep stores what store stores (a reading of user's) unless user's last
+// session ended while it was being read: forget ran then, and the
+// reading, parked bodies among it, must not outlive the sessions. The
+// session check is made under s.mu, which forget takes after the last
+// session is gone, so a reading either is stored before forget drops it
+// or is not stored at all.
+func (s *Server) keep(user string, store func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sessions.hasUser(user) {
+		store()
+	}
 }
 
 // forget drops every reading after an action changed the queues, and
@@ -259,9 +271,7 @@ func (s *Server) readDelayed(ctx context.Context, sess *session) (*survey, error
 	if sv.survey, err = dp.Survey(ctx, queues, now); err != nil {
 		return nil, brokerError("read the delay queues", err)
 	}
-	s.mu.Lock()
-	s.surveys[sess.user] = sv
-	s.mu.Unlock()
+	s.keep(sess.user, func() { s.surveys[sess.user] = sv })
 	return sv, nil
 }
 

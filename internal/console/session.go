@@ -145,6 +145,18 @@ func (ss *sessions) get(r *http.Request, now time.Time) *session {
 	return s
 }
 
+// hasUser reports whether a session of user is live.
+func (ss *sessions) hasUser(user string) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for _, s := range ss.byID {
+		if s.user == user {
+			return true
+		}
+	}
+	return false
+}
+
 // remove ends s and forgets it.
 func (ss *sessions) remove(s *session) {
 	ss.mu.Lock()
@@ -156,17 +168,9 @@ func (ss *sessions) remove(s *session) {
 
 // ended calls lastEnded for user if no session of user is left.
 func (ss *sessions) ended(user string) {
-	if ss.lastEnded == nil {
+	if ss.lastEnded == nil || ss.hasUser(user) {
 		return
 	}
-	ss.mu.Lock()
-	for _, s := range ss.byID {
-		if s.user == user {
-			ss.mu.Unlock()
-			return
-		}
-	}
-	ss.mu.Unlock()
 	ss.lastEnded(user)
 }
 

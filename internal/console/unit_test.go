@@ -285,6 +285,17 @@ func TestReadingsEndWithTheLastSession(t *testing.T) {
 	if _, dev := kept(); dev {
 		t.Error("dev's session expired when next seen: its reading kept")
 	}
+	// A reading that ends after its user's last session did (read while
+	// the session was live, stored after it expired) is not kept.
+	srv.keep("dev", func() { srv.readings["dev"] = &reading{user: "dev", at: t0} })
+	if _, dev := kept(); dev {
+		t.Error("a reading finished after dev's last session ended was kept")
+	}
+	start("dev", t0.Add(3*time.Hour))
+	srv.keep("dev", func() { srv.readings["dev"] = &reading{user: "dev", at: t0} })
+	if _, dev := kept(); !dev {
+		t.Error("a reading of a live session was not kept")
+	}
 }
 
 // TestCanaryWaitsAsLongAsThePolicyTakes: a console canary is watched as
