@@ -172,11 +172,11 @@ type eventPublisher struct {
 	closeOnce sync.Once
 }
 
-// startEvents declares exchange (a durable topic exchange) and starts publishing
-// events to it, as encode makes them, on a channel of conn. count is called once per event with
-// its outcome. A declaration the broker refuses (an exchange of that name
-// with another type, or no permission) is logged: parks go on, their
-// events are counted failed.
+// startEvents declares exchange (a durable topic exchange) and starts
+// publishing events to it, as encode makes them, on a channel of conn.
+// count is called once per event with its outcome. A declaration the
+// broker refuses (an exchange of that name with another type, or no
+// permission) is logged: parks go on, their events are counted failed.
 func startEvents(conn *amqp.Connection, exchange string, encode func(ParkedEvent) amqp.Publishing, log *zap.Logger, count func(outcome string)) *eventPublisher {
 	p := &eventPublisher{conn: conn, exchange: exchange, encode: encode, log: log, count: count,
 		queue: make(chan ParkedEvent, eventQueueSize), stop: make(chan struct{})}
