@@ -80,8 +80,10 @@ func TestRunLeasesTheDelayQueuesItUses(t *testing.T) {
 
 // TestRunWithPermissionsFromBeforeLeases: a rebound whose user has the
 // permissions of a rebound before leases (no configure on the in-use queue
-// or the lock) runs on: it says what it cannot do, retries, and sweeps its
-// idle delay queues without the lock.
+// or the lock) runs on: it says what it cannot do, retries, and leaves its
+// idle delay queues in place (forgotten, not deleted): without the lock it
+// cannot know that no one (the console, as another user) holds their
+// last copies.
 func TestRunWithPermissionsFromBeforeLeases(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "classic")
@@ -91,20 +93,28 @@ func TestRunWithPermissionsFromBeforeLeases(t *testing.T) {
 	e.Publish(e.app, amqp.Publishing{MessageId: "m1"})
 	e.reject(e.app)
 	e.take(e.app)
-	delayQueue, _ := e.topo.DelayQueue(50 * time.Millisecond)
-	e.eventually("the idle delay queue is deleted, without the lock", func() bool {
-		_, err := brokertest.QueueLen(e.URL(), delayQueue.Name)
-		return err != nil
-	})
-	for _, want := range []string{"cannot declare " + e.topo.InUseQueue(), "no permission to take the lock"} {
-		found := false
+	noticed := func(want string) bool {
 		for _, l := range e.logged("topology") {
 			if strings.Contains(fmt.Sprint(l.ContextMap()["notice"]), want) {
-				found = true
+				return true
 			}
 		}
-		if !found {
-			t.Errorf("no topology notice saying %q", want)
-		}
+		return false
 	}
+	// The sweep tried the lock: its notice says so, and deleted nothing.
+	e.eventually("the sweep says it may not take the lock", func() bool { return noticed("no permission to take the lock") })
+	if !noticed("forgotten, not deleted") {
+		t.Error("the lock's notice does not say idle delay queues are left in place")
+	}
+	delayQueue, _ := e.topo.DelayQueue(50 * time.Millisecond)
+	if _, err := brokertest.QueueLen(e.URL(), delayQueue.Name); err != nil {
+		t.Errorf("the idle delay queue was deleted without the lock: %v", err)
+	}
+	if !noticed("cannot declare " + e.topo.InUseQueue()) {
+		t.Errorf("no topology notice saying it cannot declare %s", e.topo.InUseQueue())
+	}
+	// It declares the queue again on its next use, and retries.
+	e.Publish(e.app, amqp.Publishing{MessageId: "m2"})
+	e.reject(e.app)
+	e.take(e.app)
 }
