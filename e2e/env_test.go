@@ -172,31 +172,56 @@ func (e *testEnv) launch() *proc {
 }
 
 // startBinary launches the rebound binary and waits until it is ready.
+// FreeAddr's port can be taken by another test's process between its
+// check and rebound's bind (tests run in parallel, and killed replicas
+// restart on their address): then it takes another address and launches
+// again.
 func (e *testEnv) startBinary() *proc {
 	e.t.Helper()
-	p := e.launch()
-	e.waitReady(p.exited)
-	return p
+	for try := 1; ; try++ {
+		p := e.launch()
+		exited, err := e.untilReady(p.exited)
+		if !exited {
+			return p
+		}
+		if try < 5 && strings.Contains(p.logs.String(), "address already in use") {
+			e.http = brokertest.FreeAddr(e.t)
+			e.Vars["REBOUND_HTTP_ADDR"] = e.http
+			continue
+		}
+		e.t.Fatalf("rebound exited before it was ready: %v", err)
+	}
 }
 
 func (e *testEnv) waitReady(exited <-chan error) {
+	e.t.Helper()
+	if early, err := e.untilReady(exited); early {
+		e.t.Fatalf("rebound exited before it was ready: %v", err)
+	}
+}
+
+// untilReady waits until rebound answers /readyz with 200 (early false),
+// or it exits first (early true, with how it exited); not ready within
+// 30 s fails the test.
+func (e *testEnv) untilReady(exited <-chan error) (early bool, exitErr error) {
 	e.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
 		case err := <-exited:
-			e.t.Fatalf("rebound exited before it was ready: %v", err)
+			return true, err
 		default:
 		}
 		if resp, err := http.Get("http://" + e.http + "/readyz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return false, nil
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	e.t.Fatal("rebound not ready within 30s")
+	return false, nil
 }
 
 // metric returns the value of one sample line of /metrics, e.g.
