@@ -451,7 +451,11 @@ func (c Config) BrokerURLs() []string {
 // Vhost is the virtual host the broker URLs name, "/" if they name none.
 // Only for a Config that Load accepted.
 func (c Config) Vhost() string {
-	u, err := amqp.ParseURI(c.BrokerURLs()[0])
+	urls := c.BrokerURLs()
+	if len(urls) == 0 {
+		return "/" // a Config Load did not fill: Topology may still be asked of it
+	}
+	u, err := amqp.ParseURI(urls[0])
 	if err != nil || u.Vhost == "" {
 		return "/"
 	}
