@@ -104,9 +104,11 @@ func (e *testEnv) publishCanary(id int) error {
 }
 
 // account takes parked messages off the parking queue until want distinct
-// ids are there (then a little longer, for duplicates) or timeout, and
-// fails the test for every id that is missing. It uses its own
-// connections, so it survives faults injected into the broker.
+// ids are there (then a little longer, for duplicates) or timeout passes
+// with no new one parked, and fails the test for every id that is
+// missing. The timeout bounds a stall, not the machine's speed: while
+// messages keep arriving it waits on, up to five timeouts in all. It uses
+// its own connections, so it survives faults injected into the broker.
 func (e *testEnv) account(n, operatorLost int, timeout time.Duration) (duplicates int) {
 	e.t.Helper()
 	return e.accountRecovered(n, operatorLost, nil, timeout)
@@ -119,11 +121,18 @@ func (e *testEnv) accountRecovered(n, operatorLost int, faults []recovery, timeo
 	seen := map[string]int{}
 	total := 0
 	want := n - operatorLost
-	deadline := time.Now().Add(timeout)
+	deadline, limit := time.Now().Add(timeout), time.Now().Add(5*timeout)
 	var settled time.Time
 	for time.Now().Before(deadline) {
+		before := len(seen)
 		got := e.takeParked(seen)
 		total += got
+		if next := time.Now().Add(timeout); len(seen) > before && next.After(deadline) {
+			deadline = next
+			if deadline.After(limit) {
+				deadline = limit
+			}
+		}
 		if len(seen) >= want {
 			if settled.IsZero() {
 				settled = time.Now()

@@ -16,11 +16,11 @@ out=$(mktemp)
 status=0
 for b in 3.10 4.3; do
   echo "chaos: RabbitMQ $b" >&2
-  REBOUND_TEST_BROKER=$b REBOUND_REQUIRE_BROKER=1 go test -count=1 -v -timeout 30m -tags chaos \
+  REBOUND_TEST_BROKER=$b REBOUND_REQUIRE_BROKER=1 go test -count=1 -v -timeout 60m -tags chaos \
     -run 'TestNoLoss|TestRetryRateBudgetLosesNothing|TestInboxDeleted|TestEveryDeadLetterReasonIsRetried|TestInboxDeliveryLimit|TestParkingQueueSurvives|TestUpgradeFromHeadersExchange' \
     ./e2e/ >>"$out" 2>&1 || status=$?
   if ./scripts/cluster.sh -b "$b" start >&2; then
-    REBOUND_TEST_BROKER=$b REBOUND_REQUIRE_BROKER=1 go test -count=1 -v -timeout 30m -tags chaos -run '^TestCluster' ./e2e/ >>"$out" 2>&1 || status=$?
+    REBOUND_TEST_BROKER=$b REBOUND_REQUIRE_BROKER=1 go test -count=1 -v -timeout 60m -tags chaos -run '^TestCluster' ./e2e/ >>"$out" 2>&1 || status=$?
   else
     status=1
   fi

@@ -35,7 +35,7 @@ done
 mkdir -p "$logdir"
 
 export REBOUND_REQUIRE_BROKER=1
-flags=(-race -count=1 -parallel 4 -timeout 30m) # as make test runs them
+flags=(-race -count=1 -parallel 4 -timeout 60m) # as make test runs them
 hogs=()
 
 stop_hogs() {

@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 broker=$1 chaos=$2 clustered=$3
 shift 3
 flags=("$@")
-[ ${#flags[@]} -gt 0 ] || flags=(-race -count=1 -parallel 4 -timeout 30m)
+[ ${#flags[@]} -gt 0 ] || flags=(-race -count=1 -parallel 4 -timeout 60m)
 export REBOUND_TEST_BROKER=$broker
 account=${REBOUND_TEST_ACCOUNT:-/dev/null}
 : > "$account"
