@@ -107,7 +107,8 @@ func (e *testEnv) publishCanary(id int) error {
 // ids are there (then a little longer, for duplicates) or timeout passes
 // with no new one parked, and fails the test for every id that is
 // missing. The timeout bounds a stall, not the machine's speed: while
-// messages keep arriving it waits on, up to five timeouts in all. It uses
+// messages keep arriving, or the replica keeps moving copies, it waits
+// on, up to five timeouts in all. It uses
 // its own connections, so it survives faults injected into the broker.
 func (e *testEnv) account(n, operatorLost int, timeout time.Duration) (duplicates int) {
 	e.t.Helper()
@@ -122,12 +123,23 @@ func (e *testEnv) accountRecovered(n, operatorLost int, faults []recovery, timeo
 	total := 0
 	want := n - operatorLost
 	deadline, limit := time.Now().Add(timeout), time.Now().Add(5*timeout)
-	var settled time.Time
+	var settled, looked time.Time
+	lastMoved := -1.0
 	for time.Now().Before(deadline) {
 		before := len(seen)
 		got := e.takeParked(seen)
 		total += got
-		if next := time.Now().Add(timeout); len(seen) > before && next.After(deadline) {
+		// Progress: a new id parked, or the replica moved copies since
+		// the last look (once a second; a restarted replica counts from
+		// 0 again, so any change counts).
+		moving := len(seen) > before
+		if time.Since(looked) >= time.Second {
+			looked = time.Now()
+			if p, ok := e.progress(); ok && p.moved != lastMoved {
+				moving, lastMoved = moving || lastMoved >= 0, p.moved
+			}
+		}
+		if next := time.Now().Add(timeout); moving && next.After(deadline) {
 			deadline = next
 			if deadline.After(limit) {
 				deadline = limit
