@@ -7,7 +7,7 @@
 # standalone node of this broker; the cluster tests on three more nodes.
 # The extra nodes (scripts/cluster.sh, -s for the standalone one) are
 # stopped and deleted afterwards, pass or fail. Run after the suite, the
-# disturbing tests made 4.3's chain 1191 s of a 1388 s CI run. `make test`
+# disturbing tests made 4.3's chain 793 + 322 s of a 1388 s CI run (docs/testing.md). `make test`
 # runs this for 3.10 and 4.3 at the same time: the two brokers and their clusters are
 # separate nodes, and much of the suites waits on delays, node starts and
 # elections. The last line gives each step's time and the chain's.
