@@ -3,9 +3,9 @@
 // GOMEMLIMIT says otherwise. A manifest then states the memory limit once
 // (resources.limits.memory) and the two cannot drift apart, as a
 // GOMEMLIMIT literal beside a limit a team changes alone does. The other
-// quarter is headroom for what the runtime does not count against the
-// limit: goroutine stacks beyond the heap's, the in-flight window's
-// buffers in amqp091-go while the GC catches up.
+// quarter is headroom: the soft limit is a target the GC works toward, not
+// a ceiling, and a burst of in-flight message bodies (amqp091-go's
+// buffers) can overshoot it before a collection catches up.
 package memlimit
 
 import (
