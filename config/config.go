@@ -79,14 +79,21 @@ type Config struct {
 	// messages back to, "" for any (RabbitMQ's policy syntax: unanchored).
 	OriginQueues string `env:"ORIGIN_QUEUES"`
 	// MetricsOrigins is a regular expression of the origin queues whose
-	// retries and parks are counted under their own origin label (at
-	// most 100 a replica; the rest under "other"); "" leaves the label
-	// empty. Opt-in: each value is series in Prometheus.
+	// retries and parks are counted under their own origin label, ""
+	// for every one; the rest count under "other".
 	MetricsOrigins string `env:"METRICS_ORIGINS"`
+	// MetricsOriginLimit is the most origins one replica counts under
+	// their own label (each is series in Prometheus); 0 leaves the label
+	// empty.
+	MetricsOriginLimit int `env:"METRICS_ORIGIN_LIMIT" envDefault:"100"`
 
 	// PolicyConfig holds the default policy's variables: the policy of
 	// every origin no named policy selects.
 	PolicyConfig
+	// Labels is REBOUND_LABELS: the default policy's routing labels
+	// (team=payments,owner=alice), which rebound_policy_info carries and
+	// the alerts join (see PolicyLabels).
+	Labels string `env:"LABELS"`
 	// Policies is REBOUND_POLICIES: the named policies, in order of
 	// precedence, comma-separated; each is read into Named.
 	Policies string `env:"POLICIES"`
@@ -211,6 +218,9 @@ func Load(environ []string) (Config, error) {
 		}
 	}
 	problems = append(problems, c.validate(failed)...)
+	if _, err := PolicyLabels(c.Labels); err != nil {
+		problems = append(problems, fieldError{Variable: Prefix + "LABELS", Value: c.Labels, Allowed: err.Error()})
+	}
 	named, ps := loadPolicies(vars, c.Policies, failed)
 	c.Named = named
 	problems = append(problems, ps...)
@@ -318,6 +328,9 @@ func (c Config) validate(failed map[string]bool) []fieldError {
 	}
 	if _, err := regexp.Compile(c.MetricsOrigins); err != nil {
 		add("METRICS_ORIGINS", c.MetricsOrigins, "a regular expression of the origin queues counted under their own origin label, such as ^(orders|payments)\\. ("+err.Error()+")")
+	}
+	if c.MetricsOriginLimit < 0 || c.MetricsOriginLimit > maxMetricsOriginLimit {
+		add("METRICS_ORIGIN_LIMIT", fmt.Sprint(c.MetricsOriginLimit), fmt.Sprintf("the most origin queues a replica counts under their own origin label, 0 to %d (0 leaves the label empty)", maxMetricsOriginLimit))
 	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		add("TLS_CERT_FILE", c.TLSCertFile, "set together with REBOUND_TLS_KEY_FILE (both or neither)")
@@ -462,8 +475,12 @@ func (c Config) Vhost() string {
 	return u.Vhost
 }
 
+// maxMetricsOriginLimit bounds REBOUND_METRICS_ORIGIN_LIMIT: each origin
+// is up to a series per reason and policy on every replica.
+const maxMetricsOriginLimit = 2000
+
 // MetricsOriginsRegexp returns REBOUND_METRICS_ORIGINS compiled, nil
-// when unset.
+// when unset (every origin).
 func (c Config) MetricsOriginsRegexp() *regexp.Regexp {
 	if c.MetricsOrigins == "" {
 		return nil
@@ -516,10 +533,13 @@ func (c Config) defaultPolicy() policy.Policy {
 func (c Config) PolicySet() policy.Set {
 	named := make([]policy.Named, len(c.Named))
 	for i, p := range c.Named {
-		named[i] = policy.Named{Name: p.Name, Queues: regexp.MustCompile(p.Queues), Policy: p.policy()}
+		labels, _ := PolicyLabels(p.Labels) // Load checked them
+		named[i] = policy.Named{Name: p.Name, Queues: regexp.MustCompile(p.Queues), Policy: p.policy(), Labels: labels}
 		named[i].DelayDigits = c.DelayDigits
 	}
-	return policy.NewSet(c.defaultPolicy(), named...)
+	set := policy.NewSet(c.defaultPolicy(), named...)
+	set.Default().Labels, _ = PolicyLabels(c.Labels)
+	return set
 }
 
 // TLS builds the TLS configuration for amqps:// from the CA, certificate

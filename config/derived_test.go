@@ -38,7 +38,10 @@ func TestDerivedValues(t *testing.T) {
 		t.Errorf("vhosts %q and %q, want / and orders", plain.Vhost(), set.Vhost())
 	}
 	if plain.MetricsOriginsRegexp() != nil || !set.MetricsOriginsRegexp().MatchString("orders.new") {
-		t.Errorf("metrics origins %v and %v, want none and ^orders\\.", plain.MetricsOriginsRegexp(), set.MetricsOriginsRegexp())
+		t.Errorf("metrics origins %v and %v, want every one and ^orders\\.", plain.MetricsOriginsRegexp(), set.MetricsOriginsRegexp())
+	}
+	if plain.MetricsOriginLimit != 100 {
+		t.Errorf("origin label limit %d by default, want 100: the label is on out of the box", plain.MetricsOriginLimit)
 	}
 	want := []netip.Prefix{netip.MustParsePrefix("10.0.0.1/32"), netip.MustParsePrefix("192.168.0.0/16"), netip.MustParsePrefix("10.1.2.3/32")}
 	if len(plain.ConsoleProxies()) != 0 || !slices.Equal(set.ConsoleProxies(), want) {

@@ -58,6 +58,10 @@ type namedPolicy struct {
 	// Queues is REBOUND_POLICY_<NAME>_QUEUES: a regular expression of the
 	// origin queues the policy serves, unanchored.
 	Queues string
+	// Labels is REBOUND_POLICY_<NAME>_LABELS, the policy's routing labels
+	// (see PolicyLabels); not inherited from the default policy, whose
+	// team is not the named policy's.
+	Labels string
 	PolicyConfig
 }
 
@@ -126,8 +130,11 @@ func loadPolicies(vars map[string]string, listed string, failed map[string]bool)
 // field, inherited from the default policy when unset.
 func loadPolicy(vars map[string]string, name string, defFailed map[string]bool) (namedPolicy, []fieldError) {
 	prefix := PolicyVariable(name)
-	p := namedPolicy{Name: name, Queues: vars[prefix+"QUEUES"]}
+	p := namedPolicy{Name: name, Queues: vars[prefix+"QUEUES"], Labels: vars[prefix+"LABELS"]}
 	var problems []fieldError
+	if _, err := PolicyLabels(p.Labels); err != nil {
+		problems = append(problems, fieldError{Variable: prefix + "LABELS", Value: p.Labels, Allowed: err.Error()})
+	}
 	switch queues, set := vars[prefix+"QUEUES"]; {
 	case !set || strings.TrimSpace(queues) == "":
 		problems = append(problems, fieldError{Variable: prefix + "QUEUES", Value: queues,
@@ -189,11 +196,12 @@ func strayPolicyVariables(vars map[string]string, named []namedPolicy) []fieldEr
 	for _, p := range named {
 		prefix := PolicyVariable(p.Name)
 		known[prefix+"QUEUES"] = true
+		known[prefix+"LABELS"] = true
 		for _, f := range policyFields() {
 			known[prefix+f] = true
 		}
 	}
-	fields := append([]string{"QUEUES"}, policyFields()...)
+	fields := append([]string{"QUEUES", "LABELS"}, policyFields()...)
 	var problems []fieldError
 	for _, variable := range slices.Sorted(maps.Keys(vars)) {
 		rest, ok := strings.CutPrefix(variable, Prefix+"POLICY_")
@@ -336,4 +344,47 @@ func (pc PolicyConfig) ignoredSettings(vars map[string]string, prefix string, in
 	ignored("JITTER_FACTOR", "only JITTER=proportional and gaussian read it", "JITTER="+string(pc.Jitter))
 	ignored("JITTER_MAX", "only JITTER=additive reads it", "JITTER="+string(pc.Jitter))
 	return out
+}
+
+// Routing labels: a policy's owners, in Prometheus's terms, so that an
+// alert about the policy's origins reaches its team without a rule per
+// service. They are label names on rebound_policy_info, so they follow
+// Prometheus's syntax, and not those the alerts already group by.
+var (
+	policyLabelName = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]{0,62}$`)
+	reservedLabels  = []string{"policy", "vhost", "origin", "reason", "kind", "queue", "instance", "job", "namespace", "pod", "container", "severity", "alertname"}
+)
+
+// maxPolicyLabels is the most routing labels a policy carries; every name
+// any policy uses is a label of rebound_policy_info.
+const maxPolicyLabels = 8
+
+// PolicyLabels parses a policy's routing labels, "team=payments,owner=alice"
+// ("" for none), into a map; the error says what is allowed.
+func PolicyLabels(s string) (map[string]string, error) {
+	labels := map[string]string{}
+	if strings.TrimSpace(s) == "" {
+		return labels, nil
+	}
+	for _, pair := range strings.Split(s, ",") {
+		key, value, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		key, value = strings.TrimSpace(key), strings.TrimSpace(value)
+		switch {
+		case !ok || value == "":
+			return nil, fmt.Errorf("routing labels as key=value pairs separated by commas, such as team=payments,owner=alice (%q has no value)", pair)
+		case !policyLabelName.MatchString(key) || strings.HasPrefix(key, "__"):
+			return nil, fmt.Errorf("label names of letters, digits and '_', not starting with a digit or '__' (%q is not)", key)
+		case slices.Contains(reservedLabels, key):
+			return nil, fmt.Errorf("label names other than %s, which rebound's series and alerts already carry (%q is one)", strings.Join(reservedLabels, ", "), key)
+		case len(value) > 128:
+			return nil, fmt.Errorf("values of at most 128 characters (%s's has %d)", key, len(value))
+		case labels[key] != "":
+			return nil, fmt.Errorf("each label once (%s is set twice)", key)
+		}
+		labels[key] = value
+	}
+	if len(labels) > maxPolicyLabels {
+		return nil, fmt.Errorf("at most %d routing labels a policy (%d given)", maxPolicyLabels, len(labels))
+	}
+	return labels, nil
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -71,6 +72,11 @@ func TestNamedPolicyProblems(t *testing.T) {
 		{"an invalid name", []string{"REBOUND_POLICIES=Payments", "REBOUND_POLICY_PAYMENTS_QUEUES=x"},
 			[]string{`REBOUND_POLICIES: lowercase letters, digits and '-'`, "REBOUND_POLICY_PAYMENTS_QUEUES: a variable of a policy listed"}},
 		{"default listed", []string{"REBOUND_POLICIES=default"}, []string{"REBOUND_POLICIES: names other than default"}},
+		{"labels without a value", []string{"REBOUND_POLICIES=a", "REBOUND_POLICY_A_QUEUES=x", "REBOUND_POLICY_A_LABELS=team"},
+			[]string{`REBOUND_POLICY_A_LABELS: routing labels as key=value pairs`}},
+		{"a label the alerts already carry", []string{"REBOUND_POLICIES=a", "REBOUND_POLICY_A_QUEUES=x", "REBOUND_POLICY_A_LABELS=team=x,origin=y"},
+			[]string{`REBOUND_POLICY_A_LABELS: label names other than policy`}},
+		{"the default's labels", []string{"REBOUND_LABELS=team-name=x"}, []string{`REBOUND_LABELS: label names of letters, digits and '_'`}},
 		{"queues missing", []string{"REBOUND_POLICIES=a"}, []string{"REBOUND_POLICY_A_QUEUES: a regular expression of the origin queues policy a serves"}},
 		{"queues that do not compile", []string{"REBOUND_POLICIES=a", "REBOUND_POLICY_A_QUEUES=^(a"},
 			[]string{"REBOUND_POLICY_A_QUEUES: a regular expression (Go's RE2 syntax)"}},
@@ -95,7 +101,7 @@ func TestNamedPolicyProblems(t *testing.T) {
 		{"a variable without REBOUND_POLICIES", []string{"REBOUND_POLICY_ORDERS_MAX_RETRIES=3"},
 			[]string{`REBOUND_POLICY_ORDERS_MAX_RETRIES: a variable of a policy listed in REBOUND_POLICIES (no policy "orders" is listed`}},
 		{"a field that does not exist", []string{"REBOUND_POLICIES=a", "REBOUND_POLICY_A_QUEUES=x", "REBOUND_POLICY_A_MAX_RETRY=3"},
-			[]string{"REBOUND_POLICY_A_MAX_RETRY: REBOUND_POLICY_<NAME>_ and one of QUEUES, BACKOFF"}},
+			[]string{"REBOUND_POLICY_A_MAX_RETRY: REBOUND_POLICY_<NAME>_ and one of QUEUES, LABELS, BACKOFF"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Load(tc.environ)
@@ -222,6 +228,31 @@ func TestByteSize(t *testing.T) {
 	for b, want := range map[byteSize]string{64 << 20: "64MiB", 1 << 30: "1GiB", 1536: "1536B" /* not a whole KiB */, 2048: "2KiB", 0: "0B", -5 << 20: "-5MiB"} {
 		if got := b.String(); got != want {
 			t.Errorf("byteSize(%d).String() = %s, want %s", int64(b), got, want)
+		}
+	}
+}
+
+func TestPolicyLabels(t *testing.T) {
+	c, err := Load([]string{"REBOUND_LABELS=team=platform", "REBOUND_POLICIES=payments,orders",
+		"REBOUND_POLICY_PAYMENTS_QUEUES=^payments\\.", "REBOUND_POLICY_PAYMENTS_LABELS= team=payments , owner=alice",
+		"REBOUND_POLICY_ORDERS_QUEUES=^orders\\."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]map[string]string{
+		"payments": {"team": "payments", "owner": "alice"},
+		"orders":   {}, // not inherited: the default's team is not the named policy's
+		"default":  {"team": "platform"},
+	}
+	for _, p := range c.PolicySet().All() {
+		if !maps.Equal(p.Labels, want[p.Name]) {
+			t.Errorf("policy %s labels %v, want %v", p.Name, p.Labels, want[p.Name])
+		}
+	}
+	for _, bad := range []string{"a=1,a=2", "_ok=1,9x=2", "__name__=x", "x=" + strings.Repeat("v", 129),
+		"a=1,b=1,c=1,d=1,e=1,f=1,g=1,h=1,i=1", "=x"} {
+		if _, err := PolicyLabels(bad); err == nil {
+			t.Errorf("PolicyLabels(%q) accepted", bad)
 		}
 	}
 }

@@ -170,7 +170,13 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...
 	if len(values) == 0 {
 		t.Fatalf("no series %s%v", name, labels)
 	}
-	return values[0]
+	// The sum over the series that match: labels left out (the origin,
+	// on by default) are summed over, as a PromQL sum would.
+	var sum float64
+	for _, v := range values {
+		sum += v
+	}
+	return sum
 }
 
 // matching returns the values of the series of name on reg whose labels

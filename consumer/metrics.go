@@ -1,6 +1,8 @@
 package consumer
 
 import (
+	"slices"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rebound-mq/rebound/internal/buildinfo"
@@ -28,6 +30,10 @@ type Metrics struct {
 	Reconnects      prometheus.Counter
 	Blocked         prometheus.Gauge
 	Ready           prometheus.Gauge
+	// PolicyInfo is rebound_policy_info: 1 for each policy, labelled
+	// with its routing labels (REBOUND_LABELS, REBOUND_POLICY_<NAME>_LABELS)
+	// for the alerts to join on policy and vhost.
+	PolicyInfo *prometheus.GaugeVec
 
 	// What waits on the broker, from passive declarations by the one
 	// replica of the vhost that holds the watch token (WatchLeader; see
@@ -176,6 +182,7 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 		OriginsRefusing: gauge("rebound_origins_refusing",
 			"Origin queues this replica waits on because they refused a copy (backing off before the next try)."),
 
+		PolicyInfo: policyInfo(vhost, r.Policies),
 		BuildInfo: gaugeVec("rebound_build_info", "1, labelled with the running build's version, revision and Go version.",
 			"version", "revision", "goversion"),
 	}
@@ -183,7 +190,7 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 		m.PolicyConflicts, m.RetryAfter, m.PublishFailures, m.ConfirmLatency, m.InFlight, m.Reconnects, m.Blocked, m.Ready,
 		m.InboxMessages, m.InboxConsumers, m.ParkedMessages, m.DelayQueueMessages, m.WatchLeader, m.BrokerCalls, m.Prefetch, m.InflightBytes,
 		m.InboxStalled, m.RateDeferred, m.RateDeferral, m.RateOverflow, m.RateShare, m.Returned, m.OriginRefused, m.OriginWaits,
-		m.OriginsRefusing, m.OriginTwins, m.Events, m.BuildInfo)
+		m.OriginsRefusing, m.OriginTwins, m.Events, m.PolicyInfo, m.BuildInfo)
 	// Create the fixed-label series up front so dashboards show zeros, not gaps.
 	for _, p := range r.Policies.All() {
 		for _, kind := range []string{"delayed", "immediate"} {
@@ -221,4 +228,31 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 	b := buildinfo.Read()
 	m.BuildInfo.WithLabelValues(b.Version, b.Revision, b.GoVersion).Set(1)
 	return m
+}
+
+// policyInfo returns rebound_policy_info with a series of 1 for each of
+// set's policies. Its labels are policy and every routing label name any
+// policy sets (a policy without one has it empty), so that an alert joins
+// it with `* on (vhost, policy) group_left (team, owner)`.
+func policyInfo(vhost prometheus.Labels, set policy.Set) *prometheus.GaugeVec {
+	var names []string
+	for _, p := range set.All() {
+		for name := range p.Labels {
+			if !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+		}
+	}
+	slices.Sort(names)
+	info := queueGaugeVec(vhost, "rebound_policy_info",
+		"1 for each retry policy, labelled with its routing labels (REBOUND_LABELS, REBOUND_POLICY_<NAME>_LABELS) for alerts to join.",
+		append([]string{"policy"}, names...)...)
+	for _, p := range set.All() {
+		values := []string{p.Name}
+		for _, name := range names {
+			values = append(values, p.Labels[name])
+		}
+		info.WithLabelValues(values...).Set(1)
+	}
+	return info
 }

@@ -1,12 +1,17 @@
 package consumer
 
 import (
+	"fmt"
+	"maps"
+	"regexp"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rebound-mq/rebound/internal/buildinfo"
 	"github.com/rebound-mq/rebound/internal/route"
+	"github.com/rebound-mq/rebound/internal/topology"
+	"github.com/rebound-mq/rebound/policy"
 )
 
 func TestBuildInfoMetric(t *testing.T) {
@@ -41,4 +46,36 @@ func TestBuildInfoMetric(t *testing.T) {
 		return
 	}
 	t.Fatal("no rebound_build_info on the registry")
+}
+
+func TestPolicyInfoCarriesRoutingLabels(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	set := policy.NewSet(policy.Policy{}, policy.Named{Name: "payments", Queues: regexp.MustCompile("^payments"),
+		Labels: map[string]string{"team": "payments", "owner": "alice"}})
+	set.Default().Labels = map[string]string{"team": "platform"}
+	NewMetrics(reg, route.Router{Policies: set, Topology: topology.Topology{Vhost: "shop"}})
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, f := range families {
+		if f.GetName() != "rebound_policy_info" {
+			continue
+		}
+		for _, m := range f.Metric {
+			labels := map[string]string{}
+			for _, l := range m.Label {
+				labels[l.GetName()] = l.GetValue()
+			}
+			got[labels["policy"]] = fmt.Sprintf("team=%s owner=%s vhost=%s value=%v", labels["team"], labels["owner"], labels["vhost"], m.GetGauge().GetValue())
+		}
+	}
+	want := map[string]string{
+		"payments": "team=payments owner=alice vhost=shop value=1",
+		"default":  "team=platform owner= vhost=shop value=1",
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("rebound_policy_info %v, want %v", got, want)
+	}
 }

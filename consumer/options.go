@@ -12,18 +12,19 @@ import (
 // sidecar with it.
 func OptionsFrom(cfg config.Config, dialer *dialer.Dialer, log *zap.Logger, m *Metrics) Options {
 	return Options{
-		Dialer:         dialer,
-		Router:         cfg.Router(),
-		Prefetch:       cfg.Prefetch,
-		InflightBytes:  int64(cfg.InflightBytes),
-		ConfirmTimeout: cfg.ConfirmTimeout,
-		ShutdownGrace:  cfg.ShutdownGrace,
-		DelayQueueIdle: cfg.DelayQueueIdle,
-		EventsExchange: cfg.EventsExchange,
-		EventsFormat:   cfg.EventsFormat,
-		EventsSource:   EventsSource(cfg.Vhost(), cfg.InboxQueue),
-		Logger:         log,
-		Metrics:        m,
-		MetricsOrigins: cfg.MetricsOriginsRegexp(),
+		Dialer:             dialer,
+		Router:             cfg.Router(),
+		Prefetch:           cfg.Prefetch,
+		InflightBytes:      int64(cfg.InflightBytes),
+		ConfirmTimeout:     cfg.ConfirmTimeout,
+		ShutdownGrace:      cfg.ShutdownGrace,
+		DelayQueueIdle:     cfg.DelayQueueIdle,
+		EventsExchange:     cfg.EventsExchange,
+		EventsFormat:       cfg.EventsFormat,
+		EventsSource:       EventsSource(cfg.Vhost(), cfg.InboxQueue),
+		Logger:             log,
+		Metrics:            m,
+		MetricsOrigins:     cfg.MetricsOriginsRegexp(),
+		MetricsOriginLimit: cfg.MetricsOriginLimit,
 	}
 }

@@ -7,14 +7,19 @@ import (
 )
 
 func TestOriginLabels(t *testing.T) {
-	if got := newOriginLabels(nil).value("orders.new"); got != "" {
-		t.Errorf("off: %q, want no label", got)
+	if got := newOriginLabels(nil, 0).value("orders.new"); got != "" {
+		t.Errorf("limit 0: %q, want no label", got)
 	}
 	var nilLabels *originLabels
 	if got := nilLabels.value("orders.new"); got != "" {
 		t.Errorf("nil: %q, want no label", got)
 	}
-	o := newOriginLabels(regexp.MustCompile(`^orders\.`))
+	every := newOriginLabels(nil, 5)
+	if got := every.value("payments.charge"); got != "payments.charge" {
+		t.Errorf("no expression: %q, want every origin its own value", got)
+	}
+	const limit = 100
+	o := newOriginLabels(regexp.MustCompile(`^orders\.`), limit)
 	for _, tc := range []struct{ origin, want string }{
 		{"orders.new", "orders.new"}, {"payments.charge", "other"}, {"", "other"}, {"orders.new", "orders.new"},
 	} {
@@ -22,7 +27,7 @@ func TestOriginLabels(t *testing.T) {
 			t.Errorf("value(%q) = %q, want %q", tc.origin, got, tc.want)
 		}
 	}
-	for i := range 2 * originLabelLimit {
+	for i := range 2 * limit {
 		o.value(fmt.Sprintf("orders.q%d", i))
 	}
 	if got := o.value("orders.q150"); got != "other" {
@@ -31,7 +36,7 @@ func TestOriginLabels(t *testing.T) {
 	if got := o.value("orders.new"); got != "orders.new" {
 		t.Errorf("an origin with its own value keeps it: %q", got)
 	}
-	if len(o.own) != originLabelLimit {
-		t.Errorf("%d origins with their own value, want the limit %d", len(o.own), originLabelLimit)
+	if len(o.own) != limit {
+		t.Errorf("%d origins with their own value, want the limit %d", len(o.own), limit)
 	}
 }

@@ -75,8 +75,11 @@ type Options struct {
 	Holder *holder.Holder
 	// MetricsOrigins (REBOUND_METRICS_ORIGINS) matches the origin queues
 	// that get a value of their own in the origin label of the retried
-	// and parked counters (see originLabels); nil leaves the label empty.
-	MetricsOrigins *regexp.Regexp
+	// and parked counters (see originLabels), nil every one; at most
+	// MetricsOriginLimit of them (REBOUND_METRICS_ORIGIN_LIMIT), and 0
+	// leaves the label empty.
+	MetricsOrigins     *regexp.Regexp
+	MetricsOriginLimit int
 
 	Now          func() time.Time   // default time.Now
 	NewRand      func() policy.Rand // default a randomly seeded PCG
@@ -182,7 +185,7 @@ func New(opt Options) *Sidecar {
 		name = opt.Dialer.Name()
 	}
 	s := &Sidecar{opt: opt, log: opt.Logger, m: opt.Metrics, calendar: calendar.New(),
-		refusals: newRefusals(), replica: fmt.Sprintf("%s #%08x", name, rand.Uint32()), origins: newOriginLabels(opt.MetricsOrigins)}
+		refusals: newRefusals(), replica: fmt.Sprintf("%s #%08x", name, rand.Uint32()), origins: newOriginLabels(opt.MetricsOrigins, opt.MetricsOriginLimit)}
 	s.consumers.Store(1)
 	s.reportShares()
 	s.beat()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -275,6 +276,42 @@ func (e *testEnv) metricBecomes(series, want string) string {
 		return got == want
 	})
 	return got
+}
+
+// metricSumBecomes waits up to 10 s for the sum of the series of name
+// whose labels include every pair of labels (`reason="unknown-origin"`)
+// to be want, and returns the last sum: for counters whose other labels
+// (the origin, say) the test does not fix.
+func (e *testEnv) metricSumBecomes(name string, want int, labels ...string) int {
+	e.t.Helper()
+	got := 0
+	brokertest.Await(10*time.Second, func() bool {
+		got = 0
+		for _, line := range e.metricLines() {
+			rest, ok := strings.CutPrefix(line, name+"{")
+			if !ok {
+				continue
+			}
+			set, value, _ := strings.Cut(rest, "} ")
+			pairs := strings.Split(set, ",")
+			if !every(labels, func(l string) bool { return slices.Contains(pairs, l) }) {
+				continue
+			}
+			n, _ := strconv.ParseFloat(value, 64)
+			got += int(n)
+		}
+		return got == want
+	})
+	return got
+}
+
+func every[T any](s []T, f func(T) bool) bool {
+	for _, v := range s {
+		if !f(v) {
+			return false
+		}
+	}
+	return true
 }
 
 // publish sends msg to the application queue.

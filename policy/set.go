@@ -20,6 +20,10 @@ type Named struct {
 	// serves every origin no other policy selects.
 	Queues *regexp.Regexp
 	Policy
+	// Labels are the policy's routing labels (team, owner, ...), for
+	// rebound_policy_info; they say who owns it, not how it retries, so
+	// the fingerprint leaves them out.
+	Labels map[string]string
 	// Fingerprint is Policy.fingerprint, computed once by NewSet.
 	Fingerprint string
 }
