@@ -125,7 +125,7 @@ func NewMetrics(reg prometheus.Registerer, r route.Router) *Metrics {
 		InvalidHeaders: counterVec("rebound_invalid_headers_total", "Headers that could not be read and were treated as absent.", "header"),
 		OriginMismatch: counter("rebound_origin_mismatch_total",
 			"Messages whose origin header named another queue than the broker's x-death record, which was used instead."),
-		PolicyConflicts: counterVec("rebound_policy_conflicts_total",
+		PolicyConflicts: queueCounterVec(vhost, "rebound_policy_conflicts_total",
 			"Messages whose policy header named another policy, or another fingerprint, than this replica chose (policy): replicas configured differently.", "policy"),
 		RetryAfter: counterVec("rebound_retry_after_total",
 			"Retries whose consumer asked for a least delay (x-retry-after, x-opt-retry-after), confirmed: applied, capped by the policy's max delay or budget, or ignored-invalid.",

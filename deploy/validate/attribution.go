@@ -109,3 +109,72 @@ func conditionOnProcess(n parser.Node, path []parser.Node) bool {
 	}
 	return false
 }
+
+// CheckRouting checks that an alert expression about a policy's messages
+// reaches the policy's team: every attributed counter grouped by policy is
+// grouped by vhost too (policies are per vhost), and is the left-hand side
+// of a join that copies the routing labels team and owner from
+// rebound_policy_info on (vhost, policy). A fallback (`or`) for a policy
+// that reports no info is allowed beside the join.
+func CheckRouting(expr string) []string {
+	e, err := parser.ParseExpr(expr)
+	if err != nil {
+		return nil // CheckPromQL says so
+	}
+	var problems []string
+	joined := false
+	parser.Inspect(e, func(n parser.Node, path []parser.Node) error {
+		if b, ok := n.(*parser.BinaryExpr); ok && b.VectorMatching != nil && b.VectorMatching.Card == parser.CardManyToOne {
+			vm := b.VectorMatching
+			if vm.On && slices.Equal(slices.Sorted(slices.Values(vm.MatchingLabels)), []string{"policy", "vhost"}) &&
+				slices.Contains(vm.Include, "team") && slices.Contains(vm.Include, "owner") && selects(b.RHS, "rebound_policy_info") {
+				joined = true
+			}
+		}
+		vs, ok := n.(*parser.VectorSelector)
+		if !ok || !slices.Contains(attributedCounters, vs.Name) || conditionOnProcess(n, path) {
+			return nil
+		}
+		for _, a := range path {
+			if agg, ok := a.(*parser.AggregateExpr); ok && slices.Contains(agg.Grouping, "policy") && !slices.Contains(agg.Grouping, "vhost") {
+				problems = append(problems, fmt.Sprintf("%q: %s grouped by policy without vhost: two vhosts' policies of one name merge, and the team label cannot be joined", expr, vs.Name))
+			}
+		}
+		return nil
+	})
+	if !joined && mentionsAttributed(e) {
+		problems = append(problems, fmt.Sprintf("%q: not joined with rebound_policy_info: * on (vhost, policy) group_left (team, owner) max by (vhost, policy, team, owner) (rebound_policy_info) gives the alert the policy's team for Alertmanager to route on", expr))
+	}
+	return problems
+}
+
+// selects tells whether expr reads the metric name.
+func selects(expr parser.Node, name string) bool {
+	found := false
+	parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
+		if vs, ok := n.(*parser.VectorSelector); ok && vs.Name == name {
+			found = true
+		}
+		return nil
+	})
+	return found
+}
+
+// mentionsAttributed tells whether e groups an attributed counter by
+// policy, outside a condition on the process.
+func mentionsAttributed(e parser.Node) bool {
+	found := false
+	parser.Inspect(e, func(n parser.Node, path []parser.Node) error {
+		vs, ok := n.(*parser.VectorSelector)
+		if !ok || !slices.Contains(attributedCounters, vs.Name) || conditionOnProcess(n, path) {
+			return nil
+		}
+		for _, a := range path {
+			if agg, ok := a.(*parser.AggregateExpr); ok && slices.Contains(agg.Grouping, "policy") {
+				found = true
+			}
+		}
+		return nil
+	})
+	return found
+}

@@ -40,3 +40,28 @@ func TestCheckAttributionCatches(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckRoutingCatches: an alert about a policy's messages without the
+// policy's team, or grouped by policy without vhost, is a problem; the
+// joined form the alerts use is not.
+func TestCheckRoutingCatches(t *testing.T) {
+	for _, tc := range []struct{ expr, want string }{
+		{`sum by (vhost, policy, origin) (increase(rebound_messages_parked_total[15m])) > 0`, "not joined with rebound_policy_info"},
+		{`(sum by (policy) (increase(rebound_messages_parked_total[15m])) > 0) * on (vhost, policy) group_left (team, owner) rebound_policy_info`, "grouped by policy without vhost"},
+		{`(sum by (vhost, policy) (increase(rebound_messages_parked_total[15m])) > 0) * on (vhost, policy) group_left (team) rebound_policy_info`, "not joined"},
+		{`(sum by (vhost, policy) (increase(rebound_messages_parked_total[15m])) > 0) * on (vhost, policy) group_left (team, owner) rebound_build_info`, "not joined"},
+	} {
+		if ps := CheckRouting(tc.expr); !slices.ContainsFunc(ps, func(p string) bool { return strings.Contains(p, tc.want) }) {
+			t.Errorf("%s: want a problem mentioning %q, got %q", tc.expr, tc.want, ps)
+		}
+	}
+	for _, expr := range []string{
+		`(sum by (vhost, policy, origin) (increase(rebound_messages_parked_total[15m])) > 0) * on (vhost, policy) group_left (team, owner) max by (vhost, policy, team, owner) (rebound_policy_info) or on (vhost, policy, origin) (sum by (vhost, policy, origin) (increase(rebound_messages_parked_total[15m])) > 0)`,
+		`max by (namespace, pod) (rebound_inflight_deliveries) > 0 unless on (namespace, pod) (sum by (namespace, pod) (increase(rebound_messages_retried_total[15m])) > 0)`,
+		`sum by (header) (increase(rebound_invalid_headers_total[1h])) > 0`,
+	} {
+		if ps := CheckRouting(expr); len(ps) != 0 {
+			t.Errorf("%s: %q", expr, ps)
+		}
+	}
+}

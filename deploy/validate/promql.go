@@ -29,7 +29,10 @@ var Metrics = []Metric{
 	{Name: "rebound_messages_parked_total", Labels: map[string][]string{"reason": {"max-retries", "max-duration", "non-retryable", "unknown-origin", "origin-not-allowed", "origin-refused"}, "policy": nil, "origin": nil, "vhost": nil}},
 	{Name: "rebound_invalid_headers_total", Labels: map[string][]string{"header": nil}},
 	{Name: "rebound_origin_mismatch_total"},
-	{Name: "rebound_policy_conflicts_total", Labels: map[string][]string{"policy": nil}},
+	{Name: "rebound_policy_conflicts_total", Labels: map[string][]string{"policy": nil, "vhost": nil}},
+	// The routing labels team and owner are those the alerts join; a
+	// policy may carry others (REBOUND_POLICY_<NAME>_LABELS).
+	{Name: "rebound_policy_info", Labels: map[string][]string{"policy": nil, "vhost": nil, "team": nil, "owner": nil}},
 	{Name: "rebound_retry_after_total", Labels: map[string][]string{"policy": nil, "outcome": {"applied", "capped", "ignored-invalid"}}},
 	{Name: "rebound_publish_failures_total", Labels: map[string][]string{"kind": {"nack", "return", "timeout", "closed"}}},
 	{Name: "rebound_confirm_latency_seconds", Histogram: true},

@@ -41,6 +41,9 @@ func CheckRules(content []byte) (*rulefmt.RuleGroups, []string) {
 			// about rebound that rebound cannot export itself.
 			_, ps := CheckPromQL(r.Expr, "up")
 			ps = append(ps, CheckAttribution(r.Expr)...)
+			if r.Alert != "" {
+				ps = append(ps, CheckRouting(r.Expr)...)
+			}
 			for _, p := range ps {
 				problems = append(problems, fmt.Sprintf("%s: %s", name, p))
 			}
