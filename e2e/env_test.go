@@ -294,7 +294,7 @@ func (e *testEnv) metricSumBecomes(name string, want int, labels ...string) int 
 			}
 			set, value, _ := strings.Cut(rest, "} ")
 			pairs := strings.Split(set, ",")
-			if !every(labels, func(l string) bool { return slices.Contains(pairs, l) }) {
+			if slices.ContainsFunc(labels, func(l string) bool { return !slices.Contains(pairs, l) }) {
 				continue
 			}
 			n, _ := strconv.ParseFloat(value, 64)
@@ -303,15 +303,6 @@ func (e *testEnv) metricSumBecomes(name string, want int, labels ...string) int 
 		return got == want
 	})
 	return got
-}
-
-func every[T any](s []T, f func(T) bool) bool {
-	for _, v := range s {
-		if !f(v) {
-			return false
-		}
-	}
-	return true
 }
 
 // publish sends msg to the application queue.

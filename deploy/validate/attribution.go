@@ -122,7 +122,7 @@ func CheckRouting(expr string) []string {
 		return nil // CheckPromQL says so
 	}
 	var problems []string
-	joined := false
+	joined, byPolicy := false, false
 	parser.Inspect(e, func(n parser.Node, path []parser.Node) error {
 		if b, ok := n.(*parser.BinaryExpr); ok && b.VectorMatching != nil && b.VectorMatching.Card == parser.CardManyToOne {
 			vm := b.VectorMatching
@@ -136,13 +136,18 @@ func CheckRouting(expr string) []string {
 			return nil
 		}
 		for _, a := range path {
-			if agg, ok := a.(*parser.AggregateExpr); ok && slices.Contains(agg.Grouping, "policy") && !slices.Contains(agg.Grouping, "vhost") {
+			agg, ok := a.(*parser.AggregateExpr)
+			if !ok || !slices.Contains(agg.Grouping, "policy") {
+				continue
+			}
+			byPolicy = true
+			if !slices.Contains(agg.Grouping, "vhost") {
 				problems = append(problems, fmt.Sprintf("%q: %s grouped by policy without vhost: two vhosts' policies of one name merge, and the team label cannot be joined", expr, vs.Name))
 			}
 		}
 		return nil
 	})
-	if !joined && mentionsAttributed(e) {
+	if byPolicy && !joined {
 		problems = append(problems, fmt.Sprintf("%q: not joined with rebound_policy_info: * on (vhost, policy) group_left (team, owner) max by (vhost, policy, team, owner) (rebound_policy_info) gives the alert the policy's team for Alertmanager to route on", expr))
 	}
 	return problems
@@ -154,25 +159,6 @@ func selects(expr parser.Node, name string) bool {
 	parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
 		if vs, ok := n.(*parser.VectorSelector); ok && vs.Name == name {
 			found = true
-		}
-		return nil
-	})
-	return found
-}
-
-// mentionsAttributed tells whether e groups an attributed counter by
-// policy, outside a condition on the process.
-func mentionsAttributed(e parser.Node) bool {
-	found := false
-	parser.Inspect(e, func(n parser.Node, path []parser.Node) error {
-		vs, ok := n.(*parser.VectorSelector)
-		if !ok || !slices.Contains(attributedCounters, vs.Name) || conditionOnProcess(n, path) {
-			return nil
-		}
-		for _, a := range path {
-			if agg, ok := a.(*parser.AggregateExpr); ok && slices.Contains(agg.Grouping, "policy") {
-				found = true
-			}
 		}
 		return nil
 	})
