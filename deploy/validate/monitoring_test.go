@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/rebound-mq/rebound/config"
 	"github.com/rebound-mq/rebound/consumer"
+	"github.com/rebound-mq/rebound/internal/holder"
 )
 
 const (
@@ -136,6 +138,8 @@ func TestMetricsAreTheSidecars(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := consumer.NewMetrics(reg, cfg.Router())
+	// A replica in hold mode registers its holder's metrics beside them.
+	holder.NewMetrics(reg, time.Now, cfg.HoldSlice)
 	// One series per delay queue used: none until one is.
 	m.DelayQueueMessages.WithLabelValues(cfg.DelayQueuePrefix + "1000").Set(0)
 	// The vhost's queue gauges: series on the replica that holds the watch.

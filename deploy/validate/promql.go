@@ -60,6 +60,14 @@ var Metrics = []Metric{
 	{Name: "rebound_origin_refused_waits_total", Labels: map[string][]string{"policy": nil}},
 	{Name: "rebound_origins_refusing"},
 	{Name: "rebound_origin_refused_twins_total"},
+	// Hold mode's holders (internal/holder), registered beside the sidecar's.
+	{Name: "rebound_held_messages"},
+	{Name: "rebound_hold_settlements_total", Labels: map[string][]string{"outcome": {"held", "released", "parked"}}},
+	{Name: "rebound_hold_lateness_seconds", Histogram: true},
+	{Name: "rebound_hold_invalid_copies_total"},
+	{Name: "rebound_hold_park_returned_total"},
+	{Name: "rebound_hold_released_total", Labels: map[string][]string{"way": {"published", "dead-lettered"}}},
+	{Name: "rebound_hold_origin_refused_total"},
 	{Name: "rebound_build_info", Labels: map[string][]string{"version": nil, "revision": nil, "goversion": nil}},
 }
 
