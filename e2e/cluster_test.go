@@ -111,7 +111,9 @@ func clusterNodeStopped(t *testing.T, delayMode string) {
 	h := e.on(liveNode(nodes, victim))
 	h.rejectAll(e.App)
 
-	const n = 3000
+	// 1000: 900 are still on their way when the node stops (3000 made
+	// this the slowest test of make test, 1251 s on 4.3).
+	const n = 1000
 	h.publishNumbered(n)
 	// Stop the node once the loop is well under way: a tenth parked, the
 	// rest spread over the application queue, the inbox and the delay
