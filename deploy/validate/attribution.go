@@ -148,7 +148,7 @@ func CheckRouting(expr string) []string {
 		return nil
 	})
 	if byPolicy && !joined {
-		problems = append(problems, fmt.Sprintf("%q: not joined with rebound_policy_info: * on (vhost, policy) group_left (team, owner) max by (vhost, policy, team, owner) (rebound_policy_info) gives the alert the policy's team for Alertmanager to route on (topk by (vhost, policy) (1, ...) around it keeps one when replicas disagree)", expr))
+		problems = append(problems, fmt.Sprintf("%q: not joined with rebound_policy_info: * on (vhost, policy) group_left (team, owner) topk by (vhost, policy) (1, max by (vhost, policy, team, owner) (rebound_policy_info)) gives the alert the policy's team for Alertmanager to route on, one label set even while replicas disagree", expr))
 	}
 	return problems
 }
